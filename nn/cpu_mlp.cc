@@ -1,0 +1,130 @@
+#include "nn/cpu_mlp.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace ringlab::nn {
+namespace {
+
+std::atomic<GemmMode> g_default_mode{GemmMode::kBlas};
+
+const bool kRegistered = RegisterMlpBackend(
+    Device::kCpu, [](const MlpLayout& layout) -> std::unique_ptr<Mlp> {
+      return CreateCpuMlp(layout, CpuMlpOptions{DefaultCpuGemmMode()});
+    });
+
+}  // namespace
+
+const char* GemmModeName(GemmMode mode) {
+  switch (mode) {
+    case GemmMode::kOrdered:
+      return "ordered";
+    case GemmMode::kBlas:
+      return "blas";
+  }
+  return "unknown";
+}
+
+void SetDefaultCpuGemmMode(GemmMode mode) { g_default_mode = mode; }
+GemmMode DefaultCpuGemmMode() { return g_default_mode; }
+
+CpuMlp::CpuMlp(const MlpLayout& layout, CpuMlpOptions options)
+    : Mlp(layout),
+      options_(options),
+      params_(layout.num_params(), 0.0f),
+      grads_(layout.num_params(), 0.0f) {
+  (void)kRegistered;
+}
+
+void CpuMlp::SetParams(const float* host) {
+  std::memcpy(params_.data(), host, params_.size() * sizeof(float));
+}
+void CpuMlp::GetParams(float* host) const {
+  std::memcpy(host, params_.data(), params_.size() * sizeof(float));
+}
+void CpuMlp::GetGrads(float* host) const {
+  std::memcpy(host, grads_.data(), grads_.size() * sizeof(float));
+}
+void CpuMlp::SetGrads(const float* host) {
+  std::memcpy(grads_.data(), host, grads_.size() * sizeof(float));
+}
+
+float CpuMlp::ForwardBackward(const float* x, const int64_t* labels,
+                              int batch) {
+  return MlpForwardBackward(layout(), params_.data(), grads_.data(), x, labels,
+                            batch, options_.gemm, &ws_);
+}
+
+void CpuMlp::Forward(const float* x, int batch, float* logits) {
+  if (batch < 0) {
+    throw std::invalid_argument("batch must be >= 0, got " +
+                                std::to_string(batch));
+  }
+  if (batch == 0) return;
+  MlpForward(layout(), params_.data(), x, batch, options_.gemm, &ws_);
+  std::copy(ws_.act.back().begin(), ws_.act.back().end(), logits);
+}
+
+void CpuMlp::SgdStep(const SgdOptions& options) {
+  if (options.momentum != 0.0f && momentum_.empty()) {
+    momentum_.assign(params_.size(), 0.0f);
+  }
+  SgdUpdate(options, params_.data(), grads_.data(),
+            momentum_.empty() ? nullptr : momentum_.data(), &have_momentum_,
+            params_.size());
+}
+
+std::unique_ptr<CpuMlp> CreateCpuMlp(const MlpLayout& layout,
+                                     CpuMlpOptions options) {
+  return std::make_unique<CpuMlp>(layout, options);
+}
+
+// torch.optim.SGD (1.13, _single_tensor_sgd), each `a.add(b, alpha=c)` being
+// fmaf(b, c, a) as the CPU kernels compute it:
+//   d = g; if wd: d = d + wd·p
+//   if momentum: buf = d (first step) or buf = momentum·buf + (1-dampening)·d;
+//                d = nesterov ? d + momentum·buf : buf
+//   p = p - lr·d
+void SgdUpdate(const SgdOptions& o, float* params, const float* grads,
+               float* buf, bool* have_buf, size_t n) {
+  if (!(o.lr >= 0.0f) || !(o.momentum >= 0.0f) || !(o.weight_decay >= 0.0f)) {
+    throw std::invalid_argument(
+        "SGD: lr, momentum and weight_decay must be >= 0");
+  }
+  if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f)) {
+    throw std::invalid_argument(
+        "SGD: Nesterov momentum requires a momentum and zero dampening");
+  }
+  const float neg_lr = -o.lr;
+  if (o.momentum == 0.0f) {
+    for (size_t i = 0; i < n; ++i) {
+      float d = grads[i];
+      if (o.weight_decay != 0.0f) d = std::fmaf(params[i], o.weight_decay, d);
+      params[i] = std::fmaf(d, neg_lr, params[i]);
+    }
+    return;
+  }
+  if (buf == nullptr) {
+    throw std::invalid_argument("SGD: momentum needs a buffer");
+  }
+  // Python computes 1 - dampening in double; the kernel takes it as float.
+  const float keep = static_cast<float>(1.0 - static_cast<double>(o.dampening));
+  const bool first = !*have_buf;
+  for (size_t i = 0; i < n; ++i) {
+    float d = grads[i];
+    if (o.weight_decay != 0.0f) d = std::fmaf(params[i], o.weight_decay, d);
+    if (first) {
+      buf[i] = d;
+    } else {
+      buf[i] = std::fmaf(d, keep, buf[i] * o.momentum);
+    }
+    d = o.nesterov ? std::fmaf(buf[i], o.momentum, d) : buf[i];
+    params[i] = std::fmaf(d, neg_lr, params[i]);
+  }
+  *have_buf = true;
+}
+
+}  // namespace ringlab::nn

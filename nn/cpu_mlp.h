@@ -1,0 +1,63 @@
+// The CPU backend of Mlp: parameters, gradients and SGD momentum buffers in
+// host memory, arithmetic from cpu_ops.h (OpenBLAS, or loops in the reference
+// BLAS's order: GemmMode says which one matches PyTorch where).
+// CreateMlp(kCpu, …) builds one with the process-wide default GEMM mode;
+// CreateCpuMlp picks one.
+#ifndef RINGLAB_NN_CPU_MLP_H_
+#define RINGLAB_NN_CPU_MLP_H_
+
+#include <memory>
+#include <vector>
+
+#include "nn/cpu_ops.h"
+#include "nn/mlp.h"
+
+namespace ringlab::nn {
+
+struct CpuMlpOptions {
+  GemmMode gemm = GemmMode::kBlas;
+};
+
+// What CreateMlp(Device::kCpu, …) uses (kBlas unless changed). Not meant to be
+// changed while other threads create models.
+void SetDefaultCpuGemmMode(GemmMode mode);
+GemmMode DefaultCpuGemmMode();
+
+class CpuMlp : public Mlp {
+ public:
+  CpuMlp(const MlpLayout& layout, CpuMlpOptions options);
+
+  Device device() const override { return Device::kCpu; }
+  float* params() override { return params_.data(); }
+  float* grads() override { return grads_.data(); }
+  void SetParams(const float* host) override;
+  void GetParams(float* host) const override;
+  void GetGrads(float* host) const override;
+  void SetGrads(const float* host) override;
+  float ForwardBackward(const float* x, const int64_t* labels,
+                        int batch) override;
+  void Forward(const float* x, int batch, float* logits) override;
+  void SgdStep(const SgdOptions& options) override;
+
+  GemmMode gemm_mode() const { return options_.gemm; }
+  void set_gemm_mode(GemmMode mode) { options_.gemm = mode; }
+
+ private:
+  CpuMlpOptions options_;
+  std::vector<float> params_, grads_, momentum_;
+  bool have_momentum_ = false;
+  MlpWorkspace<float> ws_;
+};
+
+std::unique_ptr<CpuMlp> CreateCpuMlp(const MlpLayout& layout,
+                                     CpuMlpOptions options = {});
+
+// torch.optim.SGD's update on flat host arrays (used by CpuMlp; exposed for
+// tests). momentum_buf/have_buf carry the state between steps; momentum_buf
+// may be null when options.momentum == 0.
+void SgdUpdate(const SgdOptions& options, float* params, const float* grads,
+               float* momentum_buf, bool* have_buf, size_t n);
+
+}  // namespace ringlab::nn
+
+#endif  // RINGLAB_NN_CPU_MLP_H_

@@ -1,0 +1,117 @@
+// The model the kit trains: a multilayer perceptron (Linear → ReLU → … →
+// Linear) with softmax cross-entropy, behind one interface with a CPU backend
+// (BLAS) and a CUDA backend (cuBLAS). All parameters live in one contiguous
+// float buffer and all gradients in another, in the layout MlpLayout describes
+// (PyTorch's [out, in] weights, state_dict names fc1.weight, fc1.bias, …), so a
+// synchroniser can allreduce them in one piece, as DDP's buckets do.
+#ifndef RINGLAB_NN_MLP_H_
+#define RINGLAB_NN_MLP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ringlab::nn {
+
+// One named tensor inside the flat parameter buffer.
+struct TensorSlot {
+  std::string name;            // state_dict name: "fc1.weight", "fc1.bias", …
+  std::vector<int64_t> shape;  // {out, in} for a weight, {out} for a bias
+  size_t offset = 0;           // in floats, from the start of the buffer
+  size_t size = 0;             // number of floats
+};
+
+// Where each layer's weight and bias live in the flat buffer: layer by layer,
+// weight then bias (nn.Module registration order, so state_dict order too).
+class MlpLayout {
+ public:
+  // widths = {10, 5, 2} is Linear(10,5) → ReLU → Linear(5,2). Throws
+  // std::invalid_argument unless there are ≥ 2 widths, all positive.
+  explicit MlpLayout(std::vector<int> widths);
+  // Parses "10,5,2". Throws std::invalid_argument with a readable message.
+  static MlpLayout Parse(const std::string& text);
+
+  const std::vector<int>& widths() const { return widths_; }
+  int num_layers() const { return static_cast<int>(widths_.size()) - 1; }
+  int in_features() const { return widths_.front(); }
+  int num_classes() const { return widths_.back(); }
+  size_t num_params() const { return num_params_; }
+  // 2 per layer: weight then bias.
+  const std::vector<TensorSlot>& tensors() const { return tensors_; }
+  const TensorSlot& weight(int layer) const { return tensors_[2 * layer]; }
+  const TensorSlot& bias(int layer) const { return tensors_[2 * layer + 1]; }
+  std::string ToString() const;  // "10,5,2"
+
+ private:
+  std::vector<int> widths_;
+  std::vector<TensorSlot> tensors_;
+  size_t num_params_ = 0;
+};
+
+enum class Device { kCpu, kCuda };
+const char* DeviceName(Device device);
+
+// SGD as torch.optim.SGD: with weight_decay, g += wd·p; with momentum, the
+// buffer starts as g and is then buf = momentum·buf + (1 − dampening)·g;
+// nesterov uses g + momentum·buf. Plain SGD (the default) is p = fmaf(g, −lr,
+// p), as PyTorch's CPU build computes it.
+struct SgdOptions {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+class Mlp {
+ public:
+  virtual ~Mlp() = default;
+
+  const MlpLayout& layout() const { return layout_; }
+  virtual Device device() const = 0;
+
+  // The flat buffers, in the backend's memory (host for kCpu, device for
+  // kCuda).
+  virtual float* params() = 0;
+  virtual float* grads() = 0;
+
+  // Host copies, each layout().num_params() floats.
+  virtual void SetParams(const float* host) = 0;
+  virtual void GetParams(float* host) const = 0;
+  virtual void GetGrads(float* host) const = 0;
+  // Replaces the gradients (a synchroniser staging them through host memory).
+  virtual void SetGrads(const float* host) = 0;
+
+  // Overwrites the gradients with those of the mean cross-entropy loss on this
+  // batch (x: [batch, in] row-major, labels in [0, classes)) and returns the
+  // loss. batch may be 0: loss 0, gradients 0.
+  virtual float ForwardBackward(const float* x, const int64_t* labels,
+                                int batch) = 0;
+  // Logits [batch, classes] into host memory.
+  virtual void Forward(const float* x, int batch, float* logits) = 0;
+  // One optimiser step on params() from grads().
+  virtual void SgdStep(const SgdOptions& options) = 0;
+
+ protected:
+  explicit Mlp(MlpLayout layout) : layout_(std::move(layout)) {}
+
+ private:
+  MlpLayout layout_;
+};
+
+// Creates a model with zero parameters on the given device. Throws
+// std::runtime_error when the backend is not built into this binary (CUDA
+// without a toolkit) or no device can be used.
+std::unique_ptr<Mlp> CreateMlp(Device device, const MlpLayout& layout);
+
+// Backends register themselves (the CUDA one only when it is linked in).
+using MlpFactory = std::function<std::unique_ptr<Mlp>(const MlpLayout&)>;
+bool RegisterMlpBackend(Device device, MlpFactory factory);
+bool HasMlpBackend(Device device);
+
+}  // namespace ringlab::nn
+
+#endif  // RINGLAB_NN_MLP_H_

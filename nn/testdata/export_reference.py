@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""Exports PyTorch reference values for ringlab's nn/ tests into nn/testdata/.
+
+Run with Debian's torch 1.13.1 (CPU, reference BLAS):
+    /usr/bin/python3 nn/testdata/export_reference.py
+Files:
+  randperm_s<seed>_n<n>.npy   torch.randperm(n, generator=Generator().manual_seed(seed))
+  randperm2_s<seed>_n<n>.npy  the second randperm drawn from the same generator
+  randint_s<seed>_k<k>.npy    torch.randint(0, k, (64,), generator=...)
+  uniform_s<seed>.npy         torch.empty(1000).uniform_(-0.3, 0.7) after manual_seed
+  init_<widths>_s<seed>.npy   Net(widths) state_dict after torch.manual_seed(seed),
+                              flattened in state_dict order (fc1.weight, fc1.bias, ...)
+  net_<widths>_{params,x,y}.npy            fixed weights and data for the traces
+  net_<widths>_<blas>_*.npy                 forward/backward/SGD traces computed by
+                                            torch on <blas> = openblas | refblas
+Debian's torch calls whichever libblas.so.3 the loader finds (OpenBLAS when it is
+installed; its last bits differ from the reference BLAS's), so the traces are
+computed twice, in child processes with LD_LIBRARY_PATH set to each library.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+
+OUT = os.path.dirname(os.path.abspath(__file__))
+torch.set_num_threads(1)
+BLAS_DIRS = {
+    "openblas": "/usr/lib/x86_64-linux-gnu/openblas-pthread",
+    "refblas": "/usr/lib/x86_64-linux-gnu/blas",
+}
+
+
+class Net(nn.Module):
+    def __init__(self, widths):
+        super().__init__()
+        self.n = len(widths) - 1
+        for i in range(self.n):
+            setattr(self, "fc%d" % (i + 1), nn.Linear(widths[i], widths[i + 1]))
+
+    def forward(self, x):
+        for i in range(self.n):
+            x = getattr(self, "fc%d" % (i + 1))(x)
+            if i + 1 < self.n:
+                x = torch.relu(x)
+        return x
+
+
+def flat(tensors):
+    return np.concatenate([t.detach().numpy().reshape(-1) for t in tensors]).astype(np.float32)
+
+
+def save(name, array):
+    np.save(os.path.join(OUT, name), array)
+
+
+def wname(widths):
+    return "_".join(str(w) for w in widths)
+
+
+def rng_and_init():
+    SEEDS = [0, 1, 42, 2**32 - 1, 2**32 + 7]
+
+    for seed in SEEDS:
+        for n in [1, 2, 3, 10, 100, 1000, 5000]:
+            g = torch.Generator().manual_seed(seed)
+            save("randperm_s%d_n%d.npy" % (seed, n), torch.randperm(n, generator=g).numpy())
+            if n == 100:
+                save("randperm2_s%d_n%d.npy" % (seed, n), torch.randperm(n, generator=g).numpy())
+        for k in [2, 7, 1000]:
+            g = torch.Generator().manual_seed(seed)
+            save("randint_s%d_k%d.npy" % (seed, k), torch.randint(0, k, (64,), generator=g).numpy())
+        torch.manual_seed(seed)
+        save("uniform_s%d.npy" % seed, torch.empty(1000).uniform_(-0.3, 0.7).numpy())
+
+    for widths in [(10, 5, 2), (3, 8, 8, 4), (1024, 17)]:
+        for seed in SEEDS:
+            torch.manual_seed(seed)
+            net = Net(widths)
+            save("init_%s_s%d.npy" % (wname(widths), seed), flat(net.state_dict().values()))
+
+# Forward/backward/SGD traces. Inputs come from torch.randn (not reproducible
+# in C++, so they are exported too); labels from randint.
+SGD_CONFIGS = {
+    "plain": dict(lr=0.1),
+    "momentum": dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-3),
+    "nesterov": dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4),
+}
+STEPS = 5
+
+
+def traces(blas):
+    # Fail loudly unless torch really runs on the requested BLAS.
+    torch.zeros(2, 2) @ torch.zeros(2, 2)
+    loaded = set(re.findall(r"/\S*libblas\S*", open("/proc/self/maps").read()))
+    assert any(p.startswith(BLAS_DIRS[blas]) for p in loaded), (blas, loaded)
+    for widths, batch in [((10, 5, 2), 50), ((3, 8, 8, 4), 16)]:
+        name = "net_" + wname(widths)
+        tag = name + "_" + blas
+        torch.manual_seed(0)
+        net0 = Net(widths)
+        gen = torch.Generator().manual_seed(1234)
+        x = torch.randn(batch, widths[0], generator=gen)
+        y = torch.randint(0, widths[-1], (batch,), generator=gen)
+        save(name + "_params.npy", flat(net0.state_dict().values()))
+        save(name + "_x.npy", x.numpy())
+        save(name + "_y.npy", y.numpy().astype(np.int64))
+        loss_fn = nn.CrossEntropyLoss()
+        logits = net0(x)
+        loss = loss_fn(logits, y)
+        loss.backward()
+        save(tag + "_logits.npy", logits.detach().numpy())
+        save(tag + "_loss.npy", np.array([loss.item()], dtype=np.float32))
+        save(tag + "_grads.npy", flat([p.grad for p in net0.parameters()]))
+        for cfg, kwargs in SGD_CONFIGS.items():
+            net = Net(widths)
+            net.load_state_dict(net0.state_dict())
+            opt = torch.optim.SGD(net.parameters(), **kwargs)
+            losses = []
+            for _ in range(STEPS):
+                opt.zero_grad()
+                loss = loss_fn(net(x), y)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            save("%s_sgd_%s_losses.npy" % (tag, cfg), np.array(losses, dtype=np.float32))
+            save("%s_sgd_%s_params.npy" % (tag, cfg), flat(net.parameters()))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--traces":
+        traces(sys.argv[2])
+        sys.exit(0)
+    rng_and_init()
+    for blas, libdir in BLAS_DIRS.items():
+        env = dict(os.environ, LD_LIBRARY_PATH=libdir)
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--traces", blas],
+                       env=env, check=True)
+    print("wrote reference files to", OUT)
