@@ -1,0 +1,143 @@
+// Time per training step of the document's run (Net 10,5,2, batch 50 per rank,
+// SGD 0.01, 2 ranks) for each synchroniser over shm_ring, next to a single
+// process's step: what synchronising gradients costs. Launches its own ranks
+// (--nprocs, default 2); rank 0 reports. Compare with PyTorch DDP in the same
+// session with bench/ddp_vs_pytorch.sh.
+//
+// Each iteration: a barrier (untimed), then forward + backward + synchronise +
+// SGD, timed on every rank; the reported (manual) time is rank 0's, whose
+// allreduce cannot finish before every rank's has started.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/launch.h"
+#include "comm/rendezvous.h"
+#include "nn/init.h"
+#include "nn/mlp.h"
+#include "nn/torch_rng.h"
+#include "train/dataset.h"
+#include "train/synchronizer.h"
+
+namespace ringlab::bench {
+namespace {
+
+constexpr int kIterations = 2000;
+
+comm::Communicator* g_comm = nullptr;
+
+struct Job {
+  nn::MlpLayout layout{{10, 5, 2}};
+  std::unique_ptr<nn::Mlp> model;
+  train::Dataset data;
+  std::vector<int64_t> labels;
+
+  Job() {
+    nn::TorchGenerator generator(0);
+    std::vector<float> params(layout.num_params());
+    nn::InitLikeTorch(layout, generator, params.data());
+    data = train::MakeSyntheticDataset(50, 10, 2, generator);
+    model = nn::CreateMlp(nn::Device::kCpu, layout);
+    model->SetParams(params.data());
+  }
+};
+
+void RunSteps(benchmark::State& state, train::Synchronizer* sync) {
+  Job job;
+  const nn::SgdOptions sgd{0.01f};
+  int64_t step = 0;
+  for (auto _ : state) {
+    if (g_comm != nullptr && sync != nullptr) g_comm->Barrier();
+    const auto start = std::chrono::steady_clock::now();
+    job.model->ForwardBackward(job.data.x.data(), job.data.y.data(), 50);
+    if (sync != nullptr) sync->AfterBackward(*job.model);
+    job.model->SgdStep(sgd);
+    if (sync != nullptr) sync->AfterStep(*job.model, step);
+    ++step;
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  state.SetLabel(sync ? std::string(sync->name()) + " over " +
+                            g_comm->backend() + ", " +
+                            std::to_string(g_comm->world_size()) + " ranks"
+                      : "one process, no communication");
+}
+
+void BM_SingleProcessStep(benchmark::State& state) { RunSteps(state, nullptr); }
+
+void BM_DdpStep(benchmark::State& state, const char* sync_name, int period) {
+  train::SyncOptions options;
+  options.avg_period = period;
+  auto sync = train::CreateSynchronizer(sync_name, *g_comm, options);
+  RunSteps(state, sync.get());
+}
+
+class SilentReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+}  // namespace ringlab::bench
+
+int main(int argc, char** argv) {
+  using namespace ringlab;
+  int nprocs = 2;
+  std::string backend = "shm_ring";
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--nprocs=", 0) == 0) {
+      nprocs = std::atoi(arg.c_str() + 9);
+    } else if (arg.rfind("--comm=", 0) == 0) {
+      backend = arg.substr(7);
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  try {
+    if (!comm::Rendezvous::InLaunchedJob()) {
+      return comm::LaunchRanks(nprocs,
+                               std::vector<std::string>(argv, argv + argc));
+    }
+    const auto rendezvous = comm::Rendezvous::FromEnv(std::chrono::seconds(60));
+    auto communicator = comm::CreateCommunicator(backend, rendezvous->context(),
+                                                 comm::CommOptions{});
+    bench::g_comm = communicator.get();
+    benchmark::RegisterBenchmark("BM_SingleProcessStep",
+                                 bench::BM_SingleProcessStep)
+        ->UseManualTime()
+        ->Iterations(bench::kIterations)
+        ->Unit(benchmark::kMicrosecond);
+    for (const auto& [name, sync, period] :
+         {std::tuple{"BM_DdpStep/allreduce", "allreduce", 1},
+          std::tuple{"BM_DdpStep/param_avg_K4", "param_avg", 4},
+          std::tuple{"BM_DdpStep/none", "none", 1}}) {
+      benchmark::RegisterBenchmark(name, bench::BM_DdpStep, sync, period)
+          ->UseManualTime()
+          ->Iterations(bench::kIterations)
+          ->Unit(benchmark::kMicrosecond);
+    }
+    int bench_argc = static_cast<int>(rest.size());
+    benchmark::Initialize(&bench_argc, rest.data());
+    if (communicator->rank() == 0) {
+      benchmark::RunSpecifiedBenchmarks();
+    } else {
+      bench::SilentReporter silent;
+      benchmark::RunSpecifiedBenchmarks(&silent);
+    }
+    communicator->Barrier();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,194 @@
+#include "train/checkpoint.h"
+
+#include <errno.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "nn/npy.h"
+
+namespace ringlab::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string StepDir(const std::string& dir, int64_t next_step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld",
+                static_cast<long long>(next_step));
+  return dir + "/" + name;
+}
+
+std::string RandomSuffix() {
+  uint64_t bits = 0;
+  if (getrandom(&bits, sizeof(bits), 0) != sizeof(bits)) {
+    bits = static_cast<uint64_t>(getpid()) * 0x9E3779B97F4A7C15ull;
+  }
+  char text[20];
+  std::snprintf(text, sizeof(text), "%016llx",
+                static_cast<unsigned long long>(bits));
+  return text;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+void MakeDirs(const std::string& path) {
+  std::error_code error;
+  fs::create_directories(path, error);
+  if (error || !fs::is_directory(path)) {
+    throw std::invalid_argument("cannot create directory " + path + ": " +
+                                (error ? error.message() : "not a directory"));
+  }
+}
+
+void WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp-" + RandomSuffix();
+  FILE* file = std::fopen(temporary.c_str(), "wb");
+  if (file == nullptr) {
+    throw std::runtime_error("cannot write " + temporary + ": " +
+                             std::strerror(errno));
+  }
+  const bool written =
+      std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  const bool closed = std::fclose(file) == 0;
+  if (!written || !closed ||
+      std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    std::remove(temporary.c_str());
+    throw std::runtime_error("cannot write " + path + ": " + reason);
+  }
+}
+
+std::string StepRecordsToCsv(const std::vector<StepRecord>& records, int rank,
+                             bool header) {
+  std::string text =
+      header ? "rank,epoch,step,loss,step_ms,comm_ms,bytes_sent\n" : "";
+  char line[256];
+  for (const StepRecord& r : records) {
+    // %.9g round-trips a float exactly.
+    std::snprintf(line, sizeof(line), "%d,%lld,%lld,%.9g,%.6f,%.6f,%llu\n",
+                  rank, static_cast<long long>(r.epoch),
+                  static_cast<long long>(r.step), r.loss, r.step_ms, r.comm_ms,
+                  static_cast<unsigned long long>(r.bytes_sent));
+    text += line;
+  }
+  return text;
+}
+
+void WriteRankCheckpoint(const std::string& dir, int rank,
+                         const nn::MlpLayout& layout,
+                         const RankCheckpoint& checkpoint) {
+  const std::string step_dir = StepDir(dir, checkpoint.next_step);
+  MakeDirs(step_dir);
+  const std::string final_dir = step_dir + "/rank" + std::to_string(rank);
+  const std::string temporary = final_dir + ".tmp-" + RandomSuffix();
+  MakeDirs(temporary);
+  nn::SaveParams(temporary, layout, checkpoint.params.data());
+  WriteFileAtomically(temporary + "/history.csv",
+                      StepRecordsToCsv(checkpoint.history, rank, true));
+  WriteFileAtomically(temporary + "/next_step",
+                      std::to_string(checkpoint.next_step) + "\n");
+  std::error_code error;
+  fs::remove_all(final_dir, error);  // a partial one from an earlier crash
+  fs::rename(temporary, final_dir, error);
+  if (error) {
+    throw std::runtime_error("cannot write checkpoint " + final_dir + ": " +
+                             error.message());
+  }
+}
+
+void MarkLatestCheckpoint(const std::string& dir, int64_t next_step) {
+  WriteFileAtomically(dir + "/latest", std::to_string(next_step) + "\n");
+  const std::string keep = StepDir(dir, next_step);
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if ((name.rfind("step_", 0) == 0 && entry.path().string() != keep) ||
+        name.find(".tmp-") != std::string::npos) {
+      fs::remove_all(entry.path(), error);
+    }
+  }
+}
+
+void WriteJobDescription(const std::string& dir, const std::string& text) {
+  MakeDirs(dir);
+  WriteFileAtomically(dir + "/job.txt", text);
+}
+
+std::string ReadJobDescription(const std::string& dir) {
+  if (!fs::exists(dir + "/job.txt")) return "";
+  return ReadFile(dir + "/job.txt");
+}
+
+std::optional<int64_t> LatestCheckpoint(const std::string& dir) {
+  const std::string path = dir + "/latest";
+  if (!fs::exists(path)) return std::nullopt;
+  const std::string text = ReadFile(path);
+  char* end = nullptr;
+  const long long step = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || step < 0) {
+    throw std::invalid_argument(path + ": not a step number");
+  }
+  return step;
+}
+
+RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
+                                  const nn::MlpLayout& layout,
+                                  int64_t next_step) {
+  const std::string rank_dir =
+      StepDir(dir, next_step) + "/rank" + std::to_string(rank);
+  if (!fs::is_directory(rank_dir)) {
+    throw std::invalid_argument("checkpoint " + rank_dir + " is missing");
+  }
+  RankCheckpoint checkpoint;
+  checkpoint.next_step = next_step;
+  checkpoint.params.resize(layout.num_params());
+  try {
+    nn::LoadParams(rank_dir, layout, checkpoint.params.data());
+  } catch (const nn::NpyError& e) {
+    throw std::invalid_argument(e.what());
+  }
+  std::istringstream lines(ReadFile(rank_dir + "/history.csv"));
+  std::string line;
+  std::getline(lines, line);  // header
+  while (std::getline(lines, line)) {
+    StepRecord r;
+    int file_rank = 0;
+    long long epoch = 0, step = 0;
+    unsigned long long bytes = 0;
+    if (std::sscanf(line.c_str(), "%d,%lld,%lld,%g,%lf,%lf,%llu", &file_rank,
+                    &epoch, &step, &r.loss, &r.step_ms, &r.comm_ms,
+                    &bytes) != 7) {
+      throw std::invalid_argument(rank_dir + "/history.csv: bad line '" + line +
+                                  "'");
+    }
+    r.epoch = epoch;
+    r.step = step;
+    r.bytes_sent = bytes;
+    checkpoint.history.push_back(r);
+  }
+  if (static_cast<int64_t>(checkpoint.history.size()) != next_step) {
+    throw std::invalid_argument(rank_dir + "/history.csv holds " +
+                                std::to_string(checkpoint.history.size()) +
+                                " steps, expected " +
+                                std::to_string(next_step));
+  }
+  return checkpoint;
+}
+
+}  // namespace ringlab::train

@@ -1,0 +1,93 @@
+#include "train/dataset.h"
+
+#include <sys/stat.h>
+
+#include <stdexcept>
+
+#include "nn/npy.h"
+
+namespace ringlab::train {
+namespace {
+
+bool FileExists(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+}  // namespace
+
+void Dataset::Gather(const std::vector<int64_t>& indices, size_t begin,
+                     size_t end, std::vector<float>* batch_x,
+                     std::vector<int64_t>* batch_y) const {
+  batch_x->resize((end - begin) * features);
+  batch_y->resize(end - begin);
+  for (size_t i = begin; i < end; ++i) {
+    const int64_t row = indices[i];
+    std::copy(x.begin() + row * features, x.begin() + (row + 1) * features,
+              batch_x->begin() + (i - begin) * features);
+    (*batch_y)[i - begin] = y[row];
+  }
+}
+
+Dataset MakeSyntheticDataset(int64_t size, int features, int classes,
+                             nn::TorchGenerator& generator) {
+  Dataset data;
+  data.size = size;
+  data.features = features;
+  data.source = "synthetic";
+  data.x.resize(size * features);
+  for (float& value : data.x) value = generator.Uniform(0.0f, 1.0f);
+  data.y.resize(size);
+  for (int64_t& label : data.y) label = generator.RandInt(classes);
+  return data;
+}
+
+Dataset LoadDataset(const std::string& data_dir, int rank, int features,
+                    int classes) {
+  std::string x_path = data_dir + "/data_rank" + std::to_string(rank) + ".npy";
+  std::string y_path =
+      data_dir + "/targets_rank" + std::to_string(rank) + ".npy";
+  if (!FileExists(x_path)) {
+    // Per-rank files for some ranks and a shared set for others would train
+    // ranks on unrelated data without a word: refuse the mix.
+    if (FileExists(data_dir + "/data_rank0.npy")) {
+      throw std::invalid_argument("--data_dir " + data_dir +
+                                  " has per-rank data sets but no " + x_path);
+    }
+    x_path = data_dir + "/data.npy";
+    y_path = data_dir + "/targets.npy";
+  }
+  if (!FileExists(x_path)) {
+    throw std::invalid_argument("--data_dir " + data_dir +
+                                ": neither data.npy nor data_rank" +
+                                std::to_string(rank) + ".npy exists");
+  }
+  Dataset data;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  try {
+    data.x = nn::ReadFloatMatrix(x_path, &rows, &cols, features);
+    data.y = nn::ReadInt64Vector(y_path);
+  } catch (const nn::NpyError& e) {
+    throw std::invalid_argument(e.what());
+  }
+  if (static_cast<int64_t>(data.y.size()) != rows) {
+    throw std::invalid_argument(y_path + ": " + std::to_string(data.y.size()) +
+                                " labels for " + std::to_string(rows) +
+                                " samples in " + x_path);
+  }
+  for (size_t i = 0; i < data.y.size(); ++i) {
+    if (data.y[i] < 0 || data.y[i] >= classes) {
+      throw std::invalid_argument(
+          y_path + ": label " + std::to_string(data.y[i]) + " at index " +
+          std::to_string(i) + " is not a class of the model (0.." +
+          std::to_string(classes - 1) + ")");
+    }
+  }
+  data.size = rows;
+  data.features = features;
+  data.source = x_path + ", " + y_path;
+  return data;
+}
+
+}  // namespace ringlab::train

@@ -1,0 +1,71 @@
+#include "train/flag_parsing.h"
+
+#include <gflags/gflags.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace ringlab::train {
+
+void ExitWithUsageError(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::exit(2);
+}
+
+void ParseFlagsOrExit(int argc, char** argv, const std::string& usage,
+                      const std::string& help_filter) {
+  gflags::SetUsageMessage(usage);
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.size() < 2 || arg[0] != '-') {
+      ExitWithUsageError("unexpected argument '" + arg +
+                         "' (flags look like --name=value)");
+    }
+    std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
+    const size_t equals = body.find('=');
+    std::string name = body.substr(0, equals);
+    const bool has_value = equals != std::string::npos;
+    std::string value = has_value ? body.substr(equals + 1) : "";
+    if (name == "help" || name == "helpfull" || name == "helpshort" ||
+        name == "h") {
+      gflags::ShowUsageWithFlagsRestrict(argv[0], help_filter.c_str());
+      std::exit(0);
+    }
+    // gflags' own flags act on their own (reading files or the environment,
+    // exiting with status 1): not part of ringlab's command line.
+    for (const char* builtin :
+         {"flagfile", "fromenv", "tryfromenv", "undefok", "version", "helpxml",
+          "helpon", "helpmatch", "helppackage"}) {
+      if (name == builtin) {
+        ExitWithUsageError("--" + name + " is not supported (see --help)");
+      }
+    }
+    gflags::CommandLineFlagInfo info;
+    if (!gflags::GetCommandLineFlagInfo(name.c_str(), &info)) {
+      // --noflag for a boolean --flag.
+      if (!has_value && name.rfind("no", 0) == 0 &&
+          gflags::GetCommandLineFlagInfo(name.substr(2).c_str(), &info) &&
+          info.type == "bool") {
+        name = name.substr(2);
+        value = "false";
+      } else {
+        ExitWithUsageError("unknown flag --" + name + " (see --help)");
+      }
+    } else if (!has_value) {
+      if (info.type == "bool") {
+        value = "true";
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        ExitWithUsageError("flag --" + name + " needs a value");
+      }
+    }
+    if (gflags::SetCommandLineOption(name.c_str(), value.c_str()).empty()) {
+      ExitWithUsageError("invalid value '" + value + "' for --" + name +
+                         " (expected " + info.type + ")");
+    }
+  }
+}
+
+}  // namespace ringlab::train

@@ -1,0 +1,56 @@
+// Gradient synchronisers, the thing a user swaps with --sync: `allreduce`
+// averages gradients after every backward (PyTorch DDP), `param_avg` exchanges
+// no gradients and averages parameters every K steps after a warm-up (local
+// SGD, as torch.distributed's PeriodicModelAverager), `none` lets ranks train
+// independently (a baseline). They work over any Communicator; where the
+// communicator's memory differs from the model's (a CUDA model over shm_ring),
+// buffers are staged through host memory.
+#ifndef RINGLAB_TRAIN_SYNCHRONIZER_H_
+#define RINGLAB_TRAIN_SYNCHRONIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "nn/mlp.h"
+
+namespace ringlab::train {
+
+class Synchronizer {
+ public:
+  virtual ~Synchronizer() = default;
+  virtual const char* name() const = 0;
+  // Between backward and the optimiser step: DDP's gradient averaging.
+  virtual void AfterBackward(nn::Mlp& model) = 0;
+  // After the optimiser step; step counts from 0 on each rank.
+  virtual void AfterStep(nn::Mlp& model, int64_t step) = 0;
+};
+
+struct SyncOptions {
+  int64_t avg_period = 4;  // param_avg: K
+  int64_t avg_warmup = 0;  // param_avg: steps before the first average
+};
+
+// "allreduce", "param_avg" or "none"; throws std::invalid_argument otherwise
+// (or for a period < 1 or a negative warm-up).
+std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
+                                                 comm::Communicator& comm,
+                                                 const SyncOptions& options);
+
+// True where PeriodicModelAverager.average_parameters() averages at this step.
+bool IsAveragingStep(int64_t step, const SyncOptions& options);
+
+enum class ModelBuffer { kParams, kGrads };
+
+// Averages one of the model's flat buffers across ranks in place (staging
+// through host memory when the communicator cannot reach the model's memory).
+void AverageModelBuffer(comm::Communicator& comm, nn::Mlp& model,
+                        ModelBuffer which);
+// Rank root's parameters to every rank, as DDP's constructor does.
+void BroadcastParams(comm::Communicator& comm, nn::Mlp& model, int root);
+
+}  // namespace ringlab::train
+
+#endif  // RINGLAB_TRAIN_SYNCHRONIZER_H_

@@ -1,0 +1,117 @@
+#include "train/synchronizer.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "nn/mlp.h"
+
+namespace ringlab::train {
+namespace {
+
+// A two-rank communicator whose other rank is simulated: it holds `peer` and
+// reduces with it. Multi-process behaviour is tested in trainer_test; this
+// checks what each synchroniser reduces, and when.
+class PeerCommunicator : public comm::Communicator {
+ public:
+  explicit PeerCommunicator(std::vector<float> peer) : peer_(std::move(peer)) {}
+  const char* backend() const override { return "peer"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  comm::MemoryKind memory() const override { return comm::MemoryKind::kHost; }
+  void AllReduce(float* data, size_t count, comm::ReduceOp op) override {
+    ++allreduce_calls;
+    ASSERT_EQ(count, peer_.size());
+    for (size_t i = 0; i < count; ++i) {
+      data[i] += peer_[i];
+      if (op == comm::ReduceOp::kAvg) data[i] /= 2;
+    }
+  }
+  void Broadcast(float*, size_t, int) override {}
+  void Barrier() override {}
+  uint64_t bytes_sent() const override { return 0; }
+  int allreduce_calls = 0;
+
+ private:
+  std::vector<float> peer_;
+};
+
+TEST(SynchronizerTest, PeriodicModelAveragerSchedule) {
+  // PeriodicModelAverager(period=3, warmup_steps=2): averages at 2, 5, 8, ...
+  SyncOptions options{3, 2};
+  std::vector<int64_t> averaged;
+  for (int64_t step = 0; step < 10; ++step) {
+    if (IsAveragingStep(step, options)) averaged.push_back(step);
+  }
+  EXPECT_EQ(averaged, (std::vector<int64_t>{2, 5, 8}));
+  EXPECT_TRUE(IsAveragingStep(0, {1, 0}));
+}
+
+TEST(SynchronizerTest, AllReduceAveragesGradientsOnly) {
+  const nn::MlpLayout layout({2, 2});
+  auto model = nn::CreateMlp(nn::Device::kCpu, layout);
+  const std::vector<float> params = {1, 2, 3, 4, 5, 6};
+  model->SetParams(params.data());
+  const float x[2] = {1.0f, -1.0f};
+  const int64_t y[1] = {1};
+  model->ForwardBackward(x, y, 1);
+  std::vector<float> grads(6);
+  model->GetGrads(grads.data());
+
+  PeerCommunicator comm(std::vector<float>(6, 1.0f));
+  auto sync = CreateSynchronizer("allreduce", comm, {});
+  sync->AfterBackward(*model);
+  std::vector<float> averaged(6);
+  model->GetGrads(averaged.data());
+  // (g + 1) / 2 in float: exact here, both operations are exact or correctly
+  // rounded the same way on both sides.
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(averaged[i], (grads[i] + 1.0f) / 2);
+  sync->AfterStep(*model, 0);
+  EXPECT_EQ(comm.allreduce_calls, 1);
+  std::vector<float> after(6);
+  model->GetParams(after.data());
+  EXPECT_EQ(after, params);
+}
+
+TEST(SynchronizerTest, ParamAvgAveragesParametersOnSchedule) {
+  const nn::MlpLayout layout({2, 2});
+  auto model = nn::CreateMlp(nn::Device::kCpu, layout);
+  const std::vector<float> params = {1, 2, 3, 4, 5, 6};
+  model->SetParams(params.data());
+  PeerCommunicator comm(std::vector<float>(6, 3.0f));
+  auto sync = CreateSynchronizer("param_avg", comm, {2, 1});
+  sync->AfterBackward(*model);
+  sync->AfterStep(*model, 0);  // warm-up: nothing
+  EXPECT_EQ(comm.allreduce_calls, 0);
+  sync->AfterStep(*model, 1);  // (1 - 1) % 2 == 0: average
+  EXPECT_EQ(comm.allreduce_calls, 1);
+  std::vector<float> after(6);
+  model->GetParams(after.data());
+  EXPECT_EQ(after, (std::vector<float>{2, 2.5, 3, 3.5, 4, 4.5}));
+  sync->AfterStep(*model, 2);
+  EXPECT_EQ(comm.allreduce_calls, 1);
+}
+
+TEST(SynchronizerTest, NoneNeverCommunicates) {
+  const nn::MlpLayout layout({2, 2});
+  auto model = nn::CreateMlp(nn::Device::kCpu, layout);
+  PeerCommunicator comm(std::vector<float>(6, 3.0f));
+  auto sync = CreateSynchronizer("none", comm, {});
+  for (int step = 0; step < 5; ++step) {
+    sync->AfterBackward(*model);
+    sync->AfterStep(*model, step);
+  }
+  EXPECT_EQ(comm.allreduce_calls, 0);
+}
+
+TEST(SynchronizerTest, RejectsBadNamesAndOptions) {
+  PeerCommunicator comm({});
+  EXPECT_THROW(CreateSynchronizer("ddp", comm, {}), std::invalid_argument);
+  EXPECT_THROW(CreateSynchronizer("param_avg", comm, {0, 0}),
+               std::invalid_argument);
+  EXPECT_THROW(CreateSynchronizer("param_avg", comm, {1, -1}),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace ringlab::train

@@ -1,0 +1,186 @@
+// ringlab's trainer CLI. Its defaults are the document's PyTorch DDP run's
+// configuration (Net 10,5,2, SGD 0.01, 10 epochs, 100 samples, batch 64, 2
+// ranks, DistributedSampler defaults without set_epoch); its synthetic data
+// are not PyTorch's randn, so to reproduce PyTorch's numbers give its exported
+// data and parameters (--data_dir, --init_dir; see //experiments:seed_ddp):
+//   bazel run //train:train -- --out_dir=/tmp/run
+// With --nprocs=N (default 2) it starts N ranks on this machine, as
+// torch.multiprocessing.spawn does; under torchrun-style variables (RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT) it is one of them; under mpirun with
+// --comm=mpi it takes MPI's ranks.
+#include <gflags/gflags.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/launch.h"
+#include "comm/rendezvous.h"
+#include "nn/mlp.h"
+#include "train/flag_parsing.h"
+#include "train/trainer.h"
+
+DEFINE_int32(nprocs, 2,
+             "ranks to start on this machine (ignored under torchrun variables "
+             "or mpirun)");
+DEFINE_string(model, "10,5,2", "MLP widths: input, hidden..., classes");
+DEFINE_string(sync, "allreduce",
+              "allreduce (DDP) | param_avg (local SGD) | none");
+DEFINE_string(comm, "shm_ring", "shm_ring | mpi | nccl | ipc_ring");
+DEFINE_string(device, "cpu", "cpu | cuda");
+DEFINE_int64(epochs, 10, "passes over each rank's share of the data");
+DEFINE_double(lr, 0.01, "SGD learning rate");
+DEFINE_int64(batch_size, 64,
+             "samples per batch per rank (DataLoader batch_size)");
+DEFINE_int64(
+    samples, 100,
+    "synthetic data set size (without --data_dir): torch.rand features, "
+    "torch.randint labels, drawn after the parameters");
+DEFINE_uint64(seed, 0,
+              "seed of the parameters and synthetic data (torch.manual_seed)");
+DEFINE_uint64(sampler_seed, 0, "DistributedSampler's own seed");
+DEFINE_bool(shuffle, true, "DistributedSampler shuffle");
+DEFINE_bool(drop_last, false, "DistributedSampler drop_last");
+DEFINE_bool(set_epoch, false,
+            "call sampler.set_epoch(epoch) (the document does not)");
+DEFINE_bool(
+    per_rank_data, false,
+    "synthetic data drawn per rank with seed + rank (the document's quirk)");
+DEFINE_string(
+    data_dir, "",
+    "data.npy + targets.npy, or data_rank{r}.npy + targets_rank{r}.npy");
+DEFINE_string(init_dir, "",
+              "initial parameters, <state_dict name>.npy per tensor");
+DEFINE_string(
+    out_dir, "",
+    "where to write losses.csv, final/*.npy, config.json, checkpoints/");
+DEFINE_int64(avg_period, 4, "param_avg: average parameters every K steps");
+DEFINE_int64(avg_warmup, 0, "param_avg: steps before the first average");
+DEFINE_int64(checkpoint_every, 0,
+             "write a checkpoint every N steps (0: never)");
+DEFINE_bool(resume, false, "resume from the latest checkpoint in --out_dir");
+DEFINE_double(timeout, 60, "seconds any wait between ranks may take");
+DEFINE_bool(quiet, false, "no progress lines");
+DEFINE_int64(
+    fault_after_step, -1,
+    "testing: rank --fault_rank kills itself (SIGKILL) after this step");
+DEFINE_int32(fault_rank, 0, "testing: the rank --fault_after_step kills");
+
+namespace ringlab::train {
+namespace {
+
+TrainConfig ConfigFromFlags() {
+  TrainConfig c;
+  c.model = FLAGS_model;
+  c.sync = FLAGS_sync;
+  c.comm = FLAGS_comm;
+  if (FLAGS_device == "cpu") {
+    c.device = nn::Device::kCpu;
+  } else if (FLAGS_device == "cuda") {
+    c.device = nn::Device::kCuda;
+  } else {
+    throw std::invalid_argument("unknown --device=" + FLAGS_device +
+                                " (expected cpu or cuda)");
+  }
+  c.epochs = FLAGS_epochs;
+  c.lr = static_cast<float>(FLAGS_lr);
+  c.batch_size = FLAGS_batch_size;
+  c.samples = FLAGS_samples;
+  c.seed = FLAGS_seed;
+  c.sampler_seed = FLAGS_sampler_seed;
+  c.shuffle = FLAGS_shuffle;
+  c.drop_last = FLAGS_drop_last;
+  c.set_epoch = FLAGS_set_epoch;
+  c.per_rank_data = FLAGS_per_rank_data;
+  c.data_dir = FLAGS_data_dir;
+  c.init_dir = FLAGS_init_dir;
+  c.out_dir = FLAGS_out_dir;
+  c.sync_options.avg_period = FLAGS_avg_period;
+  c.sync_options.avg_warmup = FLAGS_avg_warmup;
+  c.checkpoint_every = FLAGS_checkpoint_every;
+  c.resume = FLAGS_resume;
+  c.quiet = FLAGS_quiet;
+  c.fault_after_step = FLAGS_fault_after_step;
+  c.fault_rank = FLAGS_fault_rank;
+  if (!(FLAGS_timeout > 0) || FLAGS_timeout > 86400) {
+    throw std::invalid_argument("--timeout must be in (0, 86400] seconds");
+  }
+  c.timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(FLAGS_timeout * 1000.0 + 0.5));
+  if (FLAGS_nprocs < 1 || FLAGS_nprocs > 256) {
+    throw std::invalid_argument("--nprocs must be in [1, 256]");
+  }
+  return c;
+}
+
+int RunThisRank(const TrainConfig& config) {
+  comm::CommOptions options;
+  options.timeout = config.timeout;
+  const auto rendezvous = comm::Rendezvous::FromEnv(config.timeout);
+  const comm::RankContext& context = rendezvous->context();
+  // Under a foreign launcher (torchrun-style, mpirun) nothing was checked
+  // yet; under ours this repeats the launcher's cheap checks.
+  ValidateConfig(config, context.world_size);
+  options.local_rank = context.local_rank;
+  auto communicator = comm::CreateCommunicator(config.comm, context, options);
+  RunRank(config, *communicator, context.store);
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  ParseFlagsOrExit(argc, argv,
+                   "trains an MLP data-parallel; defaults reproduce the "
+                   "document's PyTorch DDP run",
+                   "train/");
+  TrainConfig config;
+  try {
+    config = ConfigFromFlags();
+    nn::CreateMlp(config.device, nn::MlpLayout::Parse(config.model));
+    const auto known = comm::RegisteredCommunicators();
+    if (std::find(known.begin(), known.end(), config.comm) == known.end()) {
+      std::string names;
+      for (const auto& name : known)
+        names += (names.empty() ? "" : ", ") + name;
+      throw std::invalid_argument("unknown --comm=" + config.comm +
+                                  " (this binary has: " + names + ")");
+    }
+  } catch (const std::exception& e) {
+    ExitWithUsageError(e.what());
+  }
+  const bool is_rank = comm::Rendezvous::InLaunchedJob();
+  try {
+    if (!is_rank) {
+      if (config.comm == "mpi") {
+        throw std::invalid_argument(
+            "--comm=mpi takes its ranks from mpirun: mpirun -np 2 " +
+            std::string(argv[0]) + " --comm=mpi ...");
+      }
+      ValidateConfig(config, FLAGS_nprocs);  // before any rank starts
+      comm::LaunchOptions launch;
+      // One BLAS thread per rank, as PyTorch's launchers set OMP_NUM_THREADS=1:
+      // N ranks on a few cores must not each start a thread per core.
+      if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+        launch.env.push_back("OPENBLAS_NUM_THREADS=1");
+      }
+      return comm::LaunchRanks(
+          FLAGS_nprocs, std::vector<std::string>(argv, argv + argc), launch);
+    }
+    return RunThisRank(config);
+  } catch (const std::invalid_argument& e) {
+    ExitWithUsageError(e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+}  // namespace ringlab::train
+
+int main(int argc, char** argv) { return ringlab::train::Main(argc, argv); }
