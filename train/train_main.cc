@@ -113,6 +113,11 @@ TrainConfig ConfigFromFlags() {
   }
   c.timeout = std::chrono::milliseconds(
       static_cast<int64_t>(FLAGS_timeout * 1000.0 + 0.5));
+  if ((c.comm == "nccl" || c.comm == "ipc_ring") &&
+      c.device != nn::Device::kCuda) {
+    throw std::invalid_argument("--comm=" + c.comm +
+                                " works on GPU memory: add --device=cuda");
+  }
   if (FLAGS_nprocs < 1 || FLAGS_nprocs > 256) {
     throw std::invalid_argument("--nprocs must be in [1, 256]");
   }

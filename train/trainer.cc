@@ -214,12 +214,14 @@ void ReplaceFinalParams(const std::string& out_dir, const nn::MlpLayout& layout,
 }
 
 std::string RecordsToBytes(const std::vector<StepRecord>& records) {
+  if (records.empty()) return "";
   return std::string(reinterpret_cast<const char*>(records.data()),
                      records.size() * sizeof(StepRecord));
 }
 
 std::vector<StepRecord> RecordsFromBytes(const std::string& bytes) {
   std::vector<StepRecord> records(bytes.size() / sizeof(StepRecord));
+  if (records.empty()) return records;
   std::memcpy(records.data(), bytes.data(),
               records.size() * sizeof(StepRecord));
   return records;

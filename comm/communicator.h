@@ -1,0 +1,88 @@
+// The collective-communication interface every backend implements (shm_ring,
+// mpi, nccl, ipc_ring), and the one factory that creates them by name. One
+// Communicator per rank; data lives in host or device memory as memory() says.
+// comm knows nothing of neural networks: it moves and reduces float buffers.
+#ifndef RINGLAB_COMM_COMMUNICATOR_H_
+#define RINGLAB_COMM_COMMUNICATOR_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ringlab::comm {
+
+class Store;
+
+enum class ReduceOp { kSum, kAvg };
+enum class MemoryKind { kHost, kDevice };
+
+const char* ReduceOpName(ReduceOp op);
+
+// Every failure of a collective (a peer that died or timed out, calls that
+// disagree across ranks, a system call that failed) is reported as a CommError
+// whose message names what was waited for, e.g.
+// "shm_ring: rank 1 exited during AllReduce (step 2 of reduce-scatter)".
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual const char* backend() const = 0;  // "shm_ring", "mpi", …
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Where the pointers given to the collectives must point.
+  virtual MemoryKind memory() const = 0;
+
+  // In place; count may be 0. Every rank must call with the same count and op.
+  virtual void AllReduce(float* data, size_t count, ReduceOp op) = 0;
+  virtual void Broadcast(float* data, size_t count, int root) = 0;
+  virtual void Barrier() = 0;
+
+  // Payload bytes this rank has sent to peers since creation (for reports).
+  virtual uint64_t bytes_sent() const = 0;
+};
+
+struct CommOptions {
+  // Every wait between processes ends by this deadline with a CommError.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // CUDA device for GPU backends (usually LOCAL_RANK); -1: LOCAL_RANK mod the
+  // device count.
+  int cuda_device = -1;
+  int local_rank = 0;
+};
+
+// Everything a backend needs to find its peers.
+struct RankContext {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  Store* store =
+      nullptr;  // may be null for backends that bring their own (mpi)
+};
+
+using CommunicatorFactory = std::function<std::unique_ptr<Communicator>(
+    const RankContext& context, const CommOptions& options)>;
+
+// Backends register themselves at static-initialisation time; the GPU ones only
+// when they are linked into the binary.
+bool RegisterCommunicator(const std::string& name, CommunicatorFactory factory);
+std::vector<std::string> RegisteredCommunicators();
+
+// Throws std::invalid_argument for an unknown name (listing the known ones) and
+// CommError when the backend cannot start.
+std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
+                                                 const RankContext& context,
+                                                 const CommOptions& options);
+
+}  // namespace ringlab::comm
+
+#endif  // RINGLAB_COMM_COMMUNICATOR_H_

@@ -1,0 +1,56 @@
+// ipc_ring: shm_ring's ring on GPUs, between processes on one machine, over
+// CUDA IPC. Each rank allocates one device region (progress counters, then a
+// data buffer) once, exports it with cudaIpcGetMemHandle, and maps every
+// peer's through the store and cudaIpcOpenMemHandle. AllReduce copies the
+// caller's device buffer into the registered one and runs, in one kernel, the
+// reduce-scatter and all-gather of shm_ring (segments cut into chunks so that
+// reading chunk k+1 overlaps reducing chunk k, 16-byte loads), synchronised by
+// system-scope release/acquire counters, and ends with a barrier so that no
+// rank overwrites a buffer a peer still reads. Messages up to a threshold take
+// a one-shot kernel (every rank reads all peers' buffers and adds them in rank
+// order). Either way every element is reduced once, in a fixed order, so
+// results are bitwise identical on every rank. Buffers larger than the
+// registered one go through in pieces.
+//
+// Ranks publish a descriptor of each call next to their counters, so that
+// ranks in different collectives fail with "mismatched collectives" rather
+// than hang or corrupt each other's data, as in shm_ring.
+//
+// Works with one GPU per rank (LOCAL_RANK) and with several ranks sharing one
+// GPU (kernels of different processes then time-slice: correct, not fast), so
+// it can be tested on a one-GPU machine. Waits have the CommOptions deadline
+// on the device (a spinning kernel gives up and says why) and on the host,
+// which also watches peers' processes and stops the kernel when one exits.
+// Mappings, handles and device memory are released on every exit path.
+//
+// Tuning (read by rank 0 at creation, used by all):
+// RINGLAB_IPC_RING_ONESHOT_BYTES (the one-shot threshold),
+// RINGLAB_IPC_RING_CHUNK_BYTES (the ring's chunk) and
+// RINGLAB_IPC_RING_BUFFER_BYTES (the registered buffer). Linking
+// //comm:ipc_ring registers "ipc_ring" with CreateCommunicator.
+#ifndef RINGLAB_COMM_IPC_RING_H_
+#define RINGLAB_COMM_IPC_RING_H_
+
+#include <cstddef>
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace ringlab::comm {
+
+// Not yet measured on a GPU: bench/allreduce_bench with --backends=ipc_ring
+// and RINGLAB_IPC_RING_ONESHOT_BYTES=0 (ring only) against a large value
+// (one-shot only) gives the crossover that should replace this guess.
+inline constexpr size_t kIpcRingDefaultOneShotBytes = 256 << 10;
+inline constexpr size_t kIpcRingDefaultChunkBytes = 1 << 20;
+inline constexpr size_t kIpcRingDefaultBufferBytes = 64 << 20;
+
+// The store in context is required when world_size > 1. Data pointers are
+// device pointers on the rank's device (memory() == kDevice). Throws
+// CommError when a device, a mapping or a peer is missing.
+std::unique_ptr<Communicator> CreateIpcRing(const RankContext& context,
+                                            const CommOptions& options);
+
+}  // namespace ringlab::comm
+
+#endif  // RINGLAB_COMM_IPC_RING_H_

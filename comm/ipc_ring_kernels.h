@@ -1,0 +1,123 @@
+// Device side of the ipc_ring backend: the kernels that run one collective
+// between the registered buffers of all ranks (mapped into this process with
+// CUDA IPC), and the plan that cuts a buffer into segments, chunks and
+// per-block slices. Host code (ipc_ring.cc) owns the buffers and waits; this
+// file only knows pointers.
+//
+// Synchronisation is pull-based: every rank writes only its own buffer and
+// its own progress counters, and reads its peers'. Each of the kBlocks thread
+// blocks owns the same slice of every chunk on every rank and a progress
+// counter per rank: a producer block writes its slice, then its counter with
+// st.release.sys; the consumer block on the next rank spins on that counter
+// with ld.acquire.sys, then reads the slice (uncached loads). Counters only
+// grow (the host adds the units each collective uses to a common base), so
+// they never need resetting. A spinning block gives up at a deadline
+// (%globaltimer) or when the host raises the abort word, records why in a
+// host-mapped status, and poisons its own counter so that waiting peers stop
+// at once instead of at their own deadline.
+#ifndef RINGLAB_COMM_IPC_RING_KERNELS_H_
+#define RINGLAB_COMM_IPC_RING_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ringlab::comm {
+
+inline constexpr int kIpcRingMaxRanks = 16;
+inline constexpr int kIpcRingBlocks = 16;
+inline constexpr int kIpcRingThreads = 512;
+// A progress counter with this bit set means "its owner failed".
+inline constexpr uint64_t kIpcRingPoison = 1ull << 63;
+
+// Pointers into every rank's registered allocation, valid in this process
+// (own ones directly, peers' through cudaIpcOpenMemHandle).
+// progress[q] points to rank q's kIpcRingBlocks counters, followed by
+// kIpcRingBlocks call descriptors of 2 words (IpcRingDescriptor).
+struct IpcRingPeers {
+  float* data[kIpcRingMaxRanks];
+  uint64_t* progress[kIpcRingMaxRanks];
+};
+inline constexpr size_t kIpcRingControlWords = 3 * kIpcRingBlocks;
+
+enum IpcRingCode : int {
+  kIpcRingOk = 0,
+  kIpcRingTimeout = 1,   // waited past the deadline for `peer`
+  kIpcRingPoisoned = 2,  // `peer` failed and said so through its counter
+  kIpcRingAborted = 3,   // the host raised `abort` (it saw a peer exit)
+  kIpcRingMismatch = 4,  // `peer` is in another collective (`theirs`)
+};
+
+enum IpcRingPhase : int {
+  kIpcRingEntry = 0,  // waiting for a peer's input to be in place
+  kIpcRingReduceScatter = 1,
+  kIpcRingAllGather = 2,
+  kIpcRingExitBarrier = 3,  // all read; waiting before buffers are reused
+};
+
+// In host memory mapped into the device (cudaHostAllocMapped): the host
+// clears it before a launch and reads it after; the device writes it only on
+// failure, and reads `abort`.
+struct IpcRingStatus {
+  volatile int code;
+  volatile int peer;
+  volatile int phase;
+  volatile int step;
+  volatile int abort;
+  volatile uint64_t theirs[2];  // kIpcRingMismatch: the peer's descriptor
+};
+
+enum class IpcRingKind { kRing, kOneShot, kBroadcast, kBarrier };
+
+struct IpcRingLaunch {
+  IpcRingKind kind = IpcRingKind::kRing;
+  int rank = 0;
+  int world_size = 1;
+  const float* in = nullptr;  // the caller's device buffer (may equal out)
+  float* out = nullptr;
+  size_t count = 0;  // floats, at most the registered capacity
+  bool average = false;
+  int root = 0;       // kBroadcast
+  int chunks = 1;     // per segment (kRing)
+  uint64_t base = 0;  // every counter's value before this launch
+  int64_t timeout_ns = 0;
+  IpcRingStatus* status = nullptr;  // device view of the mapped status
+};
+
+// What a rank is doing, published next to its counters so that peers check
+// that they are in the same collective (as shm_ring does): word 0 holds the
+// kind, op, root and the low 32 bits of the base (the call history), word 1
+// the count.
+struct IpcRingDescriptor {
+  uint64_t word[2];
+};
+IpcRingDescriptor IpcRingDescribe(const IpcRingLaunch& launch);
+// "AllReduce(avg) of 1021 floats", "Broadcast from rank 1 of 5 floats", …
+std::string IpcRingDescriptorText(const IpcRingDescriptor& descriptor);
+
+// Counter increments one launch makes (the same on every rank and block).
+uint64_t IpcRingUnits(const IpcRingLaunch& launch);
+
+// Chunks per segment for the ring: about chunk_bytes each, at most 64, so
+// that reading chunk k+1 from the left overlaps reducing chunk k.
+int IpcRingChunks(size_t count, int world_size, size_t chunk_bytes);
+
+// [begin, end) of the floats that block `block` handles in chunk `chunk` of
+// segment `segment` (all ranges start at a multiple of 4 floats, so 16-byte
+// loads stay aligned). Host-callable so that tests can check the partition.
+struct IpcRingRange {
+  size_t begin;
+  size_t end;
+};
+IpcRingRange IpcRingSlice(size_t count, int world_size, int chunks, int segment,
+                          int chunk, int block);
+
+// Enqueues one collective on `stream`; returns the launch error, if any.
+cudaError_t LaunchIpcRing(const IpcRingPeers& peers,
+                          const IpcRingLaunch& launch, cudaStream_t stream);
+
+}  // namespace ringlab::comm
+
+#endif  // RINGLAB_COMM_IPC_RING_KERNELS_H_

@@ -1,0 +1,193 @@
+#include "comm/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace ringlab::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// MPI counts are int: larger buffers go in pieces.
+constexpr size_t kMaxPiece = size_t{1} << 30;
+
+std::string MpiErrorString(int code) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, msg, &len);
+  return std::string(msg, static_cast<size_t>(len));
+}
+
+bool g_we_initialised = false;
+
+void FinalizeAtExit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(const CommOptions& options) : options_(options) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    watchdog_ = std::thread([this] { Watch(); });
+  }
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();
+  }
+
+  const char* backend() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  MemoryKind memory() const override { return MemoryKind::kHost; }
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+
+  void AllReduce(float* data, size_t count, ReduceOp op) override {
+    if (op != ReduceOp::kSum && op != ReduceOp::kAvg) {
+      throw std::invalid_argument("mpi: unsupported reduce op");
+    }
+    Arm("AllReduce");
+    for (size_t done = 0; done < count; done += kMaxPiece) {
+      int n = static_cast<int>(std::min(kMaxPiece, count - done));
+      Check(MPI_Allreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM,
+                          MPI_COMM_WORLD),
+            "MPI_Allreduce");
+    }
+    if (op == ReduceOp::kAvg) {
+      const float n = static_cast<float>(world_);
+      for (size_t i = 0; i < count; ++i) data[i] /= n;
+    }
+    Disarm();
+    // Nominal ring traffic, for reports comparable with shm_ring's.
+    bytes_sent_ += world_ > 1 ? 2 * (world_ - 1) * count * sizeof(float) /
+                                    static_cast<size_t>(world_)
+                              : 0;
+  }
+
+  void Broadcast(float* data, size_t count, int root) override {
+    if (root < 0 || root >= world_) {
+      throw std::invalid_argument("mpi: Broadcast root " +
+                                  std::to_string(root) + " not in [0, " +
+                                  std::to_string(world_) + ")");
+    }
+    Arm("Broadcast");
+    for (size_t done = 0; done < count; done += kMaxPiece) {
+      int n = static_cast<int>(std::min(kMaxPiece, count - done));
+      Check(MPI_Bcast(data + done, n, MPI_FLOAT, root, MPI_COMM_WORLD),
+            "MPI_Bcast");
+    }
+    Disarm();
+    if (rank_ == root) bytes_sent_ += count * sizeof(float);
+  }
+
+  void Barrier() override {
+    Arm("Barrier");
+    Check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    Disarm();
+  }
+
+ private:
+  void Check(int code, const char* what) {
+    if (code != MPI_SUCCESS) {
+      Disarm();
+      throw CommError(std::string("mpi: ") + what +
+                      " failed: " + MpiErrorString(code));
+    }
+  }
+  // One relaxed store per call: the watchdog must not cost latency.
+  void Arm(const char* what) {
+    what_.store(what, std::memory_order_relaxed);
+    started_ns_.store(Clock::now().time_since_epoch().count(),
+                      std::memory_order_relaxed);
+  }
+  void Disarm() { started_ns_.store(0, std::memory_order_relaxed); }
+
+  void Watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(100),
+                         [this] { return stop_; })) {
+      int64_t t = started_ns_.load(std::memory_order_relaxed);
+      if (t == 0) continue;
+      auto running = Clock::now() - Clock::time_point(Clock::duration(t));
+      if (running > options_.timeout) {
+        std::fprintf(stderr,
+                     "mpi: rank %d timed out after %.1f s in %s; aborting the "
+                     "job\n",
+                     rank_,
+                     std::chrono::duration<double>(options_.timeout).count(),
+                     what_.load());
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    }
+  }
+
+  CommOptions options_;
+  int rank_ = 0, world_ = 1;
+  uint64_t bytes_sent_ = 0;
+  std::atomic<int64_t> started_ns_{0};
+  std::atomic<const char*> what_{""};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread watchdog_;
+};
+
+const bool kRegistered = RegisterCommunicator(
+    "mpi", [](const RankContext& context, const CommOptions& options) {
+      return CreateMpiCommunicator(context, options);
+    });
+
+}  // namespace
+
+std::unique_ptr<Communicator> CreateMpiCommunicator(
+    const RankContext& context, const CommOptions& options) {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) {
+    // Without mpirun, MPI would start a singleton world of 1 (slowly, and
+    // then disagree with the job): refuse early with a clear message.
+    if (context.world_size > 1 &&
+        std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr &&
+        std::getenv("PMI_SIZE") == nullptr &&
+        std::getenv("PMIX_RANK") == nullptr) {
+      throw CommError("mpi: " + std::to_string(context.world_size) +
+                      " ranks were not started by mpirun; run under `mpirun "
+                      "-np N` for the mpi backend");
+    }
+    int provided = 0;
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) {
+      throw CommError("mpi: MPI_Init failed: " + MpiErrorString(rc));
+    }
+    if (!g_we_initialised) {
+      g_we_initialised = true;
+      std::atexit(FinalizeAtExit);
+    }
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  auto comm = std::make_unique<MpiCommunicator>(options);
+  if (context.world_size > 1 && comm->world_size() != context.world_size) {
+    throw CommError(
+        "mpi: MPI_COMM_WORLD has " + std::to_string(comm->world_size()) +
+        " ranks but the job has " + std::to_string(context.world_size));
+  }
+  return comm;
+}
+
+}  // namespace ringlab::comm

@@ -1,0 +1,315 @@
+#include "comm/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "comm/cuda_device.h"
+#include "comm/store.h"
+
+namespace ringlab::comm {
+namespace {
+
+constexpr char kName[] = "nccl";
+using Clock = std::chrono::steady_clock;
+
+std::string ToHex(const void* data, size_t size) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) {
+    out += kDigits[p[i] >> 4];
+    out += kDigits[p[i] & 15];
+  }
+  return out;
+}
+
+bool FromHex(const std::string& hex, void* data, size_t size) {
+  if (hex.size() != 2 * size) return false;
+  auto* p = static_cast<unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) {
+    unsigned value = 0;
+    if (sscanf(hex.c_str() + 2 * i, "%2x", &value) != 1) return false;
+    p[i] = static_cast<unsigned char>(value);
+  }
+  return true;
+}
+
+// Each process creates its communicators in the same order on every rank, so
+// a process-wide counter gives them matching, distinct store prefixes.
+std::atomic<int> g_instances{0};
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(const RankContext& context, const CommOptions& options)
+      : rank_(context.rank),
+        world_size_(context.world_size),
+        timeout_(options.timeout) {
+    if (context.store == nullptr && world_size_ > 1) {
+      throw CommError("nccl: needs a rendezvous store for the unique id");
+    }
+    const std::string prefix =
+        "nccl/" + std::to_string(g_instances.fetch_add(1));
+    device_ = SelectCudaDevice(options, context.local_rank, kName);
+    try {
+      Init(context, prefix);
+    } catch (...) {
+      Release();
+      throw;
+    }
+  }
+
+  ~NcclCommunicator() override { Release(); }
+
+  const char* backend() const override { return kName; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  MemoryKind memory() const override { return MemoryKind::kDevice; }
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+
+  void AllReduce(float* data, size_t count, ReduceOp op) override {
+    CheckUsable("AllReduce");
+    if (count == 0) return;
+    const std::string what = std::string("AllReduce(") + ReduceOpName(op) +
+                             ") of " + std::to_string(count) + " floats";
+    Issue(what, ncclAllReduce(data, data, count, ncclFloat,
+                              op == ReduceOp::kAvg ? ncclAvg : ncclSum, comm_,
+                              stream_));
+    Wait(what);
+    // NCCL's ring sends 2(N-1)/N of the buffer per rank, as shm_ring does.
+    bytes_sent_ += 2 * (world_size_ - 1) * (count * sizeof(float)) /
+                   static_cast<uint64_t>(world_size_);
+  }
+
+  void Broadcast(float* data, size_t count, int root) override {
+    CheckUsable("Broadcast");
+    if (root < 0 || root >= world_size_) {
+      throw std::invalid_argument("nccl: Broadcast root " +
+                                  std::to_string(root) + " out of range");
+    }
+    if (count == 0) return;
+    const std::string what = "Broadcast of " + std::to_string(count) +
+                             " floats from rank " + std::to_string(root);
+    Issue(what,
+          ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_));
+    Wait(what);
+    // A chain from the root: every rank but the last one forwards the buffer.
+    if (world_size_ > 1 && rank_ != (root + world_size_ - 1) % world_size_) {
+      bytes_sent_ += count * sizeof(float);
+    }
+  }
+
+  void Barrier() override {
+    CheckUsable("Barrier");
+    // An allreduce of one float: returns on a rank only once every rank has
+    // entered it.
+    Issue("Barrier", ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum,
+                                   comm_, stream_));
+    Wait("Barrier");
+  }
+
+ private:
+  void Init(const RankContext& context, const std::string& prefix) {
+    CudaCheck(cudaStreamCreate(&stream_), kName, "cudaStreamCreate");
+    CudaCheck(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), kName,
+              "cudaEventCreate");
+    CudaCheck(cudaMalloc(&scratch_, sizeof(float)), kName, "cudaMalloc");
+
+    ncclUniqueId id;
+    if (world_size_ > 1) {
+      peers_ = PeerWatch(context.store, prefix, rank_, world_size_, timeout_);
+      CheckDistinctDevices(context.store, prefix);
+      if (rank_ == 0) {
+        NcclCheck(ncclGetUniqueId(&id), "ncclGetUniqueId");
+        context.store->Set(prefix + "/unique_id", ToHex(&id, sizeof(id)));
+      } else {
+        std::string hex = context.store->Get(prefix + "/unique_id", timeout_);
+        if (!FromHex(hex, &id, sizeof(id))) {
+          throw CommError("nccl: malformed unique id in the store");
+        }
+      }
+    } else {
+      NcclCheck(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    }
+
+    // Non-blocking: ncclCommInitRank would wait forever for a rank that
+    // never arrives; this way the deadline applies to creation too.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t result =
+        ncclCommInitRankConfig(&comm_, world_size_, id, rank_, &config);
+    if (result != ncclSuccess && result != ncclInProgress) {
+      comm_ = nullptr;
+      NcclCheck(result, "ncclCommInitRankConfig");
+    }
+    Wait("ncclCommInitRank (all " + std::to_string(world_size_) +
+         " ranks joining)");
+  }
+
+  // NCCL refuses two ranks on one GPU with a terse "Duplicate GPU detected";
+  // compare PCI bus ids first so that the message says what to do instead.
+  void CheckDistinctDevices(Store* store, const std::string& prefix) {
+    char bus_id[64] = {};
+    CudaCheck(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_), kName,
+              "cudaDeviceGetPCIBusId");
+    store->Set(prefix + "/bus/" + std::to_string(rank_), bus_id);
+    for (int r = 0; r < world_size_; ++r) {
+      if (r == rank_) continue;
+      std::string other =
+          store->Get(prefix + "/bus/" + std::to_string(r), timeout_);
+      if (other == bus_id) {
+        throw CommError("nccl: ranks " + std::to_string(std::min(r, rank_)) +
+                        " and " + std::to_string(std::max(r, rank_)) +
+                        " share GPU " + bus_id +
+                        "; NCCL needs one GPU per rank (use ipc_ring, or "
+                        "world size 1, on a machine with fewer GPUs)");
+      }
+    }
+  }
+
+  void NcclCheck(ncclResult_t result, const std::string& what) {
+    if (result == ncclSuccess) return;
+    std::string msg = "nccl: " + what + " failed on rank " +
+                      std::to_string(rank_) + ": " + ncclGetErrorString(result);
+    const char* last = comm_ ? ncclGetLastError(comm_) : nullptr;
+    if (last != nullptr && *last != '\0') msg += std::string(" (") + last + ")";
+    throw CommError(msg);
+  }
+
+  void CheckUsable(const char* what) const {
+    if (broken_) {
+      throw CommError(std::string("nccl: ") + what + " on rank " +
+                      std::to_string(rank_) +
+                      " after an earlier failure aborted the communicator");
+    }
+  }
+
+  // A collective call of a non-blocking communicator may return
+  // ncclInProgress; anything else but success is an error.
+  void Issue(const std::string& what, ncclResult_t result) {
+    if (result == ncclSuccess || result == ncclInProgress) return;
+    Abort();
+    NcclCheck(result, what);
+  }
+
+  // The watchdog: waits for the communicator and the stream until the
+  // deadline (PollPacer's rhythm); aborts on a timeout, an NCCL error or a
+  // dead peer.
+  void Wait(const std::string& what) {
+    const auto start = Clock::now();
+    const auto deadline = start + timeout_;
+    bool enqueued = false;  // the collective's kernels are on the stream
+    PollPacer pacer;
+    for (;; pacer.Pause()) {
+      ncclResult_t async = ncclSuccess;
+      ncclResult_t query = ncclCommGetAsyncError(comm_, &async);
+      if (query != ncclSuccess) async = query;
+      if (async != ncclSuccess && async != ncclInProgress) {
+        const char* last = ncclGetLastError(comm_);
+        std::string msg = "nccl: " + what + " failed on rank " +
+                          std::to_string(rank_) + ": " +
+                          ncclGetErrorString(async);
+        if (last != nullptr && *last != '\0')
+          msg += std::string(" (") + last + ")";
+        Abort();
+        throw CommError(msg);
+      }
+      if (async == ncclSuccess) {
+        if (!enqueued) {
+          CudaCheck(cudaEventRecord(done_, stream_), kName, "cudaEventRecord");
+          enqueued = true;
+        }
+        cudaError_t status = cudaEventQuery(done_);
+        if (status == cudaSuccess) return;
+        if (status != cudaErrorNotReady) {
+          Abort();
+          CudaCheck(status, kName, what + " (stream)");
+        }
+      }
+      if (!pacer.CheckDue()) continue;
+      int dead = peers_.FirstDeadPeer();
+      if (dead >= 0) {
+        Abort();
+        throw CommError("nccl: rank " + std::to_string(dead) + " died during " +
+                        what + " (rank " + std::to_string(rank_) +
+                        " waiting); communicator aborted");
+      }
+      if (Clock::now() > deadline) {
+        Abort();
+        throw CommError(
+            "nccl: timed out after " +
+            std::to_string(std::chrono::duration<double>(timeout_).count()) +
+            " s on rank " + std::to_string(rank_) + " waiting for " + what +
+            " (a peer did not arrive or is stuck); communicator aborted");
+      }
+    }
+  }
+
+  // ncclCommAbort returns without waiting for peers; in-flight kernels are
+  // stopped, so the stream and the buffers can then be released.
+  void Abort() {
+    broken_ = true;
+    if (comm_ != nullptr) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+  }
+
+  void Release() noexcept {
+    if (comm_ != nullptr) {
+      // A clean shutdown flushes outstanding work (non-blocking: poll it
+      // under the deadline, abort if a peer never finishes).
+      ncclResult_t result = ncclCommFinalize(comm_);
+      if (result == ncclSuccess || result == ncclInProgress) {
+        try {
+          Wait("ncclCommFinalize");
+        } catch (...) {  // Wait() aborted the communicator
+        }
+      } else {
+        Abort();
+      }
+      if (comm_ != nullptr) {
+        ncclCommDestroy(comm_);
+        comm_ = nullptr;
+      }
+    }
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (done_ != nullptr) cudaEventDestroy(done_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    scratch_ = nullptr;
+    done_ = nullptr;
+    stream_ = nullptr;
+  }
+
+  const int rank_;
+  const int world_size_;
+  const std::chrono::milliseconds timeout_;
+  int device_ = -1;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  float* scratch_ = nullptr;
+  PeerWatch peers_;
+  bool broken_ = false;
+  uint64_t bytes_sent_ = 0;
+};
+
+const bool kRegistered = RegisterCommunicator(
+    kName, [](const RankContext& context, const CommOptions& options) {
+      return CreateNcclCommunicator(context, options);
+    });
+
+}  // namespace
+
+std::unique_ptr<Communicator> CreateNcclCommunicator(
+    const RankContext& context, const CommOptions& options) {
+  (void)kRegistered;
+  return std::make_unique<NcclCommunicator>(context, options);
+}
+
+}  // namespace ringlab::comm

@@ -1,0 +1,133 @@
+#include "comm/testing/multi_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <stdexcept>
+
+#include "comm/tcp_store.h"
+
+namespace ringlab::comm::testing {
+
+std::vector<RankResult> RunRanks(
+    int world_size, const std::function<void(const RankContext&)>& body,
+    std::chrono::milliseconds timeout) {
+  if (world_size < 1) throw std::invalid_argument("RunRanks: world_size < 1");
+  TcpStoreServer server("127.0.0.1", 0);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<RankResult> results(world_size);
+  std::vector<pid_t> pids(world_size, -1);
+  std::vector<int> out_fds(world_size, -1);
+  for (int r = 0; r < world_size; ++r) {
+    results[r].rank = r;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("RunRanks: pipe");
+    pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("RunRanks: fork");
+    if (pid == 0) {
+      // Child: only async-signal-safe work until exec would be the rule, but
+      // the body needs the full runtime; the parent's other threads (the
+      // store server) are simply absent here and never touched.
+      dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);
+      int code = 0;
+      try {
+        TcpStore store("127.0.0.1", server.port(), std::chrono::seconds(30));
+        RankContext context;
+        context.rank = r;
+        context.world_size = world_size;
+        context.local_rank = r;
+        context.store = &store;
+        body(context);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());
+        code = 1;
+      } catch (...) {
+        std::fprintf(stderr, "rank %d failed: unknown exception\n", r);
+        code = 1;
+      }
+      std::cout.flush();
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(code);
+    }
+    close(fds[1]);
+    pids[r] = pid;
+    out_fds[r] = fds[0];
+  }
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int running = world_size;
+  int open_fds = world_size;
+  bool killed = false;
+  while (running > 0 || open_fds > 0) {
+    std::vector<pollfd> pfds;
+    std::vector<int> which;
+    for (int r = 0; r < world_size; ++r) {
+      if (out_fds[r] >= 0) {
+        pfds.push_back({out_fds[r], POLLIN, 0});
+        which.push_back(r);
+      }
+    }
+    poll(pfds.data(), pfds.size(), pfds.empty() ? 10 : 10);
+    for (size_t i = 0; i < pfds.size(); ++i) {
+      if (pfds[i].revents == 0) continue;
+      char buf[4096];
+      ssize_t k = read(pfds[i].fd, buf, sizeof(buf));
+      if (k > 0) {
+        results[which[i]].output.append(buf, static_cast<size_t>(k));
+      } else if (k == 0 || errno != EINTR) {
+        close(out_fds[which[i]]);
+        out_fds[which[i]] = -1;
+        --open_fds;
+      }
+    }
+    // Reap promptly: peers detect a dead rank by its pid disappearing.
+    for (int r = 0; r < world_size; ++r) {
+      if (pids[r] < 0) continue;
+      int status = 0;
+      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        if (WIFEXITED(status)) {
+          results[r].exit_code = WEXITSTATUS(status);
+        } else if (WIFSIGNALED(status)) {
+          results[r].term_signal = WTERMSIG(status);
+        }
+        pids[r] = -1;
+        --running;
+      }
+    }
+    if (!killed && std::chrono::steady_clock::now() > deadline) {
+      killed = true;
+      for (int r = 0; r < world_size; ++r) {
+        if (pids[r] > 0) kill(pids[r], SIGKILL);
+      }
+      // Grandchildren may hold the pipes open; stop reading them.
+      deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    }
+    if (killed && running == 0) break;
+  }
+  for (int r = 0; r < world_size; ++r) {
+    if (out_fds[r] >= 0) close(out_fds[r]);
+  }
+  return results;
+}
+
+std::string Describe(const std::vector<RankResult>& results) {
+  std::string s;
+  for (const RankResult& r : results) {
+    s += "rank " + std::to_string(r.rank) + ": exit " +
+         std::to_string(r.exit_code) + " signal " +
+         std::to_string(r.term_signal) + "\n" + r.output;
+    if (!r.output.empty() && r.output.back() != '\n') s += "\n";
+  }
+  return s;
+}
+
+}  // namespace ringlab::comm::testing
