@@ -32,6 +32,11 @@ int SelectCudaDevice(const CommOptions& options, int local_rank,
 // reason in *why. Initialises CUDA in the calling process.
 int CudaDeviceCount(std::string* why);
 
+// Opaque handles (IPC memory handles, NCCL unique ids) as text for the store,
+// and back; FromHex returns false unless hex holds exactly size bytes.
+std::string ToHex(const void* data, size_t size);
+bool FromHex(const std::string& hex, void* data, size_t size);
+
 // The same, asked of a forked child: the caller's process never touches CUDA
 // (CUDA does not survive fork(), so a parent that forks ranks must not).
 int CudaDeviceCountInChild(std::string* why);

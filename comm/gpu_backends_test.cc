@@ -21,6 +21,7 @@
 #include "comm/ipc_ring.h"
 #include "comm/ipc_ring_kernels.h"
 #include "comm/store.h"
+#include "comm/testing/exact_sum.h"
 #include "comm/testing/multi_process.h"
 #include "gtest/gtest.h"
 
@@ -28,7 +29,9 @@ namespace ringlab::comm {
 namespace {
 
 using std::chrono::milliseconds;
+using testing::CheckExactAllReduce;
 using testing::Describe;
+using testing::ExactSumInput;
 using testing::RankResult;
 using testing::RunRanks;
 
@@ -98,10 +101,6 @@ std::unique_ptr<Communicator> Make(const std::string& backend,
 
 // As shm_ring_test and nccl-tests: small integers, so that every partial sum
 // in any order is exact and the expected result is known to 0 ulp.
-float Input(int rank, size_t i) {
-  return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 61) - 30);
-}
-
 // Edge cases, primes (ragged segments and chunks), and 16 MiB (many chunks;
 // with `large` false, left out where tiny buffers would make it thousands of
 // launches).
@@ -144,22 +143,11 @@ void RunExactSums(const std::string& backend, int world,
         for (size_t count : counts) {
           for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
             std::vector<float> x(count);
-            for (size_t i = 0; i < count; ++i) x[i] = Input(c.rank, i);
+            for (size_t i = 0; i < count; ++i) x[i] = ExactSumInput(c.rank, i);
             DeviceBuffer d(x);
             comm->AllReduce(d.get(), count, op);
             x = d.Download();
-            for (size_t i = 0; i < count; ++i) {
-              float sum = 0;
-              for (int r = 0; r < world; ++r) sum += Input(r, i);
-              const float want = op == ReduceOp::kAvg ? sum / world : sum;
-              if (std::memcmp(&x[i], &want, sizeof(float)) != 0) {
-                throw std::runtime_error("count " + std::to_string(count) +
-                                         " op " + ReduceOpName(op) +
-                                         " element " + std::to_string(i) +
-                                         ": got " + std::to_string(x[i]) +
-                                         " want " + std::to_string(want));
-              }
-            }
+            CheckExactAllReduce(x.data(), count, world, op);
           }
         }
       },
@@ -339,12 +327,13 @@ TEST_P(GpuBackendTest, BroadcastAndBarrier) {
                {size_t{0}, size_t{1}, size_t{4099}, size_t{1000003}}) {
             for (int root = 0; root < world; ++root) {
               std::vector<float> x(count);
-              for (size_t i = 0; i < count; ++i) x[i] = Input(c.rank, i);
+              for (size_t i = 0; i < count; ++i)
+                x[i] = ExactSumInput(c.rank, i);
               DeviceBuffer d(x);
               comm->Broadcast(d.get(), count, root);
               x = d.Download();
               for (size_t i = 0; i < count; ++i) {
-                Check(x[i] == Input(root, i),
+                Check(x[i] == ExactSumInput(root, i),
                       "broadcast count " + std::to_string(count) + " root " +
                           std::to_string(root) + " element " +
                           std::to_string(i));

@@ -28,28 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 std::atomic<int> g_instances{0};
 
-std::string ToHex(const void* data, size_t size) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) {
-    out += kDigits[p[i] >> 4];
-    out += kDigits[p[i] & 15];
-  }
-  return out;
-}
-
-bool FromHex(const std::string& hex, void* data, size_t size) {
-  if (hex.size() != 2 * size) return false;
-  auto* p = static_cast<unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) {
-    unsigned value = 0;
-    if (sscanf(hex.c_str() + 2 * i, "%2x", &value) != 1) return false;
-    p[i] = static_cast<unsigned char>(value);
-  }
-  return true;
-}
-
 size_t EnvBytes(const char* name, size_t fallback) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;

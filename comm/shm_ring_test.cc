@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/store.h"
+#include "comm/testing/exact_sum.h"
 #include "comm/testing/multi_process.h"
 #include "gtest/gtest.h"
 
@@ -21,7 +22,9 @@ namespace ringlab::comm {
 namespace {
 
 using std::chrono::milliseconds;
+using testing::CheckExactAllReduce;
 using testing::Describe;
+using testing::ExactSumInput;
 using testing::RankResult;
 using testing::RunRanks;
 
@@ -63,12 +66,6 @@ std::unique_ptr<Communicator> MakeRing(
   return CreateCommunicator("shm_ring", c, options);
 }
 
-// As nccl-tests: small integers, so every partial sum in any order is exact
-// and the expected result is known to 0 ulp.
-float Input(int rank, size_t i) {
-  return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 61) - 30);
-}
-
 void Check(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
 }
@@ -95,20 +92,9 @@ void RunExactSums(int world, const std::vector<size_t>& counts,
         for (size_t count : counts) {
           for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
             std::vector<float> x(count);
-            for (size_t i = 0; i < count; ++i) x[i] = Input(c.rank, i);
+            for (size_t i = 0; i < count; ++i) x[i] = ExactSumInput(c.rank, i);
             comm->AllReduce(x.data(), count, op);
-            for (size_t i = 0; i < count; ++i) {
-              float sum = 0;
-              for (int r = 0; r < world; ++r) sum += Input(r, i);
-              float want = op == ReduceOp::kAvg ? sum / world : sum;
-              if (std::memcmp(&x[i], &want, 4) != 0) {
-                throw std::runtime_error("count " + std::to_string(count) +
-                                         " op " + ReduceOpName(op) +
-                                         " element " + std::to_string(i) +
-                                         ": got " + std::to_string(x[i]) +
-                                         " want " + std::to_string(want));
-              }
-            }
+            CheckExactAllReduce(x.data(), count, world, op);
           }
         }
       },
@@ -192,10 +178,11 @@ TEST(ShmRingTest, BroadcastAndBarrier) {
                                size_t{17000}, size_t{300001}}) {
             for (int root = 0; root < world; ++root) {
               std::vector<float> x(count);
-              for (size_t i = 0; i < count; ++i) x[i] = Input(c.rank, i);
+              for (size_t i = 0; i < count; ++i)
+                x[i] = ExactSumInput(c.rank, i);
               comm->Broadcast(x.data(), count, root);
               for (size_t i = 0; i < count; ++i) {
-                Check(x[i] == Input(root, i),
+                Check(x[i] == ExactSumInput(root, i),
                       "broadcast count " + std::to_string(count) + " root " +
                           std::to_string(root) + " element " +
                           std::to_string(i));

@@ -90,14 +90,7 @@ std::unique_ptr<CpuMlp> CreateCpuMlp(const MlpLayout& layout,
 //   p = p - lr·d
 void SgdUpdate(const SgdOptions& o, float* params, const float* grads,
                float* buf, bool* have_buf, size_t n) {
-  if (!(o.lr >= 0.0f) || !(o.momentum >= 0.0f) || !(o.weight_decay >= 0.0f)) {
-    throw std::invalid_argument(
-        "SGD: lr, momentum and weight_decay must be >= 0");
-  }
-  if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f)) {
-    throw std::invalid_argument(
-        "SGD: Nesterov momentum requires a momentum and zero dampening");
-  }
+  ValidateSgdOptions(o);
   const float neg_lr = -o.lr;
   if (o.momentum == 0.0f) {
     for (size_t i = 0; i < n; ++i) {

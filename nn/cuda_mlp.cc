@@ -195,14 +195,7 @@ class CudaMlp : public Mlp {
   }
 
   void SgdStep(const SgdOptions& o) override {
-    if (!(o.lr >= 0.0f) || !(o.momentum >= 0.0f) || !(o.weight_decay >= 0.0f)) {
-      throw std::invalid_argument(
-          "SGD: lr, momentum and weight_decay must be >= 0");
-    }
-    if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f)) {
-      throw std::invalid_argument(
-          "SGD: Nesterov momentum requires a momentum and zero dampening");
-    }
+    ValidateSgdOptions(o);
     const size_t n = layout().num_params();
     if (o.momentum != 0.0f) momentum_.Reserve(n);
     const bool first = o.momentum != 0.0f && !have_momentum_;

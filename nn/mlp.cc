@@ -139,4 +139,15 @@ std::unique_ptr<Mlp> CreateMlp(Device device, const MlpLayout& layout) {
   return factory(layout);
 }
 
+void ValidateSgdOptions(const SgdOptions& o) {
+  if (!(o.lr >= 0.0f) || !(o.momentum >= 0.0f) || !(o.weight_decay >= 0.0f)) {
+    throw std::invalid_argument(
+        "SGD: lr, momentum and weight_decay must be >= 0");
+  }
+  if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f)) {
+    throw std::invalid_argument(
+        "SGD: Nesterov momentum requires a momentum and zero dampening");
+  }
+}
+
 }  // namespace ringlab::nn

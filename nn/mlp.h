@@ -66,6 +66,10 @@ struct SgdOptions {
   bool nesterov = false;
 };
 
+// Throws std::invalid_argument for what torch.optim.SGD refuses: a negative
+// lr, momentum or weight decay, Nesterov without momentum or with dampening.
+void ValidateSgdOptions(const SgdOptions& options);
+
 class Mlp {
  public:
   virtual ~Mlp() = default;
