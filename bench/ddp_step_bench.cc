@@ -105,8 +105,11 @@ int main(int argc, char** argv) {
   }
   try {
     if (!comm::Rendezvous::InLaunchedJob()) {
-      return comm::LaunchRanks(nprocs,
-                               std::vector<std::string>(argv, argv + argc));
+      comm::LaunchOptions launch;
+      // One BLAS thread per rank, as the trainer's launcher sets it.
+      launch.env.push_back("OPENBLAS_NUM_THREADS=1");
+      return comm::LaunchRanks(
+          nprocs, std::vector<std::string>(argv, argv + argc), launch);
     }
     const auto rendezvous = comm::Rendezvous::FromEnv(std::chrono::seconds(60));
     auto communicator = comm::CreateCommunicator(backend, rendezvous->context(),
