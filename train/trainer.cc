@@ -63,13 +63,17 @@ Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
 }
 
 // What a checkpoint must have been written by to be resumed: the shared
-// settings except --resume and --epochs (a resumed run may train longer), plus
+// settings except --resume, --epochs and --checkpoint_every (a resumed run may
+// train longer, checkpointing differently), plus
 // what decides each rank's numbers.
 std::string JobDescription(const TrainConfig& c, int world_size,
                            int64_t dataset_size) {
   std::string text;
   for (const auto& [name, value] : SharedSettings(c, dataset_size)) {
-    if (name == "--resume" || name == "--epochs") continue;
+    if (name == "--resume" || name == "--epochs" ||
+        name == "--checkpoint_every") {
+      continue;
+    }
     text += name + "=" + value + "\n";
   }
   text += "world size=" + std::to_string(world_size) + "\n";
