@@ -1,11 +1,13 @@
 #include "comm/cuda_device.h"
 
 #include <cuda_runtime_api.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -14,6 +16,12 @@
 #include "comm/store.h"
 
 namespace ringlab::comm {
+namespace {
+
+// How long CudaDeviceCountInChild waits for its child.
+constexpr std::chrono::seconds kDeviceProbeTimeout(60);
+
+}  // namespace
 
 void CudaCheck(int status, const char* backend, const std::string& what) {
   if (status == cudaSuccess) return;
@@ -59,12 +67,42 @@ int CudaDeviceCountInChild(std::string* why) {
     _exit(0);
   }
   close(fds[1]);
+  // A driver that hangs in initialisation must not hang the caller: read
+  // under a deadline, then kill the child.
+  const auto deadline = std::chrono::steady_clock::now() + kDeviceProbeTimeout;
   std::string msg;
   char buf[512];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof(buf))) > 0) msg.append(buf, n);
+  bool timed_out = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int ready = poll(&pfd, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      timed_out = ready == 0;
+      break;
+    }
+    const ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // end of file: the child has written all
+    msg.append(buf, n);
+  }
   close(fds[0]);
   int status = 0;
+  if (timed_out) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    if (why) {
+      *why = "no device (probe timed out after " +
+             std::to_string(kDeviceProbeTimeout.count()) + " s)";
+    }
+    return 0;
+  }
   waitpid(pid, &status, 0);
   int count = 0;
   std::istringstream in(msg);
@@ -102,11 +140,7 @@ int SelectCudaDevice(const CommOptions& options, int local_rank,
   return device;
 }
 
-namespace {
-
-// Host name plus PID namespace: a pid means the same process only to peers
-// that share both (containers may share a host name, not a namespace).
-std::string HostName() {
+std::string HostIdentity() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "?";
   char ns[128] = {};
@@ -114,8 +148,10 @@ std::string HostName() {
   return std::string(name) + "|" + (n > 0 ? std::string(ns, n) : "?");
 }
 
+namespace {
+
 // A process that is gone, or a zombie its parent has not reaped yet.
-bool Exited(pid_t pid) {
+bool ProcessExited(pid_t pid) {
   if (kill(pid, 0) != 0) return errno == ESRCH;
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
@@ -131,7 +167,7 @@ PeerWatch::PeerWatch(Store* store, const std::string& prefix, int rank,
                      int world_size, std::chrono::milliseconds timeout)
     : local_pids_(world_size, 0) {
   if (store == nullptr || world_size == 1) return;
-  const std::string host = HostName();
+  const std::string host = HostIdentity();
   store->Set(prefix + "/pid/" + std::to_string(rank),
              host + " " + std::to_string(getpid()));
   for (int r = 0; r < world_size; ++r) {
@@ -146,9 +182,14 @@ PeerWatch::PeerWatch(Store* store, const std::string& prefix, int rank,
   }
 }
 
+bool PeerWatch::Exited(int rank) const {
+  return rank >= 0 && static_cast<size_t>(rank) < local_pids_.size() &&
+         local_pids_[rank] > 0 && ProcessExited(local_pids_[rank]);
+}
+
 int PeerWatch::FirstDeadPeer() const {
   for (size_t r = 0; r < local_pids_.size(); ++r) {
-    if (local_pids_[r] > 0 && Exited(local_pids_[r]))
+    if (local_pids_[r] > 0 && ProcessExited(local_pids_[r]))
       return static_cast<int>(r);
   }
   return -1;

@@ -38,8 +38,15 @@ std::string ToHex(const void* data, size_t size);
 bool FromHex(const std::string& hex, void* data, size_t size);
 
 // The same, asked of a forked child: the caller's process never touches CUDA
-// (CUDA does not survive fork(), so a parent that forks ranks must not).
+// (CUDA does not survive fork(), so a parent that forks ranks must not). A
+// child that has not answered within 60 s is killed: 0, "no device (probe
+// timed out ...)".
 int CudaDeviceCountInChild(std::string* why);
+
+// This host's name plus its PID namespace: a pid, or a GPU's PCI bus id,
+// means the same process or device only to peers that share both
+// (containers may share a host name, not a namespace).
+std::string HostIdentity();
 
 // Watches the peers of a rank that live on the same host (by hostname and
 // pid, exchanged through the store when the communicator is created).
@@ -53,6 +60,9 @@ class PeerWatch {
   // The lowest rank known to have exited, or -1. Cheap enough to call every
   // millisecond: one kill(pid, 0) per local peer, /proc only when it is alive.
   int FirstDeadPeer() const;
+
+  // Whether `rank` is a peer on this host known to have exited.
+  bool Exited(int rank) const;
 
  private:
   std::vector<pid_t> local_pids_;  // per rank; 0 for self and remote ranks

@@ -1,6 +1,7 @@
 #include "comm/ipc_ring.h"
 
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/cuda_device.h"
 #include "comm/ipc_ring_kernels.h"
@@ -27,6 +29,33 @@ static_assert(kIpcRingControlWords * sizeof(uint64_t) <= kDataOffset);
 using Clock = std::chrono::steady_clock;
 
 std::atomic<int> g_instances{0};
+// Ranks of one job in one process (threads) would each take their own
+// g_instances number and never meet in the store: count the creations in
+// progress, so that a second one at the same time fails at once and the first
+// one's timeout says why.
+std::atomic<int> g_creating{0};
+std::atomic<int> g_refused_concurrent{0};
+
+// Counts a multi-rank ipc_ring's creation while it runs.
+class CreationGuard {
+ public:
+  explicit CreationGuard(bool counted) : counted_(counted) {
+    if (counted_ && g_creating.fetch_add(1) > 0) {
+      concurrent_ = true;
+      g_refused_concurrent.fetch_add(1);
+    }
+  }
+  ~CreationGuard() {
+    if (counted_) g_creating.fetch_sub(1);
+  }
+  CreationGuard(const CreationGuard&) = delete;
+  CreationGuard& operator=(const CreationGuard&) = delete;
+  bool concurrent() const { return concurrent_; }
+
+ private:
+  const bool counted_;
+  bool concurrent_ = false;
+};
 
 size_t EnvBytes(const char* name, size_t fallback) {
   const char* text = std::getenv(name);
@@ -70,9 +99,24 @@ class IpcRing : public Communicator {
       throw CommError("ipc_ring: needs a rendezvous store for the IPC handles");
     }
     std::memset(&peers_, 0, sizeof(peers_));
+    CreationGuard creating(world_size_ > 1);
+    if (creating.concurrent()) {
+      throw CommError(
+          "ipc_ring: two ranks are being created at once in process " +
+          std::to_string(getpid()) + "; ipc_ring needs one process per rank");
+    }
     device_ = SelectCudaDevice(options, context.local_rank, kName);
     try {
       Init();
+    } catch (const CommError& e) {
+      Release();
+      if (g_refused_concurrent.load() > 0) {
+        throw CommError(std::string(e.what()) +
+                        " (another ipc_ring rank was created in this process "
+                        "at the same time: ipc_ring needs one process per "
+                        "rank)");
+      }
+      throw;
     } catch (...) {
       Release();
       throw;
@@ -188,10 +232,16 @@ class IpcRing : public Communicator {
     CudaCheck(cudaIpcGetMemHandle(&handle, region_), kName,
               "cudaIpcGetMemHandle");
     char bus_id[64] = {};
-    cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_);
+    CudaCheck(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_), kName,
+              "cudaDeviceGetPCIBusId");
+    // Host and pid too: CUDA cannot open a process's own IPC handle, so two
+    // ranks in one process must fail with a message rather than a CUDA code.
+    const std::string host = HostIdentity();
+    const long pid = static_cast<long>(getpid());
     store_->Set(prefix_ + "/handle/" + std::to_string(rank_),
                 ToHex(&handle, sizeof(handle)) + " " +
-                    std::to_string(kDataOffset) + " " + bus_id);
+                    std::to_string(kDataOffset) + " " + bus_id + " " + host +
+                    " " + std::to_string(pid));
     exported_ = true;
     watch_ = PeerWatch(store_, prefix_, rank_, world_size_, timeout_);
 
@@ -199,13 +249,20 @@ class IpcRing : public Communicator {
       if (q == rank_) continue;
       std::istringstream in(
           store_->Get(prefix_ + "/handle/" + std::to_string(q), timeout_));
-      std::string hex, peer_bus;
+      std::string hex, peer_bus, peer_host;
       size_t data_offset = 0;
+      long peer_pid = 0;
       cudaIpcMemHandle_t peer;
-      if (!(in >> hex >> data_offset >> peer_bus) ||
+      if (!(in >> hex >> data_offset >> peer_bus >> peer_host >> peer_pid) ||
           !FromHex(hex, &peer, sizeof(peer))) {
         throw CommError("ipc_ring: malformed IPC handle of rank " +
                         std::to_string(q) + " in the store");
+      }
+      if (peer_host == host && peer_pid == pid) {
+        throw CommError(
+            "ipc_ring: ranks " + std::to_string(std::min(q, rank_)) + " and " +
+            std::to_string(std::max(q, rank_)) + " are both in process " +
+            std::to_string(pid) + "; ipc_ring needs one process per rank");
       }
       void* base = nullptr;
       CudaCheck(
@@ -353,24 +410,42 @@ class IpcRing : public Communicator {
   }
 
   // Every rank closes its mappings of the others' regions before any rank
-  // frees its own (freeing memory a peer still maps is undefined). Bounded by
-  // the deadline, and cut short when a peer has exited (its mappings died
-  // with it).
+  // frees its own (freeing memory a peer still maps is undefined): each rank
+  // says so under its own key, and this one waits, bounded by the deadline,
+  // until every peer has either said so or exited (its mappings died with
+  // it). Per-rank keys rather than a count, so that a peer that exits after
+  // saying so is not subtracted twice.
   void WaitForPeersToUnmap() noexcept {
     try {
-      if (store_->Add(prefix_ + "/unmapped", 1) == world_size_) {
-        store_->Set(prefix_ + "/all_unmapped", "1");
-        return;
+      std::vector<int> pending;
+      for (int q = 0; q < world_size_; ++q) {
+        if (q != rank_) pending.push_back(q);
       }
       const auto deadline = Clock::now() + timeout_;
-      while (Clock::now() < deadline && watch_.FirstDeadPeer() < 0) {
-        try {
-          store_->Get(prefix_ + "/all_unmapped", std::chrono::milliseconds(50));
-          return;
-        } catch (const CommError&) {
+      while (!pending.empty() && Clock::now() < deadline) {
+        const int q = pending.back();
+        bool done = watch_.Exited(q);
+        if (!done) {
+          try {
+            store_->Get(prefix_ + "/unmapped/" + std::to_string(q),
+                        std::chrono::milliseconds(20));
+            done = true;
+          } catch (const CommError&) {  // not yet
+          }
         }
+        if (done) pending.pop_back();
       }
     } catch (...) {  // the store is gone: nothing left to coordinate with
+    }
+  }
+
+  // Tells the peers that this rank maps none of their regions any more (also
+  // when Init failed before mapping any, so that they need not wait for it).
+  void AnnounceUnmapped() noexcept {
+    if (world_size_ == 1 || store_ == nullptr) return;
+    try {
+      store_->Set(prefix_ + "/unmapped/" + std::to_string(rank_), "1");
+    } catch (...) {  // the store is gone: peers fall back on the deadline
     }
   }
 
@@ -385,6 +460,7 @@ class IpcRing : public Communicator {
       if (opened_[q] != nullptr) cudaIpcCloseMemHandle(opened_[q]);
       opened_[q] = nullptr;
     }
+    AnnounceUnmapped();
     if (exported_) WaitForPeersToUnmap();
     if (region_ != nullptr) cudaFree(region_);
     region_ = nullptr;

@@ -46,8 +46,14 @@ inline constexpr size_t kIpcRingDefaultChunkBytes = 1 << 20;
 inline constexpr size_t kIpcRingDefaultBufferBytes = 64 << 20;
 
 // The store in context is required when world_size > 1. Data pointers are
-// device pointers on the rank's device (memory() == kDevice). Throws
-// CommError when a device, a mapping or a peer is missing.
+// device pointers on the rank's device (memory() == kDevice), of any
+// alignment (unaligned ones take a scalar path). Collectives run on the
+// communicator's own CUDA stream, not the caller's: the caller must have
+// finished writing the buffer (synchronised its stream, as CudaMlp does before
+// returning) before the call; the result is complete when the call returns.
+// Needs one process per rank (CUDA IPC cannot map a process's own memory):
+// two ranks in one process fail with a CommError saying so. Throws CommError
+// when a device, a mapping or a peer is missing.
 std::unique_ptr<Communicator> CreateIpcRing(const RankContext& context,
                                             const CommOptions& options);
 

@@ -130,17 +130,20 @@ class NcclCommunicator : public Communicator {
   }
 
   // NCCL refuses two ranks on one GPU with a terse "Duplicate GPU detected";
-  // compare PCI bus ids first so that the message says what to do instead.
+  // compare devices first so that the message says what to do instead. A
+  // device is its host (with PID namespace, see HostIdentity) plus its PCI
+  // bus id: GPUs of different hosts may share a bus id.
   void CheckDistinctDevices(Store* store, const std::string& prefix) {
     char bus_id[64] = {};
     CudaCheck(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_), kName,
               "cudaDeviceGetPCIBusId");
-    store->Set(prefix + "/bus/" + std::to_string(rank_), bus_id);
+    const std::string ours = HostIdentity() + " " + bus_id;
+    store->Set(prefix + "/bus/" + std::to_string(rank_), ours);
     for (int r = 0; r < world_size_; ++r) {
       if (r == rank_) continue;
       std::string other =
           store->Get(prefix + "/bus/" + std::to_string(r), timeout_);
-      if (other == bus_id) {
+      if (other == ours) {
         throw CommError("nccl: ranks " + std::to_string(std::min(r, rank_)) +
                         " and " + std::to_string(std::max(r, rank_)) +
                         " share GPU " + bus_id +
@@ -150,13 +153,23 @@ class NcclCommunicator : public Communicator {
     }
   }
 
-  void NcclCheck(ncclResult_t result, const std::string& what) {
+  // `detail`: NCCL's last error, when the caller had to read it before an
+  // Abort() released the communicator; else it is read here.
+  void NcclCheck(ncclResult_t result, const std::string& what,
+                 std::string detail = "") {
     if (result == ncclSuccess) return;
     std::string msg = "nccl: " + what + " failed on rank " +
                       std::to_string(rank_) + ": " + ncclGetErrorString(result);
-    const char* last = comm_ ? ncclGetLastError(comm_) : nullptr;
-    if (last != nullptr && *last != '\0') msg += std::string(" (") + last + ")";
+    if (detail.empty()) detail = LastError();
+    if (!detail.empty()) msg += " (" + detail + ")";
     throw CommError(msg);
+  }
+
+  // NCCL's text on its last error (of comm_, or of this thread when there is
+  // no communicator yet); empty when it has none.
+  std::string LastError() const {
+    const char* last = ncclGetLastError(comm_);
+    return last != nullptr ? std::string(last) : std::string();
   }
 
   void CheckUsable(const char* what) const {
@@ -171,8 +184,8 @@ class NcclCommunicator : public Communicator {
   // ncclInProgress; anything else but success is an error.
   void Issue(const std::string& what, ncclResult_t result) {
     if (result == ncclSuccess || result == ncclInProgress) return;
-    Abort();
-    NcclCheck(result, what);
+    const std::string detail = Abort();
+    NcclCheck(result, what, detail);
   }
 
   // The watchdog: waits for the communicator and the stream until the
@@ -188,13 +201,11 @@ class NcclCommunicator : public Communicator {
       ncclResult_t query = ncclCommGetAsyncError(comm_, &async);
       if (query != ncclSuccess) async = query;
       if (async != ncclSuccess && async != ncclInProgress) {
-        const char* last = ncclGetLastError(comm_);
         std::string msg = "nccl: " + what + " failed on rank " +
                           std::to_string(rank_) + ": " +
                           ncclGetErrorString(async);
-        if (last != nullptr && *last != '\0')
-          msg += std::string(" (") + last + ")";
-        Abort();
+        const std::string detail = Abort();
+        if (!detail.empty()) msg += " (" + detail + ")";
         throw CommError(msg);
       }
       if (async == ncclSuccess) {
@@ -205,37 +216,48 @@ class NcclCommunicator : public Communicator {
         cudaError_t status = cudaEventQuery(done_);
         if (status == cudaSuccess) return;
         if (status != cudaErrorNotReady) {
-          Abort();
-          CudaCheck(status, kName, what + " (stream)");
+          const std::string detail = Abort();
+          CudaCheck(
+              status, kName,
+              what + " (stream" + (detail.empty() ? "" : "; " + detail) + ")");
         }
       }
       if (!pacer.CheckDue()) continue;
       int dead = peers_.FirstDeadPeer();
       if (dead >= 0) {
-        Abort();
+        const std::string detail = Abort();
         throw CommError("nccl: rank " + std::to_string(dead) + " died during " +
                         what + " (rank " + std::to_string(rank_) +
-                        " waiting); communicator aborted");
+                        " waiting); communicator aborted" +
+                        (detail.empty() ? "" : " (" + detail + ")"));
       }
       if (Clock::now() > deadline) {
-        Abort();
+        const std::string detail = Abort();
         throw CommError(
             "nccl: timed out after " +
             std::to_string(std::chrono::duration<double>(timeout_).count()) +
             " s on rank " + std::to_string(rank_) + " waiting for " + what +
-            " (a peer did not arrive or is stuck); communicator aborted");
+            " (a peer did not arrive or is stuck); communicator aborted" +
+            (detail.empty() ? "" : " (" + detail + ")"));
       }
     }
   }
 
   // ncclCommAbort returns without waiting for peers; in-flight kernels are
-  // stopped, so the stream and the buffers can then be released.
-  void Abort() {
+  // stopped, so the stream and the buffers can then be released. Returns
+  // NCCL's last error text, read while the communicator still exists, and
+  // says so when the abort itself failed.
+  std::string Abort() {
     broken_ = true;
-    if (comm_ != nullptr) {
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
+    if (comm_ == nullptr) return LastError();
+    std::string detail = LastError();
+    const ncclResult_t result = ncclCommAbort(comm_);
+    comm_ = nullptr;
+    if (result != ncclSuccess) {
+      detail += std::string(detail.empty() ? "" : "; ") +
+                "ncclCommAbort failed: " + ncclGetErrorString(result);
     }
+    return detail;
   }
 
   void Release() noexcept {

@@ -17,7 +17,11 @@
 namespace ringlab::comm {
 
 // Data pointers given to the collectives are device pointers on the rank's
-// device (memory() == kDevice). Throws CommError when NCCL cannot start.
+// device (memory() == kDevice). Collectives run on the communicator's own
+// CUDA stream, not the caller's: the caller must have finished writing the
+// buffer (synchronised its stream, as CudaMlp does before returning) before
+// the call; the result is complete when the call returns. Throws CommError
+// when NCCL cannot start.
 std::unique_ptr<Communicator> CreateNcclCommunicator(
     const RankContext& context, const CommOptions& options);
 

@@ -4,11 +4,24 @@
 # Bazel, and copies them into gpu_bin/ (ignored by git through its own
 # .gitignore) so that they can be carried there with the working tree.
 #   tools/gpu_bundle.sh [OUT_DIR]      (default: gpu_bin)
+# The GPU machine has neither Bazel nor this machine's Debian libraries
+# (OpenBLAS, OpenMPI, Google Benchmark, gflags...): every library a binary
+# needs (ldd) that is not glibc, libstdc++, libgcc_s or CUDA's (those come
+# from the GPU machine, CUDA's from PyTorch's wheels) is copied into
+# OUT_DIR/lib, and libraries over 4 MiB (OpenBLAS) are gzipped there, which
+# gpu_check.sh undoes, so that the bundle stays well under the 64 MiB a
+# working tree may carry. MANIFEST lists what each binary needs and where it
+# comes from. OpenMPI's MCA plugins (dlopened by MPI_Init) are not bundled:
+# allreduce_bench calls MPI_Init only for --backends=mpi.
+# GPU_BUNDLE_NO_BUILD=1 bundles bazel-bin's binaries as they are (then
+# _solib libraries of a dynamic build are bundled too).
 # Targets that do not exist (yet) or fail to build are reported and left out;
-# the script fails only when none could be bundled.
+# the script fails only when none could be bundled or the bundle is too big.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 out=${1:-gpu_bin}
+max_bytes=$((48 << 20))  # leaves room in the 64 MiB carry for the tree
+gzip_over=$((4 << 20))
 
 targets=(
   //comm:gpu_backends_test
@@ -17,11 +30,23 @@ targets=(
   //bench:train_step_bench
 )
 
+# Provided by the GPU machine: glibc, the compiler's runtime, the driver and
+# CUDA (from the torch wheels, or a toolkit).
+system_lib='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|libresolv\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libnvrtc|libnvJitLink|libcurand|libcusparse|libcufft|libnvidia-)'
+cuda_lib='^(libcuda\.so|libcudart|libcublas|libnccl|libnvrtc|libnvJitLink|libcurand|libcusparse|libcufft|libnvidia-)'
+
 mkdir -p "$out"
 printf '*\n' >"$out/.gitignore"
+rm -rf "$out/lib"
+mkdir -p "$out/lib"
 built=()
 : >"$out/.build.log"
 for t in "${targets[@]}"; do
+  if [[ -n "${GPU_BUNDLE_NO_BUILD:-}" ]]; then  # bundle bazel-bin as it is
+    pkg=${t#//}
+    [[ -x "bazel-bin/${pkg%%:*}/${t##*:}" ]] && built+=("$t")
+    continue
+  fi
   # --dynamic_mode=off: our own libraries linked in, not left as .so files
   # under bazel-bin/_solib (which would not travel); CUDA stays dynamic.
   if bazel build -c opt --dynamic_mode=off "$t" >>"$out/.build.log" 2>&1; then
@@ -40,7 +65,11 @@ fi
   echo "# gpu_bin built $(date -u +%FT%TZ) from $(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
     "$(git status --porcelain 2>/dev/null | grep -q . && echo '(with local changes)')"
   echo "# nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1)"
+  echo "# per binary: every library it needs (ldd, transitively), as" \
+    "lib (bundled in lib/), sys (glibc/libstdc++/libgcc_s, the GPU machine's)" \
+    "or cuda (torch wheels / CUDA toolkit)"
 } >"$out/MANIFEST"
+status=0
 for t in "${built[@]}"; do
   pkg=${t#//}
   pkg=${pkg%%:*}
@@ -49,10 +78,37 @@ for t in "${built[@]}"; do
   dst="$out/$name"
   rm -f "$dst"
   cp "$src" "$dst" && chmod u+w "$dst"
-  # The CUDA libraries each binary needs by soname: what the GPU machine's
-  # LD_LIBRARY_PATH must provide.
-  needs=$(objdump -p "$dst" 2>/dev/null | awk '/NEEDED/ && /cuda|cublas|nccl/ {print $2}' | tr '\n' ' ')
-  echo "$name $t needs: ${needs:-(no CUDA libraries)}" >>"$out/MANIFEST"
+  line=""
+  # "soname => /path (0x...)", or "soname => not found".
+  while read -r soname path; do
+    [[ -n "$soname" ]] || continue
+    if [[ "$soname" =~ $cuda_lib ]]; then
+      line+=" cuda:$soname"
+    elif [[ "$soname" =~ $system_lib ]]; then
+      line+=" sys:$soname"
+    elif [[ "$path" == "not" || ! -f "$path" ]]; then
+      line+=" MISSING:$soname"
+      echo "gpu_bundle: $name needs $soname, which is not found here" >&2
+      status=1
+    else
+      line+=" lib:$soname"
+      [[ -e "$out/lib/$soname" || -e "$out/lib/$soname.gz" ]] && continue
+      cp -L "$path" "$out/lib/$soname" && chmod u+w "$out/lib/$soname"
+      if (($(stat -c %s "$out/lib/$soname") > gzip_over)); then
+        gzip -6 "$out/lib/$soname"
+      fi
+    fi
+  done < <(ldd "$src" 2>/dev/null |
+    awk '$2 == "=>" {print $1, $3} $2 != "=>" {n = split($1, p, "/"); print p[n], $1}')
+  echo "$name ($t) needs:$line" >>"$out/MANIFEST"
 done
+echo "# lib/ (bytes, .gz = gzipped, unpacked by gpu_check.sh):" >>"$out/MANIFEST"
+(cd "$out/lib" && for f in *; do [[ -f "$f" ]] && echo "#   $f $(stat -c %s "$f")"; done) >>"$out/MANIFEST"
 cat "$out/MANIFEST"
-du -sh "$out" | awk '{print "gpu_bundle: " $1 " in " $2}'
+total=$(du -sb "$out" | awk '{print $1}')
+echo "gpu_bundle: $((total >> 20)) MiB ($total bytes) in $out"
+if ((total > max_bytes)); then
+  echo "error: $out is over $((max_bytes >> 20)) MiB; the carry limit is 64 MiB" >&2
+  exit 1
+fi
+exit $status
