@@ -163,6 +163,13 @@ void BM_AllReduce(benchmark::State& state, Communicator* comm,
     for (int r = 0; r < world; ++r) want += Input(r, i);
     wrong += host[i] != want;
   }
+  // Every rank's wrong elements, not rank 0's only: summed over the ranks
+  // through the host backend, in two parts that floats hold exactly.
+  float parts[2] = {static_cast<float>(wrong >> 16),
+                    static_cast<float>(wrong & 0xffff)};
+  timer->AllReduce(parts, 2, ReduceOp::kSum);
+  wrong =
+      (static_cast<int64_t>(parts[0]) << 16) + static_cast<int64_t>(parts[1]);
   double total = 0;
   for (auto _ : state) {
     comm->Barrier();
@@ -348,6 +355,15 @@ int Main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc > 1) {
     std::fprintf(stderr, "error: unexpected argument '%s'\n", argv[1]);
+    return 2;
+  }
+  if (FLAGS_min_bytes < 4 || FLAGS_max_bytes < FLAGS_min_bytes) {
+    // Sizes grow by 4x from min_bytes: 0 would never reach max_bytes.
+    std::fprintf(stderr,
+                 "error: need 4 <= --min_bytes <= --max_bytes, got %lld and "
+                 "%lld\n",
+                 static_cast<long long>(FLAGS_min_bytes),
+                 static_cast<long long>(FLAGS_max_bytes));
     return 2;
   }
   if (!comm::Rendezvous::InLaunchedJob() && FLAGS_nprocs > 1) {

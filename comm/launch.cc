@@ -36,6 +36,10 @@ void WriteAll(int fd, const std::string& s) {
   }
 }
 
+// A line longer than this is forwarded in pieces, each prefixed: output
+// without newlines must not grow the launcher without bound.
+constexpr size_t kMaxPartialLine = 64 << 10;
+
 // One child stream (stdout or stderr) being forwarded.
 struct Stream {
   int fd = -1;     // read end, -1 once closed
@@ -53,6 +57,12 @@ struct Stream {
       start = nl + 1;
     }
     partial.erase(0, start);
+    while (partial.size() >= kMaxPartialLine) {
+      out += prefix;
+      out.append(partial, 0, kMaxPartialLine);
+      out += '\n';
+      partial.erase(0, kMaxPartialLine);
+    }
     if (!out.empty()) WriteAll(out_fd, out);
   }
   void Flush() {
@@ -120,18 +130,49 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
   std::fflush(stderr);
   std::vector<pid_t> pids(nprocs, -1);
   std::vector<Stream> streams(2 * nprocs);
+  // A failure part-way through starting the ranks: stop and reap those
+  // already started, close their pipes, restore our handlers, then throw.
+  auto abandon = [&](const std::string& what, int err) {
+    for (int r = 0; r < nprocs; ++r) {
+      if (pids[r] > 0) kill(-pids[r], SIGKILL);
+    }
+    for (int r = 0; r < nprocs; ++r) {
+      if (pids[r] > 0) {
+        while (waitpid(pids[r], nullptr, 0) < 0 && errno == EINTR) {
+        }
+      }
+    }
+    for (Stream& s : streams) {
+      if (s.fd >= 0) close(s.fd);
+    }
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    throw std::runtime_error("LaunchRanks: " + what +
+                             " failed: " + std::strerror(err));
+  };
+  const pid_t parent = getpid();
   for (int r = 0; r < nprocs; ++r) {
-    int out[2], err[2];
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-      throw std::runtime_error("LaunchRanks: pipe failed");
+      int e = errno;
+      for (int fd : {out[0], out[1]}) {
+        if (fd >= 0) close(fd);
+      }
+      abandon("pipe", e);
     }
     pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error("LaunchRanks: fork failed");
+    if (pid < 0) {
+      int e = errno;
+      for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
+      abandon("fork", e);
+    }
     if (pid == 0) {
       // Its own process group, so stopping a rank stops what it started too;
-      // and it dies with the launcher, whatever way the launcher goes.
+      // and it dies with the launcher, whatever way the launcher goes (also
+      // if that was before prctl: then this process was already reparented).
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
       dup2(out[1], STDOUT_FILENO);
@@ -151,7 +192,7 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
   }
 
   int running = nprocs;
-  int failed_rank = -1, failed_status = 0;
+  int failed_status = 0;
   std::string failure;
   bool terminating = false;
   auto kill_at = std::chrono::steady_clock::time_point::max();
@@ -185,35 +226,43 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
         }
       }
     }
-    // Reap; a signal death in the same round wins over an exit status, as
-    // it is more likely the cause than the consequence.
-    for (int pass = 0; pass < 2; ++pass) {
-      for (int r = 0; r < nprocs; ++r) {
-        if (pids[r] < 0) continue;
-        int status = 0;
-        pid_t got = waitpid(pids[r], &status, WNOHANG);
-        if (got != pids[r]) continue;
-        pids[r] = -1;
-        --running;
-        bool bad = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        if (!bad || terminating) continue;
-        if (WIFSIGNALED(status)) {
-          failed_status = 128 + WTERMSIG(status);
-          failure = "error: rank " + std::to_string(r) + " killed by signal " +
-                    std::to_string(WTERMSIG(status)) + " (" +
-                    strsignal(WTERMSIG(status)) + ")";
-        } else {
-          failed_status = WEXITSTATUS(status);
-          failure = "error: rank " + std::to_string(r) +
-                    " exited with status " + std::to_string(failed_status);
-        }
-        failed_rank = r;
+    // Reap. The first failure in time is blamed (the launcher wakes as soon
+    // as a rank's pipes close, so rounds are short); among failures seen in
+    // the same round a signal death wins over an exit status, as it is more
+    // likely the cause than the consequence, then the lowest rank.
+    int round_rank = -1, round_status = 0;
+    bool round_signal = false;
+    for (int r = 0; r < nprocs; ++r) {
+      if (pids[r] < 0) continue;
+      int status = 0;
+      pid_t got = waitpid(pids[r], &status, WNOHANG);
+      if (got != pids[r]) continue;
+      pids[r] = -1;
+      --running;
+      bool bad = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      if (!bad || terminating) continue;
+      bool signaled = WIFSIGNALED(status);
+      if (round_rank < 0 || (signaled && !round_signal)) {
+        round_rank = r;
+        round_status = status;
+        round_signal = signaled;
       }
-      if (failed_rank >= 0 && !terminating) {
-        terminating = true;
-        stop_all(SIGTERM);
-        kill_at = std::chrono::steady_clock::now() + options.grace;
+    }
+    if (round_rank >= 0) {
+      if (round_signal) {
+        int sig = WTERMSIG(round_status);
+        failed_status = 128 + sig;
+        failure = "error: rank " + std::to_string(round_rank) +
+                  " killed by signal " + std::to_string(sig) + " (" +
+                  strsignal(sig) + ")";
+      } else {
+        failed_status = WEXITSTATUS(round_status);
+        failure = "error: rank " + std::to_string(round_rank) +
+                  " exited with status " + std::to_string(failed_status);
       }
+      terminating = true;
+      stop_all(SIGTERM);
+      kill_at = std::chrono::steady_clock::now() + options.grace;
     }
     int sig = g_stop_signal.exchange(0);
     if (sig != 0) {

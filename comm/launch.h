@@ -27,9 +27,11 @@ struct LaunchOptions {
 // Runs argv in nprocs processes and waits for all of them. Returns 0 when
 // every rank exits 0; otherwise prints "error: rank R exited with status S"
 // (or "... killed by signal N") to stderr and returns S (128 + N for a
-// signal) of the first rank that failed. SIGINT/SIGTERM to the launcher are
+// signal) of the first rank that failed (failures seen together: a signal
+// death first, then the lowest rank). SIGINT/SIGTERM to the launcher are
 // passed on to the ranks. Throws std::invalid_argument for nprocs < 1 or an
-// empty argv.
+// empty argv, std::runtime_error when a rank cannot be started (after
+// stopping and reaping those already started).
 int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
                 const LaunchOptions& options = {});
 

@@ -1,9 +1,12 @@
 #include "comm/launch.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -98,6 +101,77 @@ TEST(LaunchTest, RankIgnoringSigtermIsKilledAfterTheGrace) {
                       std::chrono::milliseconds(500));
   EXPECT_EQ(l.status, 2) << l.output;
   EXPECT_LT(l.seconds, 20);
+}
+
+// Rank 0 is SIGKILLed; rank 1 exits 1 only once rank 0 is gone (reaped by
+// the launcher, so `kill -0` fails). The launcher must blame the first
+// failure, rank 0's signal, not the later exit (the old launcher blamed the
+// last failing rank by index). Ordered by the ranks themselves, so the test
+// holds on a loaded machine too.
+TEST(LaunchTest, TheFirstFailureIsBlamed) {
+  std::string dir = ::testing::TempDir() + "/blame_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  Launched l = Launch(
+      2, "if [ $RANK = 0 ]; then echo $$ >" + dir + "/pid.tmp; mv " + dir +
+             "/pid.tmp " + dir + "/pid; kill -9 $$; fi; while [ ! -e " + dir +
+             "/pid ]; do sleep 0.01; done; while kill -0 $(cat " + dir +
+             "/pid) 2>/dev/null; do sleep 0.01; done; exit 1");
+  EXPECT_EQ(l.status, 128 + 9) << l.output;
+  EXPECT_NE(l.output.find("error: rank 0 killed by signal 9"),
+            std::string::npos)
+      << l.output;
+}
+
+// A rank that writes without newlines is forwarded in prefixed 64 KiB pieces
+// rather than held in the launcher's memory until it ends.
+TEST(LaunchTest, LongLinesAreForwardedInPieces) {
+  Launched l = Launch(1, "head -c 200000 /dev/zero | tr '\\0' x");
+  EXPECT_EQ(l.status, 0);
+  size_t pieces = 0;
+  for (size_t at = l.output.find("[rank 0] x"); at != std::string::npos;
+       at = l.output.find("[rank 0] x", at + 1)) {
+    ++pieces;
+  }
+  EXPECT_EQ(pieces, 4u) << l.output.size();
+  EXPECT_EQ(std::count(l.output.begin(), l.output.end(), 'x'), 200000);
+}
+
+// Starting the ranks fails part-way (descriptors run out for the pipes): the
+// ranks already started are stopped and reaped, the signal handlers restored
+// and the error thrown. The old launcher threw leaving them running.
+TEST(LaunchTest, FailureWhileStartingReapsStartedRanks) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int open_fds = 0;
+    for (int fd = 0; fd < 4096; ++fd) {
+      if (fcntl(fd, F_GETFD) != -1) open_fds = fd + 1;
+    }
+    rlimit lim{static_cast<rlim_t>(open_fds + 24),
+               static_cast<rlim_t>(open_fds + 24)};
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(10);
+    int code = 0;
+    try {
+      LaunchOptions options;
+      options.exec_self = false;
+      LaunchRanks(40, {"/bin/sh", "-c", "exec sleep 60"}, options);
+      code = 11;  // should have thrown
+    } catch (const std::runtime_error& e) {
+      if (std::string(e.what()).find("pipe") == std::string::npos) code = 12;
+    }
+    // No child left, running or unreaped.
+    if (!(waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD)) code = 13;
+    struct sigaction now {};
+    sigaction(SIGTERM, nullptr, &now);
+    if (now.sa_handler != SIG_DFL) code = 14;
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "10 setrlimit, 11 no throw, 12 wrong error, 13 ranks left, 14 "
+         "handler not restored";
 }
 
 TEST(LaunchTest, AllSucceed) {

@@ -28,6 +28,8 @@ std::string MpiErrorString(int code) {
 }
 
 bool g_we_initialised = false;
+// Whether MPI allows calls from any thread: the watchdog's MPI_Abort needs it.
+bool g_thread_multiple = false;
 
 void FinalizeAtExit() {
   int finalized = 0;
@@ -61,7 +63,11 @@ class MpiCommunicator final : public Communicator {
     if (op != ReduceOp::kSum && op != ReduceOp::kAvg) {
       throw std::invalid_argument("mpi: unsupported reduce op");
     }
+    if (data == nullptr && count > 0) {
+      throw std::invalid_argument("mpi: AllReduce of null data");
+    }
     Arm("AllReduce");
+    Agree(kAllReduce, count, static_cast<int64_t>(op), 0);
     for (size_t done = 0; done < count; done += kMaxPiece) {
       int n = static_cast<int>(std::min(kMaxPiece, count - done));
       Check(MPI_Allreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM,
@@ -85,7 +91,11 @@ class MpiCommunicator final : public Communicator {
                                   std::to_string(root) + " not in [0, " +
                                   std::to_string(world_) + ")");
     }
+    if (data == nullptr && count > 0) {
+      throw std::invalid_argument("mpi: Broadcast of null data");
+    }
     Arm("Broadcast");
+    Agree(kBroadcast, count, 0, root);
     for (size_t done = 0; done < count; done += kMaxPiece) {
       int n = static_cast<int>(std::min(kMaxPiece, count - done));
       Check(MPI_Bcast(data + done, n, MPI_FLOAT, root, MPI_COMM_WORLD),
@@ -97,11 +107,60 @@ class MpiCommunicator final : public Communicator {
 
   void Barrier() override {
     Arm("Barrier");
+    Agree(kBarrier, 0, 0, 0);
     Check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     Disarm();
   }
 
  private:
+  enum Kind : int64_t { kAllReduce = 1, kBroadcast = 2, kBarrier = 3 };
+
+  // MPI itself does not notice ranks that disagree on a call's count, op or
+  // root: it returns partial or wrong results. So every call first reduces
+  // {desc, -desc} with MPI_MAX (one small MPI_Allreduce gives both the
+  // maximum and the minimum of each field); any difference is reported on
+  // every rank alike, before any data moves, so the ranks stay in step.
+  void Agree(int64_t kind, size_t count, int64_t op, int64_t root) {
+    const int64_t desc[5] = {static_cast<int64_t>(++calls_), kind,
+                             static_cast<int64_t>(count), op, root};
+    long long buf[10];
+    for (int i = 0; i < 5; ++i) {
+      buf[i] = desc[i];
+      buf[5 + i] = -desc[i];
+    }
+    Check(MPI_Allreduce(MPI_IN_PLACE, buf, 10, MPI_LONG_LONG, MPI_MAX,
+                        MPI_COMM_WORLD),
+          "MPI_Allreduce (call check)");
+    static const char* const kField[5] = {"call #", "kind", "count", "op",
+                                          "root"};
+    std::string diff;
+    for (int i = 0; i < 5; ++i) {
+      if (buf[i] != -buf[5 + i]) {
+        diff += std::string(diff.empty() ? "" : ", ") + kField[i] +
+                " ranges over [" + std::to_string(-buf[5 + i]) + ", " +
+                std::to_string(buf[i]) + "]";
+      }
+    }
+    if (!diff.empty()) {
+      Disarm();
+      throw CommError(
+          "mpi: mismatched collectives: rank " + std::to_string(rank_) +
+          " is in call #" + std::to_string(desc[0]) + " " + KindName(kind) +
+          "(count=" + std::to_string(count) +
+          (kind == kAllReduce
+               ? std::string(", op=") + ReduceOpName(static_cast<ReduceOp>(op))
+               : std::string()) +
+          (kind == kBroadcast ? ", root=" + std::to_string(root)
+                              : std::string()) +
+          ") but the ranks differ: " + diff);
+    }
+  }
+  static const char* KindName(int64_t kind) {
+    return kind == kAllReduce   ? "AllReduce"
+           : kind == kBroadcast ? "Broadcast"
+                                : "Barrier";
+  }
+
   void Check(int code, const char* what) {
     if (code != MPI_SUCCESS) {
       Disarm();
@@ -132,7 +191,11 @@ class MpiCommunicator final : public Communicator {
                      std::chrono::duration<double>(options_.timeout).count(),
                      what_.load());
         std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        // MPI_Abort from this thread is only allowed with
+        // MPI_THREAD_MULTIPLE; otherwise exit: mpirun then stops the job,
+        // as for any rank that exits non-zero without MPI_Finalize.
+        if (g_thread_multiple) MPI_Abort(MPI_COMM_WORLD, 1);
+        std::_Exit(1);
       }
     }
   }
@@ -140,6 +203,7 @@ class MpiCommunicator final : public Communicator {
   CommOptions options_;
   int rank_ = 0, world_ = 1;
   uint64_t bytes_sent_ = 0;
+  uint64_t calls_ = 0;
   std::atomic<int64_t> started_ns_{0};
   std::atomic<const char*> what_{""};
   std::mutex mutex_;
@@ -170,16 +234,25 @@ std::unique_ptr<Communicator> CreateMpiCommunicator(
                       " ranks were not started by mpirun; run under `mpirun "
                       "-np N` for the mpi backend");
     }
+    // MULTIPLE so that the watchdog thread may call MPI_Abort; an MPI built
+    // without it still works (the watchdog then exits instead).
     int provided = 0;
-    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) {
       throw CommError("mpi: MPI_Init failed: " + MpiErrorString(rc));
+    }
+    if (provided < MPI_THREAD_FUNNELED) {
+      throw CommError("mpi: MPI provides no thread support (level " +
+                      std::to_string(provided) + ")");
     }
     if (!g_we_initialised) {
       g_we_initialised = true;
       std::atexit(FinalizeAtExit);
     }
   }
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  g_thread_multiple = level >= MPI_THREAD_MULTIPLE;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   auto comm = std::make_unique<MpiCommunicator>(options);
   if (context.world_size > 1 && comm->world_size() != context.world_size) {

@@ -5,9 +5,13 @@
 // binaries that do not want libmpi need not link it.
 //
 // MPI has no per-call deadline, so a watchdog thread aborts the whole job
-// (MPI_Abort) when one call has run longer than CommOptions::timeout; a rank
-// that dies is otherwise handled by mpirun, which stops the job. Calls that
-// disagree across ranks are not detected here (MPI leaves that undefined).
+// (MPI_Abort under MPI_THREAD_MULTIPLE, else it exits the rank, which mpirun
+// turns into stopping the job) when one call has run longer than
+// CommOptions::timeout; a rank that dies is otherwise handled by mpirun.
+// Calls that disagree across ranks (kind, count, op, root, or a skipped call)
+// are detected before any data moves, at the cost of one small
+// MPI_Allreduce per call, and throw CommError("mpi: mismatched ...") on
+// every rank.
 #ifndef RINGLAB_COMM_MPI_COMMUNICATOR_H_
 #define RINGLAB_COMM_MPI_COMMUNICATOR_H_
 

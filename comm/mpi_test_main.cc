@@ -1,5 +1,6 @@
 // Run under mpirun by mpi_test.sh: exact-sum AllReduce, Broadcast and Barrier
-// through the "mpi" backend. Exits non-zero with a message on any mismatch.
+// through the "mpi" backend, then that null data and mismatched calls (count,
+// op, root) throw on every rank. Exits non-zero with a message on any mismatch.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -54,6 +55,46 @@ void Run() {
     }
     comm->Barrier();
   }
+  // Null data is refused before anything is sent (on every rank alike here).
+  bool threw = false;
+  try {
+    comm->AllReduce(nullptr, 5, ReduceOp::kSum);
+  } catch (const std::invalid_argument&) {
+    threw = true;
+  }
+  if (!threw) throw std::runtime_error("AllReduce(nullptr, 5) accepted");
+  // Mismatched calls throw on every rank, before any data moves, so the ranks
+  // stay in step and the communicator stays usable.
+  struct Mismatch {
+    const char* what;
+    size_t count;  // rank 1's; the others use 8
+    ReduceOp op;   // rank 1's; the others sum
+    bool broadcast_root;
+  };
+  for (const Mismatch& m : {Mismatch{"count", 9, ReduceOp::kSum, false},
+                            Mismatch{"op", 8, ReduceOp::kAvg, false},
+                            Mismatch{"root", 8, ReduceOp::kSum, true}}) {
+    std::vector<float> x(16, 1.0f);
+    bool odd = rank == 1;
+    std::string error;
+    try {
+      if (m.broadcast_root) {
+        comm->Broadcast(x.data(), 8, odd ? 1 : 0);
+      } else {
+        comm->AllReduce(x.data(), odd ? m.count : 8,
+                        odd ? m.op : ReduceOp::kSum);
+      }
+    } catch (const ringlab::comm::CommError& e) {
+      error = e.what();
+    }
+    if (error.find("mismatched") == std::string::npos ||
+        error.find(m.what) == std::string::npos) {
+      throw std::runtime_error(std::string("mismatched ") + m.what +
+                               " not reported: '" + error + "'");
+    }
+    if (x[0] != 1.0f) throw std::runtime_error("data moved despite mismatch");
+  }
+  comm->Barrier();
   std::printf("mpi_test: rank %d of %d OK\n", rank, world);
 }
 

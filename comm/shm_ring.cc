@@ -86,15 +86,20 @@ struct GlobalHeader {
   uint64_t small_bytes;
   uint64_t oneshot_bytes;
   uint64_t stream_stores;
+  uint64_t nonce;  // in the address rank 0 publishes: the right file
 };
 
 inline constexpr size_t kInlineFloats = 10;
 
 struct alignas(64) InlineBox {
-  std::atomic<uint32_t> seq;  // the call whose data is in here
+  // The call whose data is in here: low 32 bits in seq (the futex word),
+  // high 32 bits in seq_hi, written before seq, so that a box last written
+  // 2^32 calls ago is never taken for this call's.
+  std::atomic<uint32_t> seq;
   std::atomic<uint32_t> sleepers;
-  uint64_t packed;
-  uint64_t count;
+  uint32_t seq_hi;
+  uint32_t desc;  // kind | op << 8 | count << 16 (count <= kInlineFloats)
+  uint64_t unused;
   float data[kInlineFloats];
 };
 static_assert(sizeof(InlineBox) == 64, "one cache line");
@@ -109,10 +114,14 @@ struct alignas(64) RankHeader {
   std::atomic<uint64_t> call_count;
   // One-shot: the call whose data this rank has posted / finished reading.
   // One line, written only by its rank: a peer polling it pulls both.
+  // The 32-bit words are only futex words (they wrap); readers decide on the
+  // 64-bit copies, stored before them.
   alignas(64) std::atomic<uint32_t> posted;
   std::atomic<uint32_t> posted_sleepers;
   std::atomic<uint32_t> done;
   std::atomic<uint32_t> done_sleepers;
+  std::atomic<uint64_t> posted64;
+  std::atomic<uint64_t> done64;
   // Tiny messages and barriers, one per bank: flag, description and data
   // share one cache line, so a peer gets all three in one transfer.
   alignas(64) InlineBox box[2];
@@ -292,20 +301,6 @@ size_t EnvBytes(const char* name, size_t fallback, size_t lo, size_t hi) {
   return static_cast<size_t>(n);
 }
 
-std::string RandomName() {
-  unsigned char bytes[8];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t k = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) throw CommError("shm_ring: getrandom failed");
-    got += static_cast<size_t>(k);
-  }
-  char hex[17];
-  for (int i = 0; i < 8; ++i) std::snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
-  return std::string("/ringlab-") + hex;
-}
-
 class ShmRing final : public Communicator {
  public:
   ShmRing(const RankContext& context, const CommOptions& options);
@@ -391,7 +386,8 @@ class ShmRing final : public Communicator {
   uint64_t calls_ = 0;
   bool stream_ = false;  // non-temporal stores into the mailbox
   uint64_t stream_mode_ = 2;
-  bool oversubscribed_ = false;  // more ranks than CPUs this process may use
+  bool oversubscribed_ = false;  // more ranks than CPUs the ranks may use
+  int ncpu_ = 1;  // CPUs in the union of the ranks' affinity masks
   std::chrono::nanoseconds spin_{0};
   uint64_t sent_ = 0;   // messages posted to the right neighbour
   uint64_t recvd_ = 0;  // messages taken from the left neighbour
@@ -407,35 +403,64 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
       left_((context.rank + context.world_size - 1) % context.world_size),
       right_((context.rank + 1) % context.world_size),
       options_(options) {
+  // First, before anything can throw: every rank's counter moves in step, so
+  // the keys of the next communicator still match across ranks.
+  const std::string prefix =
+      "shm_ring/" + std::to_string(g_instances.fetch_add(1)) + "/";
   if (context.store == nullptr) {
     throw std::invalid_argument(
         "shm_ring needs a rendezvous store (set MASTER_ADDR and MASTER_PORT)");
   }
-  cpu_set_t cpus;
-  int ncpu =
-      sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  oversubscribed_ = world_ > ncpu;
-  spin_ = oversubscribed_ ? std::chrono::nanoseconds(2000)
-                          : std::chrono::nanoseconds(200000);
   Store& store = *context.store;
-  const std::string prefix =
-      "shm_ring/" + std::to_string(g_instances.fetch_add(1)) + "/";
-  auto timeout = options.timeout;
-  std::string name;
+  const auto timeout = options.timeout;
+  const auto deadline = Clock::now() + timeout;
   int fd = -1;
+  bool published = false;  // rank 0: the segment's address is in the store
+  bool reported = false;   // a failure of ours is in the store
+  // Peers learn about a failure from the store at once instead of at their
+  // deadline: "error" holds the message, "state" goes negative.
+  auto report = [&](const std::string& message) {
+    if (reported) return;
+    reported = true;
+    try {
+      if (rank_ == 0 && !published)
+        store.Set(prefix + "name", "error:" + message);
+      store.Set(prefix + "error",
+                "rank " + std::to_string(rank_) + ": " + message);
+      store.Add(prefix + "state", -(int64_t{1} << 40));
+    } catch (...) {
+      // The store itself failed: peers will time out; nothing better to do.
+    }
+  };
+  auto fail_message = [&]() -> std::string {
+    try {
+      return store.Get(prefix + "error", std::chrono::seconds(5));
+    } catch (const std::exception& e) {
+      return std::string("(no message: ") + e.what() + ")";
+    }
+  };
   try {
-    if (rank_ == 0) {
-      oneshot_ = EnvBytes("RINGLAB_SHM_ONESHOT_BYTES",
-                          kShmRingDefaultOneShotBytes, 0, 16 << 20);
-      chunk_ = RoundUp(EnvBytes("RINGLAB_SHM_CHUNK_BYTES",
-                                kShmRingDefaultChunkBytes, 4096, 64 << 20),
-                       kPage);
-      small_ = RoundUp(std::max<size_t>(oneshot_, kPage), kPage);
-      // 0: cached stores, 1: streaming stores, 2 (unset): measure.
-      stream_mode_ = EnvBytes("RINGLAB_SHM_STREAM_STORES", 2, 0, 1);
-      // The wavefront schedule in RingAllReduce never deadlocks when a mailbox
-      // holds two wavefronts of 2(N-1) messages each.
-      slots_ = std::max<uint64_t>(4, 4 * static_cast<uint64_t>(world_));
+    // Every rank validates the tuning variables, so that a bad value fails
+    // on every rank alike; rank 0's values are the ones used.
+    oneshot_ = EnvBytes("RINGLAB_SHM_ONESHOT_BYTES",
+                        kShmRingDefaultOneShotBytes, 0, 16 << 20);
+    const bool chunk_set = std::getenv("RINGLAB_SHM_CHUNK_BYTES") != nullptr &&
+                           *std::getenv("RINGLAB_SHM_CHUNK_BYTES") != '\0';
+    chunk_ = RoundUp(EnvBytes("RINGLAB_SHM_CHUNK_BYTES",
+                              kShmRingDefaultChunkBytes, 4096, 64 << 20),
+                     kPage);
+    small_ = RoundUp(std::max<size_t>(oneshot_, kPage), kPage);
+    // 0: cached stores, 1: streaming stores, 2 (unset): measure.
+    stream_mode_ = EnvBytes("RINGLAB_SHM_STREAM_STORES", 2, 0, 1);
+    // The wavefront schedule in RingAllReduce never deadlocks when a mailbox
+    // holds two wavefronts of 2(N-1) messages each.
+    slots_ = std::max<uint64_t>(4, 4 * static_cast<uint64_t>(world_));
+    // So that the segment grows as N rather than N^2: with the default chunk
+    // a rank's mailbox is at most 8 MiB (from 17 ranks up, smaller chunks).
+    if (!chunk_set) {
+      constexpr size_t kMaxMailboxBytes = 8 << 20;
+      chunk_ = std::max(
+          kPage, std::min(chunk_, kMaxMailboxBytes / slots_ / kPage * kPage));
     }
     // Rank 0 decides the layout; the others read it from the segment.
     auto layout = [&] {
@@ -446,22 +471,49 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
       data_offset_ = small_offset_ + world_ * 2 * (small_ + kPage);
       return data_offset_ + world_ * slots_ * chunk_;
     };
-    if (rank_ == 0) {
-      size_t bytes = layout();
-      for (int attempt = 0; fd < 0; ++attempt) {
-        name = RandomName();
-        fd =
-            shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-        if (fd < 0 && (errno != EEXIST || attempt > 8)) {
-          throw CommError("shm_ring: shm_open(" + name +
-                          ") failed: " + std::strerror(errno));
-        }
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) CPU_SET(0, &cpus);
+    auto cpus_hex = [](const cpu_set_t& set) {
+      std::string hex;
+      const auto* b = reinterpret_cast<const unsigned char*>(&set);
+      for (size_t i = 0; i < sizeof(set); ++i) {
+        char h[3];
+        std::snprintf(h, sizeof(h), "%02x", b[i]);
+        hex += h;
       }
-      if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-        throw CommError(std::string("shm_ring: ftruncate failed: ") +
+      return hex;
+    };
+    store.Set(prefix + "cpus/" + std::to_string(rank_), cpus_hex(cpus));
+    if (rank_ == 0) {
+      // An anonymous file: nothing is ever named in /dev/shm, so nothing can
+      // be left there, however any rank exits. Peers open it through
+      // /proc/<pid>/fd/<fd> while this rank holds it open (same user, same
+      // machine and PID namespace, which shm_ring needs anyway).
+      const size_t bytes = layout();
+      fd = memfd_create("ringlab-shm_ring", MFD_CLOEXEC);
+      if (fd < 0) {
+        throw CommError(std::string("shm_ring: memfd_create failed: ") +
                         std::strerror(errno));
       }
+      // ftruncate reserves nothing: on a full tmpfs the first touch of a
+      // page would be a SIGBUS. Reserve it all now and fail cleanly.
+      int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+      if (err != 0) {
+        throw CommError("shm_ring: cannot reserve " +
+                        std::to_string(bytes >> 20) +
+                        " MiB of shared memory for " + std::to_string(world_) +
+                        " ranks: " + std::strerror(err) +
+                        (err == ENOSPC || err == ENOMEM
+                             ? " (too little free memory; a smaller "
+                               "RINGLAB_SHM_CHUNK_BYTES shrinks the segment)"
+                             : ""));
+      }
       Map(bytes, fd);
+      uint64_t nonce = 0;
+      if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce)) {
+        nonce = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+      }
       auto* g = reinterpret_cast<GlobalHeader*>(base_);
       g->world_size = static_cast<uint64_t>(world_);
       g->chunk_bytes = chunk_;
@@ -469,23 +521,89 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
       g->small_bytes = small_;
       g->oneshot_bytes = oneshot_;
       g->stream_stores = stream_mode_;
+      g->nonce = nonce;
       g->magic.store(kMagic, std::memory_order_release);
-      store.Set(prefix + "name", name);
+      Rank(rank_)->pid.store(getpid(), std::memory_order_release);
+      store.Set(prefix + "name", "memfd:" + std::to_string(getpid()) + ":" +
+                                     std::to_string(fd) + ":" +
+                                     std::to_string(nonce));
+      published = true;
+      // Wait until every peer has mapped the segment (or one failed): only
+      // then may the descriptor they open go.
+      auto pause = std::chrono::microseconds(100);
+      for (;;) {
+        if (store.Add(prefix + "state", 0) < 0) {
+          throw CommError("shm_ring: a rank failed to join: " + fail_message());
+        }
+        int64_t mapped = store.Add(prefix + "mapped", 0);
+        if (mapped >= world_ - 1) break;
+        if (Clock::now() > deadline) {
+          throw CommError(
+              "shm_ring: timed out after " +
+              std::to_string(std::chrono::duration<double>(timeout).count()) +
+              " s: only " + std::to_string(mapped) + " of " +
+              std::to_string(world_ - 1) + " peers mapped the segment");
+        }
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(5000));
+      }
+      close(fd);
+      fd = -1;
+      // Oversubscribed when the ranks together may use fewer CPUs than there
+      // are ranks (the union of their masks: each rank pinned to its own CPU
+      // is not oversubscribed, all pinned to one CPU is).
+      cpu_set_t all;
+      CPU_ZERO(&all);
+      for (int p = 0; p < world_; ++p) {
+        std::string hex = store.Get(prefix + "cpus/" + std::to_string(p),
+                                    std::chrono::seconds(5));
+        auto* b = reinterpret_cast<unsigned char*>(&all);
+        for (size_t i = 0; i < sizeof(all) && 2 * i + 1 < hex.size(); ++i) {
+          b[i] |= static_cast<unsigned char>(
+              std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+        }
+      }
+      ncpu_ = std::max(1, CPU_COUNT(&all));
+      store.Add(prefix + "state", ncpu_);
     } else {
-      name = store.Get(prefix + "name", timeout);
-      fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+      std::string where = store.Get(prefix + "name", timeout);
+      if (where.rfind("error:", 0) == 0) {
+        reported = true;  // it is rank 0's failure, already in the store
+        throw CommError("shm_ring: rank 0 failed to create the segment: " +
+                        where.substr(6));
+      }
+      long long pid0 = 0, fd0 = 0;
+      unsigned long long nonce = 0;
+      if (std::sscanf(where.c_str(), "memfd:%lld:%lld:%llu", &pid0, &fd0,
+                      &nonce) != 3) {
+        throw CommError("shm_ring: bad segment address '" + where + "'");
+      }
+      const std::string path =
+          "/proc/" + std::to_string(pid0) + "/fd/" + std::to_string(fd0);
+      fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd < 0 && store.Add(prefix + "state", 0) < 0) {
+        // Rank 0 let the file go because some rank failed: name that one.
+        reported = true;
+        throw CommError("shm_ring: a rank failed to join: " + fail_message());
+      }
       if (fd < 0) {
         throw CommError("shm_ring: rank " + std::to_string(rank_) +
-                        " cannot open " + name + ": " + std::strerror(errno));
+                        " cannot open rank 0's segment at " + path + ": " +
+                        std::strerror(errno) +
+                        " (rank 0 gone, or not the same user, machine and PID "
+                        "namespace)");
       }
       struct stat st;
       if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(kPage)) {
-        throw CommError("shm_ring: segment " + name + " too small");
+        throw CommError("shm_ring: segment at " + path + " too small");
       }
       Map(static_cast<size_t>(st.st_size), fd);
+      close(fd);
+      fd = -1;
       auto* g = reinterpret_cast<GlobalHeader*>(base_);
-      if (g->magic.load(std::memory_order_acquire) != kMagic) {
-        throw CommError("shm_ring: segment " + name + " not initialised");
+      if (g->magic.load(std::memory_order_acquire) != kMagic ||
+          g->nonce != nonce) {
+        throw CommError("shm_ring: " + path + " is not rank 0's segment");
       }
       if (g->world_size != static_cast<uint64_t>(world_)) {
         throw CommError("shm_ring: rank " + std::to_string(rank_) +
@@ -498,19 +616,45 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
       oneshot_ = g->oneshot_bytes;
       stream_mode_ = g->stream_stores;
       if (layout() != map_bytes_) {
-        throw CommError("shm_ring: segment " + name + " has the wrong size");
+        throw CommError("shm_ring: segment at " + path + " has the wrong size");
+      }
+      Rank(rank_)->pid.store(getpid(), std::memory_order_release);
+      store.Add(prefix + "mapped", 1);
+      // Rank 0 says when everyone is in; polled, so that its death or a
+      // peer's failure ends the wait at once.
+      auto pause = std::chrono::microseconds(100);
+      for (;;) {
+        int64_t state = store.Add(prefix + "state", 0);
+        if (state < 0) {
+          reported = true;
+          throw CommError("shm_ring: a rank failed to join: " + fail_message());
+        }
+        if (state > 0) {
+          ncpu_ = static_cast<int>(state);
+          break;
+        }
+        if (ProcessDead(static_cast<pid_t>(pid0))) {
+          throw CommError("shm_ring: rank 0 (pid " + std::to_string(pid0) +
+                          ") died while the ranks were joining");
+        }
+        if (Clock::now() > deadline) {
+          throw CommError(
+              "shm_ring: timed out after " +
+              std::to_string(std::chrono::duration<double>(timeout).count()) +
+              " s waiting for the other ranks to map the segment");
+        }
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(5000));
       }
     }
-    close(fd);
-    fd = -1;
-    Rank(rank_)->pid.store(getpid(), std::memory_order_release);
-    // The last rank to map removes the name: from here on the segment lives
-    // only as long as some rank has it mapped, whatever way they exit.
-    if (store.Add(prefix + "mapped", 1) == world_) {
-      shm_unlink(name.c_str());
-      store.Set(prefix + "unlinked", "1");
+    oversubscribed_ = world_ > ncpu_;
+    spin_ = oversubscribed_ ? std::chrono::nanoseconds(2000)
+                            : std::chrono::nanoseconds(200000);
+    if (std::getenv("RINGLAB_SHM_DEBUG") != nullptr) {
+      std::fprintf(stderr, "shm_ring: rank %d: %d ranks on %d CPUs -> %s\n",
+                   rank_, world_, ncpu_,
+                   oversubscribed_ ? "oversubscribed" : "not oversubscribed");
     }
-    store.Get(prefix + "unlinked", timeout);
     stream_ = stream_mode_ == 1;
     if (stream_mode_ == 2 && world_ > 1) {
       // Whether the mailbox should bypass this core's cache depends on how
@@ -535,10 +679,19 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
                      median * 1e6, stream_ ? "streaming" : "cached");
       }
     }
-  } catch (...) {
+  } catch (const std::exception& e) {
+    report(e.what());
     if (fd >= 0) close(fd);
-    if (!name.empty()) shm_unlink(name.c_str());
-    if (base_ != nullptr) munmap(base_, map_bytes_);
+    if (base_ != nullptr) {
+      // Peers that mapped already learn of it in their first wait.
+      RankHeader* me = Rank(rank_);
+      if (me->aborted.load() == 0) {
+        std::snprintf(me->abort_message, sizeof(me->abort_message), "%s",
+                      e.what());
+        me->aborted.store(1, std::memory_order_release);
+      }
+      munmap(base_, map_bytes_);
+    }
     base_ = nullptr;
     throw;
   }
@@ -572,7 +725,9 @@ ShmRing::Call ShmRing::Begin(Kind kind, size_t count, ReduceOp op, int root) {
   call.desc.count = count;
   call.deadline = Clock::now() + options_.timeout;
   RankHeader* me = Rank(rank_);
-  me->call_seq.store(0, std::memory_order_release);
+  me->call_seq.store(0, std::memory_order_relaxed);
+  // Seqlock: the 0 must be visible before the new description is.
+  std::atomic_thread_fence(std::memory_order_release);
   me->call_packed.store(call.desc.packed, std::memory_order_relaxed);
   me->call_count.store(call.desc.count, std::memory_order_relaxed);
   me->call_seq.store(call.desc.seq, std::memory_order_release);
@@ -597,6 +752,7 @@ void ShmRing::Guarded(Call& call, Fn fn) {
     // Every collective ends by saying so: the one-shot banks are reused two
     // calls later only once every peer has finished with them.
     RankHeader* me = Rank(rank_);
+    me->done64.store(call.desc.seq, std::memory_order_release);
     me->done.store(static_cast<uint32_t>(call.desc.seq),
                    std::memory_order_seq_cst);
     FutexWakeIfSleeping(&me->done, &me->done_sleepers);
@@ -633,8 +789,10 @@ void ShmRing::SlowChecks(Call& call, int peer) {
     // rather than at the deadline.
     uint64_t seq = h->call_seq.load(std::memory_order_acquire);
     if (p != rank_ && seq == call.desc.seq) {
-      CallDesc theirs{seq, h->call_packed.load(), h->call_count.load()};
-      if (h->call_seq.load(std::memory_order_acquire) == seq) {
+      CallDesc theirs{seq, h->call_packed.load(std::memory_order_relaxed),
+                      h->call_count.load(std::memory_order_relaxed)};
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (h->call_seq.load(std::memory_order_relaxed) == seq) {
         CheckDesc(call, theirs, p);
       }
     }
@@ -735,12 +893,13 @@ void ShmRing::ReleaseRecv() {
 void ShmRing::BankFree(Call& call) {
   // Bank b was last written in call seq-2: every peer must have read it.
   if (call.desc.seq <= 2) return;
-  uint32_t want = static_cast<uint32_t>(call.desc.seq - 2);
+  const uint64_t want = call.desc.seq - 2;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     RankHeader* h = Rank(p);
-    Wait(call, &h->done, &h->done_sleepers, p,
-         [want](uint32_t v) { return static_cast<int32_t>(v - want) >= 0; });
+    Wait(call, &h->done, &h->done_sleepers, p, [h, want](uint32_t) {
+      return h->done64.load(std::memory_order_acquire) >= want;
+    });
   }
 }
 
@@ -755,6 +914,7 @@ void ShmRing::OneShotAllReduce(Call& call, float* data, size_t count,
     CopyFloats(SmallData(rank_, bank), data, count);
   }
   Small(rank_, bank)->desc = call.desc;
+  me->posted64.store(call.desc.seq, std::memory_order_release);
   me->posted.store(seq, std::memory_order_seq_cst);
   FutexWakeIfSleeping(&me->posted, &me->posted_sleepers);
   bytes_sent_ += count * sizeof(float);
@@ -762,8 +922,10 @@ void ShmRing::OneShotAllReduce(Call& call, float* data, size_t count,
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     RankHeader* h = Rank(p);
-    Wait(call, &h->posted, &h->posted_sleepers, p,
-         [seq](uint32_t v) { return static_cast<int32_t>(v - seq) >= 0; });
+    const uint64_t seq64 = call.desc.seq;
+    Wait(call, &h->posted, &h->posted_sleepers, p, [h, seq64](uint32_t) {
+      return h->posted64.load(std::memory_order_acquire) >= seq64;
+    });
     CheckDesc(call, Small(p, bank)->desc, p);
   }
   if (count > 0) {
@@ -787,8 +949,9 @@ void ShmRing::InlineAllReduce(Call& call, float* data, size_t count,
   BankFree(call);
   InlineBox* mine = &Rank(rank_)->box[bank];
   for (size_t i = 0; i < count; ++i) mine->data[i] = data[i];
-  mine->packed = call.desc.packed;
-  mine->count = call.desc.count;
+  mine->seq_hi = static_cast<uint32_t>(call.desc.seq >> 32);
+  mine->desc = static_cast<uint32_t>((call.desc.packed & 0xffff) |
+                                     (call.desc.count << 16));
   mine->seq.store(seq, std::memory_order_seq_cst);
   FutexWakeIfSleeping(&mine->seq, &mine->sleepers);
   bytes_sent_ += count * sizeof(float);
@@ -796,9 +959,16 @@ void ShmRing::InlineAllReduce(Call& call, float* data, size_t count,
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     InlineBox* box = &Rank(p)->box[bank];
-    Wait(call, &box->seq, &box->sleepers, p,
-         [seq](uint32_t v) { return static_cast<int32_t>(v - seq) >= 0; });
-    CheckDesc(call, CallDesc{call.desc.seq, box->packed, box->count}, p);
+    // Exact: a peer cannot write this bank again before this rank is done
+    // with the call (BankFree), so the box holds this call or an older one.
+    const uint32_t seq_hi = static_cast<uint32_t>(call.desc.seq >> 32);
+    Wait(call, &box->seq, &box->sleepers, p, [box, seq, seq_hi](uint32_t v) {
+      return v == seq && box->seq_hi == seq_hi;
+    });
+    CheckDesc(call,
+              CallDesc{call.desc.seq, box->desc & 0xffffu,
+                       static_cast<uint64_t>(box->desc >> 16)},
+              p);
   }
   // Rank order on every rank, as the one-shot path.
   for (size_t i = 0; i < count; ++i) {
@@ -942,14 +1112,17 @@ void ShmRing::Broadcast(float* data, size_t count, int root) {
         BankFree(call);
         CopyFloats(SmallData(rank_, bank), data, count);
         Small(rank_, bank)->desc = call.desc;
+        me->posted64.store(call.desc.seq, std::memory_order_release);
         me->posted.store(seq, std::memory_order_seq_cst);
         FutexWakeIfSleeping(&me->posted, &me->posted_sleepers);
         bytes_sent_ += bytes;
       } else {
         call.phase = "receive";
         RankHeader* h = Rank(root);
-        Wait(call, &h->posted, &h->posted_sleepers, root,
-             [seq](uint32_t v) { return static_cast<int32_t>(v - seq) >= 0; });
+        const uint64_t seq64 = call.desc.seq;
+        Wait(call, &h->posted, &h->posted_sleepers, root, [h, seq64](uint32_t) {
+          return h->posted64.load(std::memory_order_acquire) >= seq64;
+        });
         CheckDesc(call, Small(root, bank)->desc, root);
         CopyFloats(data, SmallData(root, bank), count);
       }

@@ -12,11 +12,16 @@
 //
 // Waits spin briefly, then sleep on a futex, so more ranks than cores still
 // progress; every wait has the CommOptions deadline and checks that the peer it
-// waits on is still alive. The segment is created 0600 under a random name
-// ("/ringlab-<16 hex>") and unlinked as soon as every rank has mapped it, so
-// nothing is left in /dev/shm after any exit, a crash included.
+// waits on is still alive. The segment is an anonymous memfd of rank 0's,
+// which peers open through /proc/<pid>/fd/<fd> (so the ranks must share the
+// user, the machine and the PID namespace): it never has a name in /dev/shm,
+// so nothing is left there after any exit, SIGKILL included. Its memory is
+// reserved at creation (a CommError, not a SIGBUS, when too little is free).
+// A rank that fails while the ranks join says so in the store, and the others
+// fail at once naming it.
 //
-// Tuning (read by rank 0 at creation, used by all): RINGLAB_SHM_ONESHOT_BYTES
+// Tuning (validated by every rank, rank 0's used by all):
+// RINGLAB_SHM_ONESHOT_BYTES
 // (the one-shot threshold), RINGLAB_SHM_CHUNK_BYTES (the ring's chunk) and
 // RINGLAB_SHM_STREAM_STORES (0: cached, 1: non-temporal stores into the
 // mailboxes; unset: chosen at creation from the measured barrier latency,

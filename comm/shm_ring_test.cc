@@ -1,6 +1,7 @@
 #include "comm/shm_ring.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -298,6 +299,103 @@ TEST(ShmRingTest, AbsentRankTimesOutNamingIt) {
       << Describe(results);
   EXPECT_EQ(results[1].exit_code, 0) << Describe(results);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+// A rank that never joins, and rank 0 killed while it waits for it: the old
+// named segment stayed in /dev/shm (it was unlinked only once every rank had
+// mapped it). Now nothing is ever named there, and the surviving peer, which
+// has mapped the segment, names the dead rank 0 at once.
+TEST(ShmRingTest, RankZeroKilledWhileJoiningLeavesNothing) {
+  auto before = ShmRinglabNames();
+  auto start = std::chrono::steady_clock::now();
+  auto results = RunRanks(
+      3,
+      [&](const RankContext& c) {
+        if (c.rank == 2) _exit(3);  // dies before creating its communicator
+        if (c.rank == 0) {
+          std::thread([] {
+            std::this_thread::sleep_for(milliseconds(500));
+            kill(getpid(), SIGKILL);
+          }).detach();
+        }
+        auto comm = MakeRing(c, milliseconds(30000));
+      },
+      // Then SIGKILL whoever still waits (as a launcher would stop them):
+      // no rank survives to clean up after rank 0.
+      milliseconds(10000));
+  EXPECT_EQ(results[0].term_signal, SIGKILL) << Describe(results);
+  EXPECT_EQ(results[1].exit_code, 1) << Describe(results);
+  EXPECT_NE(results[1].output.find("rank 0"), std::string::npos)
+      << Describe(results);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15))
+      << Describe(results);
+  ExpectNoLeakedSegments(before);
+}
+
+// A bad tuning variable on one rank fails every rank at once, naming it,
+// instead of leaving the others to wait out their deadline.
+TEST(ShmRingTest, BadEnvironmentOnOneRankFailsEveryRankFast) {
+  for (int bad : {0, 1}) {
+    SCOPED_TRACE("bad rank " + std::to_string(bad));
+    auto start = std::chrono::steady_clock::now();
+    auto results = RunRanks(
+        3,
+        [&](const RankContext& c) {
+          if (c.rank == bad) setenv("RINGLAB_SHM_CHUNK_BYTES", "12", 1);
+          auto comm = MakeRing(c, milliseconds(30000));
+          float v = 1;
+          comm->AllReduce(&v, 1, ReduceOp::kSum);
+        },
+        milliseconds(60000));
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(15))
+        << Describe(results);
+    for (const RankResult& r : results) {
+      EXPECT_EQ(r.exit_code, 1) << Describe(results);
+      EXPECT_NE(r.output.find("RINGLAB_SHM_CHUNK_BYTES=12"), std::string::npos)
+          << Describe(results);
+      if (r.rank != bad) {
+        EXPECT_NE(r.output.find("rank " + std::to_string(bad)),
+                  std::string::npos)
+            << Describe(results);
+      }
+    }
+  }
+}
+
+// Ranks pinned each to its own CPU (as allreduce_bench --pin does) are not
+// oversubscribed: the decision uses the union of the ranks' masks, not one
+// rank's single CPU.
+TEST(ShmRingTest, PinnedRanksAreNotOversubscribed) {
+  const int world = 2;
+  if (sysconf(_SC_NPROCESSORS_ONLN) < world) GTEST_SKIP() << "needs 2 CPUs";
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  std::vector<int> cpus;
+  for (int i = 0; i < CPU_SETSIZE; ++i) {
+    if (CPU_ISSET(i, &mine)) cpus.push_back(i);
+  }
+  if (static_cast<int>(cpus.size()) < world) {
+    GTEST_SKIP() << "needs 2 CPUs in the affinity mask";
+  }
+  auto results = RunRanks(
+      world,
+      [&](const RankContext& c) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[c.rank], &one);
+        Check(sched_setaffinity(0, sizeof(one), &one) == 0, "pin");
+        setenv("RINGLAB_SHM_DEBUG", "1", 1);
+        setenv("RINGLAB_SHM_STREAM_STORES", "0", 1);
+        auto comm = MakeRing(c);
+      },
+      milliseconds(30000));
+  ExpectAllExitedZero(results);
+  for (const RankResult& r : results) {
+    EXPECT_NE(r.output.find("2 ranks on 2 CPUs -> not oversubscribed"),
+              std::string::npos)
+        << Describe(results);
+  }
 }
 
 TEST(ShmRingTest, ErrorsForBadArguments) {

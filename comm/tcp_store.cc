@@ -125,12 +125,26 @@ void TcpStoreServer::Serve() {
     close(conns[i].fd);
     conns.erase(conns.begin() + static_cast<long>(i));
   };
+  // While accept() fails for want of resources (EMFILE, ENFILE, ENOBUFS,
+  // ENOMEM) the pending connection stays readable: stop polling for it a
+  // while rather than spin.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point accept_paused_until{};
   for (;;) {
+    const auto now = Clock::now();
+    const bool accepting = now >= accept_paused_until;
     std::vector<pollfd> fds;
     fds.push_back({wake_pipe_[0], POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
     for (const Conn& c : conns) fds.push_back({c.fd, POLLIN, 0});
-    if (poll(fds.data(), fds.size(), -1) < 0) {
+    int wait_ms =
+        accepting ? -1
+                  : static_cast<int>(
+                        std::chrono::duration_cast<std::chrono::milliseconds>(
+                            accept_paused_until - now)
+                            .count()) +
+                        1;
+    if (poll(fds.data(), fds.size(), wait_ms) < 0) {
       if (errno == EINTR) continue;
       std::perror("TcpStoreServer: poll");
       break;
@@ -138,7 +152,20 @@ void TcpStoreServer::Serve() {
     if (fds[0].revents != 0) break;
     if (fds[1].revents & POLLIN) {
       int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0) {
+      if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                     errno == ENOMEM)) {
+        std::fprintf(stderr,
+                     "TcpStoreServer: accept failed (%s); retrying in 50 ms\n",
+                     std::strerror(errno));
+        accept_paused_until = Clock::now() + std::chrono::milliseconds(50);
+      } else if (fd >= 0 && conns.size() >= kMaxStoreConnections) {
+        std::fprintf(stderr,
+                     "TcpStoreServer: refusing a connection: already %zu "
+                     "(the most allowed)\n",
+                     conns.size());
+        rejected_.fetch_add(1);
+        close(fd);
+      } else if (fd >= 0) {
         // A client that stops reading must not stall the server forever.
         timeval tv{5, 0};
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -200,8 +227,14 @@ void TcpStoreServer::Serve() {
           if (!ParseInt64(value, &delta) ||
               (it != data_.end() && !ParseInt64(it->second, &old))) {
             reply = Frame(kError, "Add on a non-integer", nullptr);
+          } else if (int64_t total;
+                     __builtin_add_overflow(old, delta, &total)) {
+            reply = Frame(kError,
+                          "Add overflows int64: " + std::to_string(old) +
+                              " + " + std::to_string(delta),
+                          nullptr);
           } else {
-            std::string sum = std::to_string(old + delta);
+            std::string sum = std::to_string(total);
             data_[key] = sum;
             reply = Frame(kOk, sum, nullptr);
           }

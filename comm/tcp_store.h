@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -23,6 +24,10 @@ namespace ringlab::comm {
 // Limits on one request; anything larger is treated as garbage.
 inline constexpr uint32_t kMaxStoreKeyBytes = 4 << 10;
 inline constexpr uint32_t kMaxStoreValueBytes = 16 << 20;
+// Connections the server holds at once; more are accepted and closed at once
+// (counted in rejected_connections()), so that a runaway client cannot
+// exhaust the launcher's file descriptors.
+inline constexpr size_t kMaxStoreConnections = 1024;
 
 class TcpStoreServer {
  public:

@@ -3,9 +3,12 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <thread>
 #include <vector>
@@ -53,6 +56,63 @@ TEST(TcpStoreTest, SetGetAdd) {
   EXPECT_EQ(b.Add("n", 5), 7);
   EXPECT_EQ(a.Add("n", -7), 0);
   EXPECT_THROW(a.Add("k", 1), CommError);  // "v1" is not an integer
+}
+
+TEST(TcpStoreTest, AddOverflowIsAnErrorAndTheStoreGoesOn) {
+  TcpStoreServer server;
+  TcpStore a("127.0.0.1", server.port(), milliseconds(5000));
+  EXPECT_EQ(a.Add("big", INT64_MAX), INT64_MAX);
+  EXPECT_THROW(a.Add("big", 1), CommError);
+  EXPECT_EQ(a.Add("big", 0), INT64_MAX);  // unchanged
+  EXPECT_EQ(a.Add("small", INT64_MIN), INT64_MIN);
+  EXPECT_THROW(a.Add("small", -1), CommError);
+  EXPECT_EQ(a.Add("small", 0), INT64_MIN);
+}
+
+// With no file descriptor left, accept() fails while the pending connection
+// stays readable: the server must back off rather than spin on a core.
+TEST(TcpStoreTest, AcceptWithoutDescriptorsDoesNotSpin) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int code = 0;
+    {
+      TcpStoreServer server;
+      // Use up the descriptors, then free one for the client's socket.
+      std::vector<int> hog;
+      for (;;) {
+        int fd = dup(0);
+        if (fd < 0) break;
+        hog.push_back(fd);
+      }
+      close(hog.back());
+      hog.pop_back();
+      int client = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+      inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+      if (client < 0 || connect(client, reinterpret_cast<sockaddr*>(&addr),
+                                sizeof(addr)) != 0) {
+        _exit(3);
+      }
+      timespec t0, t1;
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+      std::this_thread::sleep_for(milliseconds(500));
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+      double cpu = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+      // A spinning server burns the whole 0.5 s; backing off, a few ms.
+      if (cpu > 0.2) code = 4;
+      for (int fd : hog) close(fd);
+      close(client);
+    }
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 3) << "could not connect";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the server spun on accept()";
 }
 
 TEST(TcpStoreTest, GetWaitsForALaterSet) {
