@@ -12,7 +12,9 @@
 // MPI only starts under mpirun; to compare shm_ring with MPI in one run:
 //   MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 mpirun -np 2 -x MASTER_ADDR
 //     -x MASTER_PORT bazel-bin/bench/allreduce_bench --backends=shm_ring,mpi
-// Backend variants for tuning: "shm_ring:oneshot=BYTES:chunk=BYTES".
+// Backend variants for tuning: "shm_ring:oneshot=BYTES:chunk=BYTES";
+// "mpi:check=0" is plain MPI_Allreduce, without mpi's cross-rank call check
+// (one extra small allreduce per call): the anchor of the comparison.
 #include <gflags/gflags.h>
 #include <sched.h>
 
@@ -267,6 +269,7 @@ std::unique_ptr<Communicator> CreateVariant(const std::string& spec,
     std::string var = key == "oneshot"  ? "RINGLAB_SHM_ONESHOT_BYTES"
                       : key == "chunk"  ? "RINGLAB_SHM_CHUNK_BYTES"
                       : key == "stream" ? "RINGLAB_SHM_STREAM_STORES"
+                      : key == "check"  ? "RINGLAB_MPI_CHECK_CALLS"
                                         : "";
     if (var.empty() || eq == std::string::npos) {
       throw std::invalid_argument("unknown backend option '" + parts[i] +
