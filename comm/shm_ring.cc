@@ -496,6 +496,12 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
         throw CommError(std::string("shm_ring: memfd_create failed: ") +
                         std::strerror(errno));
       }
+      // Owner only (memfds start 0777): reaching /proc/<pid>/fd already needs
+      // this user's rights, and the file says so too.
+      if (fchmod(fd, 0600) != 0) {
+        throw CommError(std::string("shm_ring: fchmod(0600) failed: ") +
+                        std::strerror(errno));
+      }
       // ftruncate reserves nothing: on a full tmpfs the first touch of a
       // page would be a SIGBUS. Reserve it all now and fail cleanly.
       int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
