@@ -33,6 +33,7 @@
 #ifdef RINGLAB_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
+#include "bench/rank_output.h"
 #include "comm/communicator.h"
 #include "comm/launch.h"
 #include "comm/rendezvous.h"
@@ -354,6 +355,7 @@ void PrintTables(const std::vector<std::string>& labels, int world) {
 
 int Main(int argc, char** argv) {
   std::vector<std::string> original(argv, argv + argc);
+  DropFileOutputUnlessRankZero(&argc, argv);
   benchmark::Initialize(&argc, argv);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc > 1) {

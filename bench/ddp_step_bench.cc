@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/rank_output.h"
 #include "comm/communicator.h"
 #include "comm/launch.h"
 #include "comm/rendezvous.h"
@@ -130,6 +131,7 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMicrosecond);
     }
     int bench_argc = static_cast<int>(rest.size());
+    bench::DropFileOutputUnlessRankZero(&bench_argc, rest.data());
     benchmark::Initialize(&bench_argc, rest.data());
     if (communicator->rank() == 0) {
       benchmark::RunSpecifiedBenchmarks();

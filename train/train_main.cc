@@ -139,10 +139,11 @@ int RunThisRank(const TrainConfig& config) {
 }
 
 int Main(int argc, char** argv) {
-  ParseFlagsOrExit(argc, argv,
-                   "trains an MLP data-parallel; defaults reproduce the "
-                   "document's PyTorch DDP run",
-                   "train/");
+  ParseFlagsOrExit(
+      argc, argv,
+      "trains an MLP data-parallel; the defaults are the configuration of the "
+      "document's PyTorch DDP run",
+      "train/");
   TrainConfig config;
   try {
     config = ConfigFromFlags();
