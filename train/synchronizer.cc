@@ -54,24 +54,30 @@ bool IsAveragingStep(int64_t step, const SyncOptions& options) {
          (step - options.avg_warmup) % options.avg_period == 0;
 }
 
+void ValidateSync(const std::string& name, const SyncOptions& options) {
+  if (name != "allreduce" && name != "param_avg" && name != "none") {
+    throw std::invalid_argument("unknown --sync=" + name +
+                                " (expected allreduce, param_avg or none)");
+  }
+  if (options.avg_period < 1) {
+    throw std::invalid_argument("--avg_period must be at least 1, not " +
+                                std::to_string(options.avg_period));
+  }
+  if (options.avg_warmup < 0) {
+    throw std::invalid_argument("--avg_warmup must not be negative, not " +
+                                std::to_string(options.avg_warmup));
+  }
+}
+
 std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
                                                  comm::Communicator& comm,
                                                  const SyncOptions& options) {
+  ValidateSync(name, options);
   if (name == "allreduce") return std::make_unique<AllReduceSynchronizer>(comm);
   if (name == "param_avg") {
-    if (options.avg_period < 1) {
-      throw std::invalid_argument("--avg_period must be at least 1, not " +
-                                  std::to_string(options.avg_period));
-    }
-    if (options.avg_warmup < 0) {
-      throw std::invalid_argument("--avg_warmup must not be negative, not " +
-                                  std::to_string(options.avg_warmup));
-    }
     return std::make_unique<ParamAvgSynchronizer>(comm, options);
   }
-  if (name == "none") return std::make_unique<NoSynchronizer>();
-  throw std::invalid_argument("unknown --sync=" + name +
-                              " (expected allreduce, param_avg or none)");
+  return std::make_unique<NoSynchronizer>();
 }
 
 void AverageModelBuffer(comm::Communicator& comm, nn::Mlp& model,

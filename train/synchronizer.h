@@ -33,8 +33,11 @@ struct SyncOptions {
   int64_t avg_warmup = 0;  // param_avg: steps before the first average
 };
 
-// "allreduce", "param_avg" or "none"; throws std::invalid_argument otherwise
-// (or for a period < 1 or a negative warm-up).
+// Throws std::invalid_argument unless name is "allreduce", "param_avg" or
+// "none", the period at least 1 and the warm-up not negative.
+void ValidateSync(const std::string& name, const SyncOptions& options);
+
+// A synchroniser by name, after ValidateSync.
 std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
                                                  comm::Communicator& comm,
                                                  const SyncOptions& options);

@@ -311,17 +311,7 @@ void ValidateConfig(const TrainConfig& config, int world_size) {
     throw std::invalid_argument(
         "--checkpoint_every and --resume need --out_dir");
   }
-  if (config.sync != "allreduce" && config.sync != "param_avg" &&
-      config.sync != "none") {
-    throw std::invalid_argument("unknown --sync=" + config.sync +
-                                " (expected allreduce, param_avg or none)");
-  }
-  if (config.sync_options.avg_period < 1) {
-    throw std::invalid_argument("--avg_period must be at least 1");
-  }
-  if (config.sync_options.avg_warmup < 0) {
-    throw std::invalid_argument("--avg_warmup must be >= 0");
-  }
+  ValidateSync(config.sync, config.sync_options);
   if (config.timeout.count() <= 0) {
     throw std::invalid_argument("--timeout must be positive");
   }
