@@ -130,8 +130,10 @@ int RunThisRank(const TrainConfig& config) {
   const auto rendezvous = comm::Rendezvous::FromEnv(config.timeout);
   const comm::RankContext& context = rendezvous->context();
   // Under a foreign launcher (torchrun-style, mpirun) nothing was checked
-  // yet; under ours this repeats the launcher's cheap checks.
-  ValidateConfig(config, context.world_size);
+  // yet; under ours this repeats the launcher's cheap checks. Each rank reads
+  // its own data set only: a different size on another rank is caught by
+  // the agreement check once all have started.
+  ValidateConfig(config, context.world_size, /*data_rank=*/context.rank);
   options.local_rank = context.local_rank;
   auto communicator = comm::CreateCommunicator(config.comm, context, options);
   RunRank(config, *communicator, context.store);

@@ -238,11 +238,15 @@ std::string Fnv1a(const void* data, size_t size) {
   return std::string(reinterpret_cast<const char*>(&hash), sizeof(hash));
 }
 
-int64_t DatasetSize(const TrainConfig& config, int world_size,
+// Loads (so checks) every rank's data set, or only data_rank's when it is
+// not negative, and returns the size they share.
+int64_t DatasetSize(const TrainConfig& config, int world_size, int data_rank,
                     const nn::MlpLayout& layout) {
   if (config.data_dir.empty()) return config.samples;
   int64_t size = -1;
-  for (int rank = 0; rank < std::max(world_size, 1); ++rank) {
+  const int first = data_rank >= 0 ? data_rank : 0;
+  const int last = data_rank >= 0 ? data_rank : std::max(world_size, 1) - 1;
+  for (int rank = first; rank <= last; ++rank) {
     const Dataset data = LoadDataset(
         config.data_dir, rank, layout.in_features(), layout.num_classes());
     if (size >= 0 && data.size != size) {
@@ -288,7 +292,7 @@ void CheckResumable(const TrainConfig& config, int world_size,
 
 }  // namespace
 
-void ValidateConfig(const TrainConfig& config, int world_size) {
+void ValidateConfig(const TrainConfig& config, int world_size, int data_rank) {
   const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
   if (config.epochs < 0 || config.epochs > kMaxEpochs) {
     throw std::invalid_argument("--epochs must be in [0, 1e9]");
@@ -325,7 +329,8 @@ void ValidateConfig(const TrainConfig& config, int world_size) {
       throw std::invalid_argument("no such directory: " + *dir);
     }
   }
-  const int64_t dataset_size = DatasetSize(config, world_size, layout);
+  const int64_t dataset_size =
+      DatasetSize(config, world_size, data_rank, layout);
   if (!config.init_dir.empty()) LoadInitDir(config.init_dir, layout);
   if (!config.out_dir.empty()) {
     MakeDirs(config.out_dir);

@@ -49,10 +49,12 @@ struct TrainConfig {
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 
-// Checks what can be checked before any rank starts (flags, files of every
-// rank in [0, world_size), --out_dir writable); throws std::invalid_argument
+// Checks what can be checked before any rank starts (flags, the data files of
+// every rank in [0, world_size) or, with data_rank >= 0, of that rank only,
+// --out_dir writable, the checkpoint to resume); throws std::invalid_argument
 // with a message fit for "error: ...".
-void ValidateConfig(const TrainConfig& config, int world_size);
+void ValidateConfig(const TrainConfig& config, int world_size,
+                    int data_rank = -1);
 
 struct TrainResult {
   std::vector<float> final_params;  // this rank's, on the host
