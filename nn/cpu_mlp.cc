@@ -104,7 +104,7 @@ void SgdUpdate(const SgdOptions& o, float* params, const float* grads,
     throw std::invalid_argument("SGD: momentum needs a buffer");
   }
   // Python computes 1 - dampening in double; the kernel takes it as float.
-  const float keep = static_cast<float>(1.0 - static_cast<double>(o.dampening));
+  const float keep = static_cast<float>(1.0 - o.dampening);
   const bool first = !*have_buf;
   for (size_t i = 0; i < n; ++i) {
     float d = grads[i];

@@ -126,10 +126,10 @@ cudaError_t MeanLoss(const float* row_loss, int rows, float* out,
 }
 
 cudaError_t Sgd(float* params, const float* grads, float* buf, int64_t n,
-                float lr, float momentum, float dampening, float weight_decay,
+                float lr, float momentum, double dampening, float weight_decay,
                 bool nesterov, bool first, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const float keep = static_cast<float>(1.0 - static_cast<double>(dampening));
+  const float keep = static_cast<float>(1.0 - dampening);
   SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(params, grads, buf, n, -lr,
                                                 momentum, keep, weight_decay,
                                                 nesterov, first);

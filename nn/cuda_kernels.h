@@ -32,7 +32,7 @@ cudaError_t MeanLoss(const float* row_loss, int rows, float* out,
 // torch.optim.SGD on n floats; buf may be null when momentum == 0; first
 // says the momentum buffer is not yet initialised.
 cudaError_t Sgd(float* params, const float* grads, float* buf, int64_t n,
-                float lr, float momentum, float dampening, float weight_decay,
+                float lr, float momentum, double dampening, float weight_decay,
                 bool nesterov, bool first, cudaStream_t stream);
 
 }  // namespace ringlab::nn::cuda

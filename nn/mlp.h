@@ -61,7 +61,9 @@ const char* DeviceName(Device device);
 struct SgdOptions {
   float lr = 0.01f;
   float momentum = 0.0f;
-  float dampening = 0.0f;
+  // A double, as in Python: torch computes 1 − dampening in double and rounds
+  // it to float once (1 − 0.9 and 1 − 0.9f round differently).
+  double dampening = 0.0;
   float weight_decay = 0.0f;
   bool nesterov = false;
 };

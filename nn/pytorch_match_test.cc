@@ -139,7 +139,7 @@ TEST_P(PytorchMatchTest, SgdTrajectories) {
     SgdOptions opt;
   } configs[] = {
       {"plain", {0.1f, 0.0f, 0.0f, 0.0f, false}},
-      {"momentum", {0.05f, 0.9f, 0.1f, 1e-3f, false}},
+      {"momentum", {0.05f, 0.9f, 0.1, 1e-3f, false}},
       {"nesterov", {0.05f, 0.9f, 0.0f, 1e-4f, true}},
   };
   for (const auto& c : configs) {
@@ -163,6 +163,41 @@ TEST_P(PytorchMatchTest, SgdTrajectories) {
         "%s: params max abs %.3g, last loss ulp %lld\n", prefix.c_str(),
         max_abs,
         static_cast<long long>(UlpDistance(losses.back(), want_losses.back())));
+  }
+}
+
+// torch.optim.SGD alone on exported parameters and five steps of gradients:
+// its update is plain float arithmetic, so every config is bit-exact (0 ulp),
+// dampening 0.9 included (1 - 0.9 in double, rounded once, as Python does).
+TEST(SgdExactTest, UpdateIsBitExactWithTorch) {
+  const struct {
+    const char* name;
+    SgdOptions opt;
+  } configs[] = {
+      {"plain", {0.1f, 0.0f, 0.0, 0.0f, false}},
+      {"momentum_d0", {0.1f, 0.9f, 0.0, 0.0f, false}},
+      {"momentum_d09", {0.1f, 0.9f, 0.9, 0.0f, false}},
+      {"momentum_d01_wd", {0.05f, 0.9f, 0.1, 1e-3f, false}},
+      {"nesterov_wd", {0.05f, 0.9f, 0.0, 1e-4f, true}},
+  };
+  const std::vector<float> params0 = LoadF("sgd_exact_params0.npy");
+  const std::vector<float> grads = LoadF("sgd_exact_grads.npy");
+  const size_t n = params0.size();
+  ASSERT_EQ(grads.size() % n, 0u);
+  for (const auto& c : configs) {
+    std::vector<float> params = params0;
+    std::vector<float> buf(n);
+    bool have_buf = false;
+    for (size_t step = 0; step < grads.size() / n; ++step) {
+      SgdUpdate(c.opt, params.data(), grads.data() + step * n, buf.data(),
+                &have_buf, n);
+    }
+    const std::vector<float> want =
+        LoadF(std::string("sgd_exact_") + c.name + ".npy");
+    ASSERT_EQ(want.size(), n);
+    size_t differing = 0;
+    for (size_t i = 0; i < n; ++i) differing += params[i] != want[i];
+    EXPECT_EQ(differing, 0u) << c.name;
   }
 }
 

@@ -32,8 +32,8 @@ class TorchGenerator {
   // Throws std::invalid_argument for n < 0.
   std::vector<int64_t> RandPerm(int64_t n);
 
-  // One element of torch.randint(0, k, ...) (small k): Next() % k. Throws
-  // std::invalid_argument for k <= 0.
+  // One element of torch.randint(0, k, ...): Next() % k. Throws
+  // std::invalid_argument for k <= 0 or k > 2^32 (where torch draws 64 bits).
   int64_t RandInt(int64_t k);
 
  private:

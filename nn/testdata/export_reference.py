@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Exports PyTorch reference values for ringlab's nn/ tests into nn/testdata/.
 
-Run with Debian's torch 1.13.1 (CPU, reference BLAS):
+Run with Debian's torch 1.13.1 (CPU; the traces under both BLAS libraries, see below):
     /usr/bin/python3 nn/testdata/export_reference.py
 Files:
   randperm_s<seed>_n<n>.npy   torch.randperm(n, generator=Generator().manual_seed(seed))
@@ -13,6 +13,8 @@ Files:
   net_<widths>_{params,x,y}.npy            fixed weights and data for the traces
   net_<widths>_<blas>_*.npy                 forward/backward/SGD traces computed by
                                             torch on <blas> = openblas | refblas
+  sgd_exact_{params0,grads}.npy            10000 random parameters and 5 steps of gradients
+  sgd_exact_<config>.npy                    the parameters after torch.optim.SGD's 5 steps
 Debian's torch calls whichever libblas.so.3 the loader finds (OpenBLAS when it is
 installed; its last bits differ from the reference BLAS's), so the traces are
 computed twice, in child processes with LD_LIBRARY_PATH set to each library.
@@ -130,11 +132,38 @@ def traces(blas):
             save("%s_sgd_%s_params.npy" % (tag, cfg), flat(net.parameters()))
 
 
+# torch.optim.SGD alone, on gradients given step by step: its float arithmetic
+# (dampening is a Python double: 1 - 0.9 rounds differently from 1 - 0.9f).
+SGD_EXACT_CONFIGS = {
+    "plain": dict(lr=0.1),
+    "momentum_d0": dict(lr=0.1, momentum=0.9),
+    "momentum_d09": dict(lr=0.1, momentum=0.9, dampening=0.9),
+    "momentum_d01_wd": dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-3),
+    "nesterov_wd": dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4),
+}
+
+
+def sgd_exact():
+    g = torch.Generator().manual_seed(7)
+    params0 = torch.randn(10000, generator=g)
+    grads = torch.randn(5, 10000, generator=g)
+    save("sgd_exact_params0.npy", params0.numpy())
+    save("sgd_exact_grads.npy", grads.numpy())
+    for name, cfg in SGD_EXACT_CONFIGS.items():
+        p = torch.nn.Parameter(params0.clone())
+        opt = torch.optim.SGD([p], **cfg)
+        for step in range(grads.shape[0]):
+            p.grad = grads[step].clone()
+            opt.step()
+        save("sgd_exact_%s.npy" % name, p.detach().numpy())
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--traces":
         traces(sys.argv[2])
         sys.exit(0)
     rng_and_init()
+    sgd_exact()
     for blas, libdir in BLAS_DIRS.items():
         env = dict(os.environ, LD_LIBRARY_PATH=libdir)
         subprocess.run([sys.executable, os.path.abspath(__file__), "--traces", blas],
