@@ -37,8 +37,8 @@ int64_t TorchGenerator::RandInt(int64_t k) {
                                 std::to_string(k));
   }
   // From 2^32 on torch draws 64 bits per element, which is not reproduced.
-  if (k > (int64_t{1} << 32)) {
-    throw std::invalid_argument("RandInt: k must be at most 2^32, got " +
+  if (k >= (int64_t{1} << 32)) {
+    throw std::invalid_argument("RandInt: k must be below 2^32, got " +
                                 std::to_string(k));
   }
   return static_cast<int64_t>(Next() % static_cast<uint64_t>(k));

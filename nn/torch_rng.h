@@ -33,7 +33,7 @@ class TorchGenerator {
   std::vector<int64_t> RandPerm(int64_t n);
 
   // One element of torch.randint(0, k, ...): Next() % k. Throws
-  // std::invalid_argument for k <= 0 or k > 2^32 (where torch draws 64 bits).
+  // std::invalid_argument for k <= 0 or k >= 2^32 (where torch draws 64 bits).
   int64_t RandInt(int64_t k);
 
  private:
