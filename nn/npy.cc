@@ -163,6 +163,10 @@ class HeaderParser {
 size_t ItemSize(NpyDtype dtype) { return dtype == NpyDtype::kInt64 ? 8 : 4; }
 
 std::string ReadWholeFile(const std::string& path) {
+  struct stat info;
+  if (stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    Fail(path, "is a directory, not a .npy file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) Fail(path, std::string("cannot open: ") + std::strerror(errno));
   std::ostringstream buf;
@@ -225,6 +229,8 @@ std::string MakeHeader(const char* descr, const std::vector<int64_t>& shape) {
 
 int64_t CheckedCount(const std::string& path,
                      const std::vector<int64_t>& shape) {
+  // The reader's limit: what this writes must read back.
+  if (shape.size() > 32) Fail(path, "more than 32 dimensions");
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0)

@@ -224,6 +224,26 @@ TEST(NpyTest, MatrixAndVectorHelpersCheckRank) {
   EXPECT_THROW(ReadInt64Vector(Path("im.npy")), NpyError);
 }
 
+// What the writer accepts reads back: both stop at 32 dimensions. A directory
+// is named as one, not as a file with bad magic.
+TEST(NpyTest, DimensionLimitAndDirectories) {
+  const float one = 1.0f;
+  WriteNpyFloat32(Path("d32.npy"), std::vector<int64_t>(32, 1), &one);
+  std::vector<int64_t> shape;
+  EXPECT_EQ(ReadNpyFloat32(Path("d32.npy"), &shape).size(), 1u);
+  EXPECT_EQ(shape.size(), 32u);
+  EXPECT_THROW(
+      WriteNpyFloat32(Path("d33.npy"), std::vector<int64_t>(33, 1), &one),
+      NpyError);
+  try {
+    ReadNpyFloat32(TmpDir(), nullptr);
+    ADD_FAILURE() << "reading a directory did not throw";
+  } catch (const NpyError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(NpyTest, WriteIsAtomicAndLeavesNoTemporaries) {
   const std::string dir = Path("atomic");
   mkdir(dir.c_str(), 0755);
