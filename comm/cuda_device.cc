@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/process.h"
 #include "comm/store.h"
 
 namespace ringlab::comm {
@@ -147,21 +148,6 @@ std::string HostIdentity() {
   ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
   return std::string(name) + "|" + (n > 0 ? std::string(ns, n) : "?");
 }
-
-namespace {
-
-// A process that is gone, or a zombie its parent has not reaped yet.
-bool ProcessExited(pid_t pid) {
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() &&
-         (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
-}
-
-}  // namespace
 
 PeerWatch::PeerWatch(Store* store, const std::string& prefix, int rank,
                      int world_size, std::chrono::milliseconds timeout)

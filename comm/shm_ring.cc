@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/process.h"
 #include "comm/store.h"
 
 namespace ringlab::comm {
@@ -273,19 +274,6 @@ inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
-}
-
-// True when pid no longer runs: gone, or a zombie nobody has reaped yet.
-bool ProcessDead(pid_t pid) {
-  if (pid <= 0) return false;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  size_t paren = line.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
-  char state = line[paren + 2];
-  return state == 'Z' || state == 'X';
 }
 
 size_t EnvBytes(const char* name, size_t fallback, size_t lo, size_t hi) {
@@ -639,7 +627,7 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
           ncpu_ = static_cast<int>(state);
           break;
         }
-        if (ProcessDead(static_cast<pid_t>(pid0))) {
+        if (ProcessExited(static_cast<pid_t>(pid0))) {
           throw CommError("shm_ring: rank 0 (pid " + std::to_string(pid0) +
                           ") died while the ranks were joining");
         }
@@ -804,7 +792,7 @@ void ShmRing::SlowChecks(Call& call, int peer) {
     }
   }
   pid_t pid = Rank(peer)->pid.load();
-  if (ProcessDead(pid)) {
+  if (ProcessExited(pid)) {
     throw CommError("shm_ring: rank " + std::to_string(peer) + " (pid " +
                     std::to_string(pid) + ") died during " + where);
   }

@@ -1,0 +1,17 @@
+// Whether a peer process on this machine has ended, for the backends that
+// watch their peers' pids to fail fast (shm_ring, and the GPU backends'
+// PeerWatch) rather than wait out a deadline.
+#ifndef RINGLAB_COMM_PROCESS_H_
+#define RINGLAB_COMM_PROCESS_H_
+
+#include <sys/types.h>
+
+namespace ringlab::comm {
+
+// True when pid no longer runs: gone, or a zombie nobody has reaped yet.
+// False for pid <= 0.
+bool ProcessExited(pid_t pid);
+
+}  // namespace ringlab::comm
+
+#endif  // RINGLAB_COMM_PROCESS_H_
