@@ -9,8 +9,9 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <random>
 #include <sstream>
+
+#include "nn/atomic_file.h"
 
 namespace ringlab::nn {
 namespace {
@@ -245,29 +246,10 @@ int64_t CheckedCount(const std::string& path,
 
 void WriteAtomic(const std::string& path, const std::string& header,
                  const void* data, size_t nbytes) {
-  std::random_device rd;
-  char suffix[32];
-  std::snprintf(suffix, sizeof(suffix), ".tmp.%08x%08x", rd(), rd());
-  const std::string tmp = path + suffix;
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) {
-    Fail(path,
-         std::string("cannot create ") + tmp + ": " + std::strerror(errno));
-  }
-  bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
-  if (ok && nbytes) ok = std::fwrite(data, 1, nbytes, f) == nbytes;
-  ok = (std::fflush(f) == 0) && ok;
-  ok = (fsync(fileno(f)) == 0) && ok;
-  const int saved = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    Fail(path, std::string("write failed: ") + std::strerror(saved));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    Fail(path, std::string("rename failed: ") + std::strerror(e));
+  try {
+    WriteFileAtomically(path, header, data, nbytes);
+  } catch (const std::runtime_error& e) {
+    throw NpyError(e.what());
   }
 }
 

@@ -1,7 +1,6 @@
 #include "train/checkpoint.h"
 
 #include <errno.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "nn/atomic_file.h"
 #include "nn/npy.h"
 
 namespace ringlab::train {
@@ -24,17 +24,6 @@ std::string StepDir(const std::string& dir, int64_t next_step) {
   std::snprintf(name, sizeof(name), "step_%08lld",
                 static_cast<long long>(next_step));
   return dir + "/" + name;
-}
-
-std::string RandomSuffix() {
-  uint64_t bits = 0;
-  if (getrandom(&bits, sizeof(bits), 0) != sizeof(bits)) {
-    bits = static_cast<uint64_t>(getpid()) * 0x9E3779B97F4A7C15ull;
-  }
-  char text[20];
-  std::snprintf(text, sizeof(text), "%016llx",
-                static_cast<unsigned long long>(bits));
-  return text;
 }
 
 std::string ReadFile(const std::string& path) {
@@ -53,24 +42,6 @@ void MakeDirs(const std::string& path) {
   if (error || !fs::is_directory(path)) {
     throw std::invalid_argument("cannot create directory " + path + ": " +
                                 (error ? error.message() : "not a directory"));
-  }
-}
-
-void WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp-" + RandomSuffix();
-  FILE* file = std::fopen(temporary.c_str(), "wb");
-  if (file == nullptr) {
-    throw std::runtime_error("cannot write " + temporary + ": " +
-                             std::strerror(errno));
-  }
-  const bool written =
-      std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  const bool closed = std::fclose(file) == 0;
-  if (!written || !closed ||
-      std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(temporary.c_str());
-    throw std::runtime_error("cannot write " + path + ": " + reason);
   }
 }
 
@@ -96,13 +67,13 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
   const std::string step_dir = StepDir(dir, checkpoint.next_step);
   MakeDirs(step_dir);
   const std::string final_dir = step_dir + "/rank" + std::to_string(rank);
-  const std::string temporary = final_dir + ".tmp-" + RandomSuffix();
+  const std::string temporary = final_dir + ".tmp-" + nn::RandomHex();
   MakeDirs(temporary);
   nn::SaveParams(temporary, layout, checkpoint.params.data());
-  WriteFileAtomically(temporary + "/history.csv",
-                      StepRecordsToCsv(checkpoint.history, rank, true));
-  WriteFileAtomically(temporary + "/next_step",
-                      std::to_string(checkpoint.next_step) + "\n");
+  nn::WriteFileAtomically(temporary + "/history.csv",
+                          StepRecordsToCsv(checkpoint.history, rank, true));
+  nn::WriteFileAtomically(temporary + "/next_step",
+                          std::to_string(checkpoint.next_step) + "\n");
   std::error_code error;
   fs::remove_all(final_dir, error);  // a partial one from an earlier crash
   fs::rename(temporary, final_dir, error);
@@ -113,7 +84,7 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
 }
 
 void MarkLatestCheckpoint(const std::string& dir, int64_t next_step) {
-  WriteFileAtomically(dir + "/latest", std::to_string(next_step) + "\n");
+  nn::WriteFileAtomically(dir + "/latest", std::to_string(next_step) + "\n");
   const std::string keep = StepDir(dir, next_step);
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(dir, error)) {
@@ -127,7 +98,7 @@ void MarkLatestCheckpoint(const std::string& dir, int64_t next_step) {
 
 void WriteJobDescription(const std::string& dir, const std::string& text) {
   MakeDirs(dir);
-  WriteFileAtomically(dir + "/job.txt", text);
+  nn::WriteFileAtomically(dir + "/job.txt", text);
 }
 
 std::string ReadJobDescription(const std::string& dir) {

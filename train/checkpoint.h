@@ -52,8 +52,6 @@ RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
 
 // Filesystem helpers shared by the trainer's outputs.
 void MakeDirs(const std::string& path);  // mkdir -p; throws on failure
-// Writes text to path through a temporary file and a rename.
-void WriteFileAtomically(const std::string& path, const std::string& text);
 std::string StepRecordsToCsv(const std::vector<StepRecord>& records, int rank,
                              bool header);
 

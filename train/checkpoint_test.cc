@@ -56,21 +56,5 @@ TEST(CheckpointTest, MissingRankOrShortHistoryIsAnError) {
                std::invalid_argument);
 }
 
-TEST(CheckpointTest, AtomicWriteReplacesWholeFile) {
-  const std::string dir = TempDir("atomic");
-  MakeDirs(dir);
-  WriteFileAtomically(dir + "/f", "old contents");
-  WriteFileAtomically(dir + "/f", "new");
-  std::ifstream in(dir + "/f");
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_EQ(text, "new");
-  size_t files = 0;
-  for (auto& entry : std::filesystem::directory_iterator(dir)) {
-    (void)entry;
-    ++files;
-  }
-  EXPECT_EQ(files, 1u);  // no temporary left behind
-}
-
 }  // namespace
 }  // namespace ringlab::train

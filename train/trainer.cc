@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "nn/atomic_file.h"
 #include "nn/init.h"
 #include "nn/npy.h"
 #include "nn/torch_rng.h"
@@ -486,10 +487,10 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
       csv += StepRecordsToCsv(RecordsFromBytes(all_records[r]), r, false);
     }
     ReplaceFinalParams(config.out_dir, layout, result.final_params);
-    WriteFileAtomically(config.out_dir + "/losses.csv", csv);
-    WriteFileAtomically(config.out_dir + "/config.json",
-                        ConfigJson(config, world_size, data.source));
-    WriteFileAtomically(
+    nn::WriteFileAtomically(config.out_dir + "/losses.csv", csv);
+    nn::WriteFileAtomically(config.out_dir + "/config.json",
+                            ConfigJson(config, world_size, data.source));
+    nn::WriteFileAtomically(
         config.out_dir + "/summary.json",
         std::string("{\n  \"ranks_bitwise_equal\": ") +
             (ranks_equal ? "true" : "false") + ",\n  \"world_size\": " +
