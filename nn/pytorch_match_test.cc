@@ -1,7 +1,13 @@
 // The CPU backend against values exported from PyTorch 1.13.1 by
 // testdata/export_reference.py, for fixed weights and inputs. torch computed
-// each trace twice, on OpenBLAS and on the reference BLAS; each GemmMode is
-// compared with the torch run it is meant to reproduce.
+// each trace on the reference BLAS and on OpenBLAS once per OpenBLAS kernel
+// (testdata/openblas/<kernel>/); each GemmMode is compared with the torch run
+// it is meant to reproduce. Bit-exactness holds only for the same arithmetic:
+// OpenBLAS picks its kernel per CPU at run time (OPENBLAS_CORETYPE forces
+// one), and kernels sum in different orders, so a kBlas case demands 0 ulp
+// only against the export of the kernel this process runs, and falls back to
+// a stated rounding tolerance when no export of that kernel exists.
+#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +23,15 @@ namespace ringlab::nn {
 namespace {
 
 std::string TestData(const std::string& name) { return "nn/testdata/" + name; }
+
+// The OpenBLAS kernel this process computes with, as OpenBLAS names it.
+std::string BlasKernel() { return openblas_get_corename(); }
+
+bool Exists(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f) std::fclose(f);
+  return f != nullptr;
+}
 
 std::vector<float> LoadF(const std::string& name) {
   std::vector<int64_t> shape;
@@ -59,6 +74,28 @@ struct Case {
   GemmMode mode;     // the mode that reproduces it
 };
 
+// Which torch run a case is held to, and whether it is the same arithmetic.
+struct Reference {
+  std::string prefix;  // path prefix of the trace files
+  bool same_kernel;    // false: another OpenBLAS kernel's export
+  std::string what;    // printed with the results
+};
+
+Reference ReferenceFor(const Case& c) {
+  const std::string net = c.net;
+  if (std::string(c.blas) == "refblas") {
+    return {TestData(net + "_refblas"), true, "reference BLAS"};
+  }
+  const std::string kernel = BlasKernel();
+  const std::string mine = TestData("openblas/" + kernel + "/" + net);
+  if (Exists(mine + "_openblas_logits.npy")) {
+    return {mine + "_openblas", true, "OpenBLAS kernel " + kernel};
+  }
+  return {TestData("openblas/Haswell/" + net + "_openblas"), false,
+          "OpenBLAS kernel " + kernel +
+              " has no export: Haswell's, within rounding"};
+}
+
 class PytorchMatchTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
@@ -70,10 +107,9 @@ class PytorchMatchTest : public ::testing::TestWithParam<Case> {
     y_ = ReadInt64Vector(TestData(n + "_y.npy"));
     ASSERT_EQ(static_cast<int64_t>(y_.size()), batch_);
     ASSERT_EQ(params_.size(), layout_->num_params());
+    reference_ = ReferenceFor(GetParam());
   }
-  std::string Prefix() const {
-    return std::string(GetParam().net) + "_" + GetParam().blas;
-  }
+  const Reference& Ref() const { return reference_; }
   std::unique_ptr<CpuMlp> Make() {
     auto mlp = CreateCpuMlp(*layout_, CpuMlpOptions{GetParam().mode});
     mlp->SetParams(params_.data());
@@ -84,37 +120,58 @@ class PytorchMatchTest : public ::testing::TestWithParam<Case> {
   std::vector<float> params_, x_;
   std::vector<int64_t> y_;
   int64_t batch_ = 0;
+  Reference reference_;
 };
 
-// Logits: bit for bit (observed 0 ulp in all four cases; the products are
-// the same operations in the same order). The loss and the logit gradient go
-// through exp/log, where ATen's vectorised (Sleef) functions and glibc's may
-// differ by an ulp: the loss may differ by 4 ulp and the gradients by 1e-7
-// absolute (values are O(0.1)). Observed: loss 0-2 ulp, grads <= 3e-8.
+// Reads a trace file of this case's reference run.
+std::vector<float> LoadRef(const Reference& ref, const std::string& suffix) {
+  std::vector<int64_t> shape;
+  return ReadNpyFloat32(ref.prefix + suffix, &shape);
+}
+
+// Same kernel: logits bit for bit (the products are the same operations in
+// the same order). The loss and the logit gradient go through exp/log, where
+// ATen's vectorised (Sleef) functions and glibc's may differ by an ulp: the
+// loss may differ by 4 ulp and the gradients by 1e-7 absolute (values are
+// O(0.1)). Observed: logits 0 ulp, loss 0-2 ulp, grads <= 3e-8.
+// Another kernel: its sums run in another order; across the six exported
+// kernels logits differ by up to 1.2e-7 and loss and grads by 6e-8, so 1e-5
+// for the O(1) logits (as for the other BLAS below) and 1e-6 for the loss and
+// the O(0.1) gradients leave room for kernels not seen here.
 TEST_P(PytorchMatchTest, ForwardLossAndGradients) {
   auto mlp = Make();
+  const bool exact = Ref().same_kernel;
   std::vector<float> logits(batch_ * layout_->num_classes());
   mlp->Forward(x_.data(), static_cast<int>(batch_), logits.data());
-  const int64_t logit_ulp = MaxUlp(logits, LoadF(Prefix() + "_logits.npy"));
-  EXPECT_EQ(logit_ulp, 0);
+  const std::vector<float> want_logits = LoadRef(Ref(), "_logits.npy");
+  const int64_t logit_ulp = MaxUlp(logits, want_logits);
+  const float logit_abs = MaxAbs(logits, want_logits);
+  if (exact) {
+    EXPECT_EQ(logit_ulp, 0) << Ref().what;
+  } else {
+    EXPECT_LE(logit_abs, 1e-5f) << Ref().what;
+  }
 
   const float loss =
       mlp->ForwardBackward(x_.data(), y_.data(), static_cast<int>(batch_));
-  const float want_loss = LoadF(Prefix() + "_loss.npy")[0];
+  const float want_loss = LoadRef(Ref(), "_loss.npy")[0];
   const int64_t loss_ulp = UlpDistance(loss, want_loss);
-  EXPECT_LE(loss_ulp, 4) << loss << " vs " << want_loss;
+  if (exact) {
+    EXPECT_LE(loss_ulp, 4) << loss << " vs " << want_loss << ", " << Ref().what;
+  } else {
+    EXPECT_NEAR(loss, want_loss, 1e-6f) << Ref().what;
+  }
 
   std::vector<float> grads(layout_->num_params());
   mlp->GetGrads(grads.data());
-  const std::vector<float> want = LoadF(Prefix() + "_grads.npy");
-  const float max_abs = MaxAbs(grads, want);
-  EXPECT_LE(max_abs, 1e-7f);
+  const float max_abs = MaxAbs(grads, LoadRef(Ref(), "_grads.npy"));
+  EXPECT_LE(max_abs, exact ? 1e-7f : 1e-6f) << Ref().what;
   std::printf(
-      "%s (%s): logits max ulp %lld, loss ulp %lld, grads max abs "
-      "%.3g\n",
-      Prefix().c_str(), GemmModeName(GetParam().mode),
-      static_cast<long long>(logit_ulp), static_cast<long long>(loss_ulp),
-      max_abs);
+      "%s (%s, %s): logits max ulp %lld (max abs %.3g), loss ulp %lld, grads "
+      "max abs %.3g\n",
+      GetParam().net, GemmModeName(GetParam().mode), Ref().what.c_str(),
+      static_cast<long long>(logit_ulp), logit_abs,
+      static_cast<long long>(loss_ulp), max_abs);
 }
 
 // The other BLAS's torch run sums in another order: agreement within float
@@ -123,16 +180,16 @@ TEST_P(PytorchMatchTest, OtherBlasAgreesWithinRounding) {
   auto mlp = Make();
   std::vector<float> logits(batch_ * layout_->num_classes());
   mlp->Forward(x_.data(), static_cast<int>(batch_), logits.data());
-  const std::string other =
-      std::string(GetParam().net) + "_" +
-      (std::string(GetParam().blas) == "openblas" ? "refblas" : "openblas");
-  EXPECT_LE(MaxAbs(logits, LoadF(other + "_logits.npy")), 1e-5f);
+  Case other = GetParam();
+  other.blas = std::string(other.blas) == "openblas" ? "refblas" : "openblas";
+  EXPECT_LE(MaxAbs(logits, LoadRef(ReferenceFor(other), "_logits.npy")), 1e-5f);
 }
 
 // Five torch.optim.SGD steps (plain, momentum + dampening + weight decay,
 // Nesterov + weight decay): losses and final parameters. Tolerance 1e-6
-// absolute: the gradient differences above compound over the steps
-// (observed <= 3e-8).
+// absolute, for the same kernel and another alike: the gradient differences
+// above compound over the steps (observed <= 3e-8 with the same kernel; the
+// exported kernels differ from each other by <= 1.2e-7).
 TEST_P(PytorchMatchTest, SgdTrajectories) {
   const struct {
     const char* name;
@@ -143,9 +200,10 @@ TEST_P(PytorchMatchTest, SgdTrajectories) {
       {"nesterov", {0.05f, 0.9f, 0.0f, 1e-4f, true}},
   };
   for (const auto& c : configs) {
-    const std::string prefix = Prefix() + "_sgd_" + c.name;
+    const std::string prefix = std::string("_sgd_") + c.name;
     auto mlp = Make();
-    const std::vector<float> want_losses = LoadF(prefix + "_losses.npy");
+    const std::vector<float> want_losses =
+        LoadRef(Ref(), prefix + "_losses.npy");
     std::vector<float> losses;
     for (size_t s = 0; s < want_losses.size(); ++s) {
       losses.push_back(
@@ -154,14 +212,15 @@ TEST_P(PytorchMatchTest, SgdTrajectories) {
     }
     std::vector<float> got(layout_->num_params());
     mlp->GetParams(got.data());
-    const float max_abs = MaxAbs(got, LoadF(prefix + "_params.npy"));
+    const float max_abs = MaxAbs(got, LoadRef(Ref(), prefix + "_params.npy"));
     for (size_t s = 0; s < losses.size(); ++s) {
-      EXPECT_NEAR(losses[s], want_losses[s], 1e-6f) << prefix << " step " << s;
+      EXPECT_NEAR(losses[s], want_losses[s], 1e-6f)
+          << prefix << " step " << s << ", " << Ref().what;
     }
-    EXPECT_LE(max_abs, 1e-6f) << prefix;
+    EXPECT_LE(max_abs, 1e-6f) << prefix << ", " << Ref().what;
     std::printf(
-        "%s: params max abs %.3g, last loss ulp %lld\n", prefix.c_str(),
-        max_abs,
+        "%s%s (%s): params max abs %.3g, last loss ulp %lld\n", GetParam().net,
+        prefix.c_str(), Ref().what.c_str(), max_abs,
         static_cast<long long>(UlpDistance(losses.back(), want_losses.back())));
   }
 }

@@ -11,14 +11,22 @@ Files:
   init_<widths>_s<seed>.npy   Net(widths) state_dict after torch.manual_seed(seed),
                               flattened in state_dict order (fc1.weight, fc1.bias, ...)
   net_<widths>_{params,x,y}.npy            fixed weights and data for the traces
-  net_<widths>_<blas>_*.npy                 forward/backward/SGD traces computed by
-                                            torch on <blas> = openblas | refblas
+  net_<widths>_refblas_*.npy                forward/backward/SGD traces computed by
+                                            torch on the reference BLAS
+  openblas/<kernel>/net_<widths>_openblas_*.npy
+                                            the same traces on OpenBLAS, once per
+                                            OpenBLAS kernel in OPENBLAS_KERNELS
   sgd_exact_{params0,grads}.npy            10000 random parameters and 5 steps of gradients
   sgd_exact_<config>.npy                    the parameters after torch.optim.SGD's 5 steps
 Debian's torch calls whichever libblas.so.3 the loader finds (OpenBLAS when it is
 installed; its last bits differ from the reference BLAS's), so the traces are
-computed twice, in child processes with LD_LIBRARY_PATH set to each library.
+computed in child processes with LD_LIBRARY_PATH set to each library.
+OpenBLAS picks its kernel per CPU at run time and kernels sum in different
+orders, so its traces are exported once per kernel (OPENBLAS_CORETYPE forces
+one; the CPU must support it) into openblas/<kernel as openblas_get_corename()
+names it>/, and the tests compare bit for bit only with the kernel they run.
 """
+import ctypes
 import os
 import re
 import subprocess
@@ -34,6 +42,9 @@ BLAS_DIRS = {
     "openblas": "/usr/lib/x86_64-linux-gnu/openblas-pthread",
     "refblas": "/usr/lib/x86_64-linux-gnu/blas",
 }
+# The kernels .ci/run tests under (SapphireRapids is Cooperlake in OpenBLAS
+# 0.3.21), plus Nehalem for CPUs without AVX.
+OPENBLAS_KERNELS = ["Haswell", "SkylakeX", "Cooperlake", "Zen", "Sandybridge", "Nehalem"]
 
 
 class Net(nn.Module):
@@ -94,11 +105,23 @@ SGD_CONFIGS = {
 STEPS = 5
 
 
+def openblas_corename():
+    lib = ctypes.CDLL(os.path.join(BLAS_DIRS["openblas"], "libopenblas.so.0"))
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    return lib.openblas_get_corename().decode()
+
+
 def traces(blas):
-    # Fail loudly unless torch really runs on the requested BLAS.
+    # Fail loudly unless torch really runs on the requested BLAS (and kernel).
     torch.zeros(2, 2) @ torch.zeros(2, 2)
     loaded = set(re.findall(r"/\S*libblas\S*", open("/proc/self/maps").read()))
     assert any(p.startswith(BLAS_DIRS[blas]) for p in loaded), (blas, loaded)
+    out = OUT
+    if blas == "openblas":
+        kernel = os.environ["OPENBLAS_CORETYPE"]
+        assert openblas_corename() == kernel, (kernel, openblas_corename())
+        out = os.path.join(OUT, "openblas", kernel)
+        os.makedirs(out, exist_ok=True)
     for widths, batch in [((10, 5, 2), 50), ((3, 8, 8, 4), 16)]:
         name = "net_" + wname(widths)
         tag = name + "_" + blas
@@ -114,9 +137,10 @@ def traces(blas):
         logits = net0(x)
         loss = loss_fn(logits, y)
         loss.backward()
-        save(tag + "_logits.npy", logits.detach().numpy())
-        save(tag + "_loss.npy", np.array([loss.item()], dtype=np.float32))
-        save(tag + "_grads.npy", flat([p.grad for p in net0.parameters()]))
+        np.save(os.path.join(out, tag + "_logits.npy"), logits.detach().numpy())
+        np.save(os.path.join(out, tag + "_loss.npy"),
+                np.array([loss.item()], dtype=np.float32))
+        np.save(os.path.join(out, tag + "_grads.npy"), flat([p.grad for p in net0.parameters()]))
         for cfg, kwargs in SGD_CONFIGS.items():
             net = Net(widths)
             net.load_state_dict(net0.state_dict())
@@ -128,8 +152,9 @@ def traces(blas):
                 loss.backward()
                 opt.step()
                 losses.append(loss.item())
-            save("%s_sgd_%s_losses.npy" % (tag, cfg), np.array(losses, dtype=np.float32))
-            save("%s_sgd_%s_params.npy" % (tag, cfg), flat(net.parameters()))
+            np.save(os.path.join(out, "%s_sgd_%s_losses.npy" % (tag, cfg)),
+                    np.array(losses, dtype=np.float32))
+            np.save(os.path.join(out, "%s_sgd_%s_params.npy" % (tag, cfg)), flat(net.parameters()))
 
 
 # torch.optim.SGD alone, on gradients given step by step: its float arithmetic
@@ -164,8 +189,12 @@ if __name__ == "__main__":
         sys.exit(0)
     rng_and_init()
     sgd_exact()
-    for blas, libdir in BLAS_DIRS.items():
-        env = dict(os.environ, LD_LIBRARY_PATH=libdir)
+    runs = [("refblas", None)] + [("openblas", k) for k in OPENBLAS_KERNELS]
+    for blas, kernel in runs:
+        env = dict(os.environ, LD_LIBRARY_PATH=BLAS_DIRS[blas])
+        env.pop("OPENBLAS_CORETYPE", None)
+        if kernel:
+            env["OPENBLAS_CORETYPE"] = kernel
         subprocess.run([sys.executable, os.path.abspath(__file__), "--traces", blas],
                        env=env, check=True)
     print("wrote reference files to", OUT)
