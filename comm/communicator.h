@@ -47,13 +47,30 @@ class Communicator {
   virtual void Broadcast(float* data, size_t count, int root) = 0;
   virtual void Barrier() = 0;
 
-  // Payload bytes this rank has sent to peers since creation (for reports).
+  // Bus bytes of every collective this rank completed since creation, as
+  // nccl-tests counts them (AllReduceBusBytes, BroadcastBusBytes): what each
+  // rank moves in a bandwidth-optimal algorithm, whatever algorithm the
+  // backend chose, so reports compare across backends.
   virtual uint64_t bytes_sent() const = 0;
 };
 
+// nccl-tests' bus bytes: 2(N-1)/N of the buffer for an allreduce, the whole
+// buffer for a broadcast; nothing moves at world size 1.
+inline uint64_t AllReduceBusBytes(size_t count, int world_size) {
+  if (world_size <= 1) return 0;
+  const uint64_t n = static_cast<uint64_t>(world_size);
+  return 2 * (n - 1) * (count * sizeof(float)) / n;
+}
+inline uint64_t BroadcastBusBytes(size_t count, int world_size) {
+  return world_size > 1 ? count * sizeof(float) : 0;
+}
+
 struct CommOptions {
-  // Every wait between processes ends by this deadline with a CommError.
+  // Every wait of a collective ends by this deadline with a CommError.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // Creation, where ranks find and map each other, has its own deadline: a
+  // short one for collectives must not also bound a slow start.
+  std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
   // CUDA device for GPU backends (usually LOCAL_RANK); -1: LOCAL_RANK mod the
   // device count.
   int cuda_device = -1;

@@ -1,8 +1,11 @@
-// The shm_ring suite, run over the GPU backends (nccl, ipc_ring): exact sums
-// at 0 ulp, bitwise equality across ranks, broadcast and barrier, a killed
-// rank and an absent one. Ranks are forked processes (RunRanks); the parent
-// never initialises CUDA (it asks a forked child for the device count) and
-// every GPU test skips when there is no device. The host-only tests (the
+// The GPU backends' own tests (nccl, ipc_ring): bitwise equality with the
+// ring's and the one-shot's known orders, paths forced through ipc_ring's
+// tuning variables (pieces, chunks), its mismatch reports, NCCL's refusal of
+// two ranks on one GPU. What every backend must do — exact sums, broadcasts,
+// unaligned buffers, mismatches, dead and absent ranks — is the conformance
+// suite's (conformance_gpu_test). Ranks are forked processes (RunRanks); the
+// parent never initialises CUDA (it asks a forked child for the device count)
+// and every GPU test skips when there is no device. The host-only tests (the
 // registry, the ring's partition, creation without a device) run everywhere.
 #include <cuda_runtime_api.h>
 #include <signal.h>
@@ -21,6 +24,7 @@
 #include "comm/ipc_ring.h"
 #include "comm/ipc_ring_kernels.h"
 #include "comm/store.h"
+#include "comm/testing/conformance.h"
 #include "comm/testing/exact_sum.h"
 #include "comm/testing/multi_process.h"
 #include "gtest/gtest.h"
@@ -53,38 +57,10 @@ void Check(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
 }
 
-void CudaOk(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " +
-                             cudaGetErrorString(err));
-  }
-}
-
 // The caller's buffer, in device memory as memory() == kDevice asks.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(const std::vector<float>& host) : count_(host.size()) {
-    CudaOk(cudaMalloc(reinterpret_cast<void**>(&data_),
-                      std::max<size_t>(1, count_) * sizeof(float)),
-           "cudaMalloc");
-    CudaOk(cudaMemcpy(data_, host.data(), count_ * sizeof(float),
-                      cudaMemcpyHostToDevice),
-           "cudaMemcpy H2D");
-  }
-  ~DeviceBuffer() { cudaFree(data_); }
-  float* get() { return data_; }
-  std::vector<float> Download() const {
-    std::vector<float> host(count_);
-    CudaOk(cudaMemcpy(host.data(), data_, count_ * sizeof(float),
-                      cudaMemcpyDeviceToHost),
-           "cudaMemcpy D2H");
-    return host;
-  }
-
- private:
-  float* data_ = nullptr;
-  size_t count_;
-};
+std::unique_ptr<testing::RankBuffer> Device(const std::vector<float>& host) {
+  return testing::MakeBuffer(MemoryKind::kDevice, host);
+}
 
 std::unique_ptr<Communicator> Make(const std::string& backend,
                                    const RankContext& c,
@@ -144,9 +120,9 @@ void RunExactSums(const std::string& backend, int world,
           for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
             std::vector<float> x(count);
             for (size_t i = 0; i < count; ++i) x[i] = ExactSumInput(c.rank, i);
-            DeviceBuffer d(x);
-            comm->AllReduce(d.get(), count, op);
-            x = d.Download();
+            auto d = Device(x);
+            comm->AllReduce(d->data(), count, op);
+            x = d->Download();
             CheckExactAllReduce(x.data(), count, world, op);
           }
         }
@@ -231,13 +207,6 @@ class GpuBackendTest : public ::testing::TestWithParam<std::string> {
   const std::string& backend() const { return GetParam(); }
 };
 
-TEST_P(GpuBackendTest, ExactSumsDefaultPaths) {
-  for (int world : Worlds(backend())) {
-    SCOPED_TRACE("world " + std::to_string(world));
-    RunExactSums(backend(), world, CountsFor(world), {});
-  }
-}
-
 // Inputs whose sums round: the order matters, and every rank must still hold
 // the same bits (hashes compared through the store). For ipc_ring the order
 // is known, so the result must also equal, to 0 ulp, a host reduction in the
@@ -267,9 +236,9 @@ TEST_P(GpuBackendTest, BitwiseIdenticalAcrossRanks) {
                 std::uniform_real_distribution<float> u(-1.0f, 1.0f);
                 for (float& v : in[r]) v = u(gen);
               }
-              DeviceBuffer d(in[c.rank]);
-              comm->AllReduce(d.get(), count, ReduceOp::kSum);
-              std::vector<float> got = d.Download();
+              auto d = Device(in[c.rank]);
+              comm->AllReduce(d->data(), count, ReduceOp::kSum);
+              std::vector<float> got = d->Download();
               uint64_t hash = 1469598103934665603ull;  // FNV-1a
               for (float v : got) {
                 uint32_t bits;
@@ -312,161 +281,6 @@ TEST_P(GpuBackendTest, BitwiseIdenticalAcrossRanks) {
         EXPECT_EQ(r.exit_code, 0) << Describe(results);
       }
       if (backend() != "ipc_ring") break;  // NCCL picks its own algorithm
-    }
-  }
-}
-
-TEST_P(GpuBackendTest, BroadcastAndBarrier) {
-  for (int world : Worlds(backend())) {
-    SCOPED_TRACE("world " + std::to_string(world));
-    auto results = RunRanks(
-        world,
-        [&](const RankContext& c) {
-          auto comm = Make(backend(), c);
-          for (size_t count :
-               {size_t{0}, size_t{1}, size_t{4099}, size_t{1000003}}) {
-            for (int root = 0; root < world; ++root) {
-              std::vector<float> x(count);
-              for (size_t i = 0; i < count; ++i)
-                x[i] = ExactSumInput(c.rank, i);
-              DeviceBuffer d(x);
-              comm->Broadcast(d.get(), count, root);
-              x = d.Download();
-              for (size_t i = 0; i < count; ++i) {
-                Check(x[i] == ExactSumInput(root, i),
-                      "broadcast count " + std::to_string(count) + " root " +
-                          std::to_string(root) + " element " +
-                          std::to_string(i));
-              }
-              comm->Barrier();
-            }
-          }
-        },
-        milliseconds(300000));
-    for (const RankResult& r : results) {
-      EXPECT_EQ(r.exit_code, 0) << Describe(results);
-    }
-  }
-}
-
-TEST_P(GpuBackendTest, KilledRankIsNamedBySurvivorsBeforeTheDeadline) {
-  const int world = backend() == "nccl" ? std::min(3, Devices()) : 3;
-  if (world < 2) {
-    GTEST_SKIP() << "nccl needs one GPU per rank; this machine has "
-                 << Devices() << ", too few for a peer to kill";
-  }
-  const int victim = world - 1;
-  auto start = std::chrono::steady_clock::now();
-  auto results = RunRanks(
-      world,
-      [&](const RankContext& c) {
-        auto comm = Make(backend(), c, milliseconds(30000));
-        std::vector<float> host((16 << 20) / sizeof(float), 1.0f);
-        DeviceBuffer d(host);
-        comm->AllReduce(d.get(), host.size(), ReduceOp::kSum);  // all alive
-        if (c.rank == victim) {
-          std::thread([] {
-            std::this_thread::sleep_for(milliseconds(50));
-            kill(getpid(), SIGKILL);
-          }).detach();
-        }
-        for (;;) comm->AllReduce(d.get(), host.size(), ReduceOp::kAvg);
-      },
-      milliseconds(120000));
-  // Well inside the 30 s deadline: survivors notice the pid is gone.
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(25))
-      << Describe(results);
-  EXPECT_EQ(results[victim].term_signal, SIGKILL) << Describe(results);
-  for (int r = 0; r < world; ++r) {
-    if (r == victim) continue;
-    EXPECT_EQ(results[r].exit_code, 1) << Describe(results);
-    EXPECT_NE(results[r].output.find("rank " + std::to_string(victim)),
-              std::string::npos)
-        << Describe(results);
-    EXPECT_NE(results[r].output.find("died"), std::string::npos)
-        << Describe(results);
-  }
-}
-
-// A rank that is alive but never joins: the survivor's wait ends at the
-// deadline (for ipc_ring, inside the kernel) with a message naming it.
-TEST_P(GpuBackendTest, AbsentRankTimesOutNamingIt) {
-  if (backend() == "nccl" && Devices() < 2) {
-    GTEST_SKIP() << "nccl needs one GPU per rank; this machine has "
-                 << Devices();
-  }
-  auto start = std::chrono::steady_clock::now();
-  auto results = RunRanks(
-      2,
-      [&](const RankContext& c) {
-        auto comm = Make(backend(), c, milliseconds(2000));
-        if (c.rank == 1) {
-          std::this_thread::sleep_for(milliseconds(6000));
-          return;  // never joins the collective
-        }
-        std::vector<float> host(1000, 1.0f);
-        DeviceBuffer d(host);
-        comm->AllReduce(d.get(), host.size(), ReduceOp::kSum);
-      },
-      milliseconds(120000));
-  EXPECT_EQ(results[0].exit_code, 1) << Describe(results);
-  EXPECT_NE(results[0].output.find("timed out after 2"), std::string::npos)
-      << Describe(results);
-  if (backend() == "ipc_ring") {
-    EXPECT_NE(results[0].output.find("rank 1"), std::string::npos)
-        << Describe(results);
-  }
-  EXPECT_EQ(results[1].exit_code, 0) << Describe(results);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
-}
-
-// A user pointer that is not 16-byte aligned (one float into a cudaMalloc
-// block): the kernels take their scalar paths for the caller's buffer. Sums
-// stay exact (0 ulp, as above), and the floats just before and after the
-// range must be left alone. Counts: one-shot sized and ring sized (1 MiB).
-TEST_P(GpuBackendTest, UnalignedBuffers) {
-  constexpr float kGuard = 12345.0f;
-  for (int world : Worlds(backend())) {
-    if (world > 3) continue;  // 2 and 3 cover ring and ragged segments
-    SCOPED_TRACE("world " + std::to_string(world));
-    auto results = RunRanks(
-        world,
-        [&](const RankContext& c) {
-          auto comm = Make(backend(), c);
-          for (size_t count : {size_t{1}, size_t{4098}, size_t{262146}}) {
-            auto fill = [&](int rank) {
-              std::vector<float> x(count + 2, kGuard);
-              for (size_t i = 0; i < count; ++i)
-                x[i + 1] = ExactSumInput(rank, i);
-              return x;
-            };
-            auto guards_intact = [&](const std::vector<float>& x,
-                                     const char* op) {
-              Check(x.front() == kGuard && x.back() == kGuard,
-                    std::string(op) + " of " + std::to_string(count) +
-                        " floats wrote outside its range");
-            };
-            DeviceBuffer d(fill(c.rank));
-            comm->AllReduce(d.get() + 1, count, ReduceOp::kSum);
-            std::vector<float> x = d.Download();
-            guards_intact(x, "AllReduce");
-            CheckExactAllReduce(x.data() + 1, count, world, ReduceOp::kSum);
-
-            const int root = world - 1;
-            DeviceBuffer b(fill(c.rank));
-            comm->Broadcast(b.get() + 1, count, root);
-            x = b.Download();
-            guards_intact(x, "Broadcast");
-            for (size_t i = 0; i < count; ++i) {
-              Check(x[i + 1] == ExactSumInput(root, i),
-                    "unaligned broadcast of " + std::to_string(count) +
-                        " floats: element " + std::to_string(i));
-            }
-          }
-        },
-        milliseconds(120000));
-    for (const RankResult& r : results) {
-      EXPECT_EQ(r.exit_code, 0) << Describe(results);
     }
   }
 }
@@ -520,9 +334,9 @@ TEST_F(IpcRingTest, BroadcastLargerThanBufferGoesInPieces) {
           for (int root = 0; root < world; ++root) {
             std::vector<float> x(count);
             for (size_t i = 0; i < count; ++i) x[i] = ExactSumInput(c.rank, i);
-            DeviceBuffer d(x);
-            comm->Broadcast(d.get(), count, root);
-            x = d.Download();
+            auto d = Device(x);
+            comm->Broadcast(d->data(), count, root);
+            x = d->Download();
             for (size_t i = 0; i < count; ++i) {
               Check(x[i] == ExactSumInput(root, i),
                     "root " + std::to_string(root) + " element " +
@@ -558,11 +372,11 @@ TEST_F(IpcRingTest, MismatchedCallsAreReported) {
           }
           auto comm = Make("ipc_ring", c, milliseconds(20000));
           const size_t count = c.rank == 0 ? k.count0 : k.count1;
-          DeviceBuffer d(std::vector<float>(count, 1.0f));
+          auto d = Device(std::vector<float>(count, 1.0f));
           if (c.rank == 0 && k.broadcast0) {
-            comm->Broadcast(d.get(), count, 0);
+            comm->Broadcast(d->data(), count, 0);
           } else {
-            comm->AllReduce(d.get(), count, ReduceOp::kSum);
+            comm->AllReduce(d->data(), count, ReduceOp::kSum);
           }
         },
         milliseconds(120000));

@@ -88,6 +88,7 @@ class IpcRing : public Communicator {
       : rank_(context.rank),
         world_size_(context.world_size),
         timeout_(options.timeout),
+        join_timeout_(options.join_timeout),
         store_(context.store),
         prefix_("ipc_ring/" + std::to_string(g_instances.fetch_add(1))) {
     if (world_size_ < 1 || world_size_ > kIpcRingMaxRanks) {
@@ -133,8 +134,10 @@ class IpcRing : public Communicator {
 
   void AllReduce(float* data, size_t count, ReduceOp op) override {
     CheckUsable("AllReduce");
+    if (data == nullptr && count > 0) {
+      throw std::invalid_argument("ipc_ring: null data");
+    }
     if (count == 0 || world_size_ == 1) return;  // sum or mean of one: itself
-    if (data == nullptr) throw std::invalid_argument("ipc_ring: null data");
     const bool one_shot =
         count * sizeof(float) <= one_shot_bytes_ && count <= capacity_;
     for (size_t offset = 0; offset < count; offset += capacity_) {
@@ -145,10 +148,8 @@ class IpcRing : public Communicator {
       launch.average = op == ReduceOp::kAvg;
       launch.chunks = IpcRingChunks(launch.count, world_size_, chunk_bytes_);
       Run(launch, "AllReduce");
-      const uint64_t bytes = launch.count * sizeof(float);
-      bytes_sent_ += one_shot ? (world_size_ - 1) * bytes
-                              : 2 * (world_size_ - 1) * bytes / world_size_;
     }
+    bytes_sent_ += AllReduceBusBytes(count, world_size_);
   }
 
   void Broadcast(float* data, size_t count, int root) override {
@@ -157,8 +158,10 @@ class IpcRing : public Communicator {
       throw std::invalid_argument("ipc_ring: Broadcast root " +
                                   std::to_string(root) + " out of range");
     }
+    if (data == nullptr && count > 0) {
+      throw std::invalid_argument("ipc_ring: null data");
+    }
     if (count == 0 || world_size_ == 1) return;
-    if (data == nullptr) throw std::invalid_argument("ipc_ring: null data");
     for (size_t offset = 0; offset < count; offset += capacity_) {
       IpcRingLaunch launch;
       launch.kind = IpcRingKind::kBroadcast;
@@ -166,11 +169,8 @@ class IpcRing : public Communicator {
       launch.count = std::min(capacity_, count - offset);
       launch.root = root;
       Run(launch, "Broadcast");
-      // Every peer reads the root's buffer.
-      if (rank_ == root) {
-        bytes_sent_ += (world_size_ - 1) * launch.count * sizeof(float);
-      }
     }
+    bytes_sent_ += BroadcastBusBytes(count, world_size_);
   }
 
   void Barrier() override {
@@ -201,7 +201,7 @@ class IpcRing : public Communicator {
                          kIpcRingDefaultBufferBytes);
       store_->Set(prefix_ + "/config", config.str());
     }
-    std::istringstream config(store_->Get(prefix_ + "/config", timeout_));
+    std::istringstream config(store_->Get(prefix_ + "/config", join_timeout_));
     size_t buffer_bytes = 0;
     config >> one_shot_bytes_ >> chunk_bytes_ >> buffer_bytes;
     capacity_ = std::max<size_t>(4, buffer_bytes / sizeof(float) & ~size_t{3});
@@ -243,12 +243,12 @@ class IpcRing : public Communicator {
                     std::to_string(kDataOffset) + " " + bus_id + " " + host +
                     " " + std::to_string(pid));
     exported_ = true;
-    watch_ = PeerWatch(store_, prefix_, rank_, world_size_, timeout_);
+    watch_ = PeerWatch(store_, prefix_, rank_, world_size_, join_timeout_);
 
     for (int q = 0; q < world_size_; ++q) {
       if (q == rank_) continue;
       std::istringstream in(
-          store_->Get(prefix_ + "/handle/" + std::to_string(q), timeout_));
+          store_->Get(prefix_ + "/handle/" + std::to_string(q), join_timeout_));
       std::string hex, peer_bus, peer_host;
       size_t data_offset = 0;
       long peer_pid = 0;
@@ -477,6 +477,7 @@ class IpcRing : public Communicator {
   const int rank_;
   const int world_size_;
   const std::chrono::milliseconds timeout_;
+  const std::chrono::milliseconds join_timeout_;
   Store* const store_;
   const std::string prefix_;
   int device_ = -1;

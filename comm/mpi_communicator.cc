@@ -84,10 +84,7 @@ class MpiCommunicator final : public Communicator {
       for (size_t i = 0; i < count; ++i) data[i] /= n;
     }
     Disarm();
-    // Nominal ring traffic, for reports comparable with shm_ring's.
-    bytes_sent_ += world_ > 1 ? 2 * (world_ - 1) * count * sizeof(float) /
-                                    static_cast<size_t>(world_)
-                              : 0;
+    bytes_sent_ += AllReduceBusBytes(count, world_);
   }
 
   void Broadcast(float* data, size_t count, int root) override {
@@ -107,7 +104,7 @@ class MpiCommunicator final : public Communicator {
             "MPI_Bcast");
     }
     Disarm();
-    if (rank_ == root) bytes_sent_ += count * sizeof(float);
+    bytes_sent_ += BroadcastBusBytes(count, world_);
   }
 
   void Barrier() override {
@@ -138,14 +135,20 @@ class MpiCommunicator final : public Communicator {
     Check(MPI_Allreduce(MPI_IN_PLACE, buf, 10, MPI_LONG_LONG, MPI_MAX,
                         MPI_COMM_WORLD),
           "MPI_Allreduce (call check)");
-    static const char* const kField[5] = {"call #", "kind", "count", "op",
+    static const char* const kField[5] = {"call", "kind", "count", "op",
                                           "root"};
+    // "count=8 on some ranks, count=9 on others": the differing field with
+    // both values, as the other backends name them.
+    auto value = [](int field, long long v) {
+      return field == 3 ? std::string(ReduceOpName(static_cast<ReduceOp>(v)))
+                        : std::to_string(v);
+    };
     std::string diff;
     for (int i = 0; i < 5; ++i) {
       if (buf[i] != -buf[5 + i]) {
-        diff += std::string(diff.empty() ? "" : ", ") + kField[i] +
-                " ranges over [" + std::to_string(-buf[5 + i]) + ", " +
-                std::to_string(buf[i]) + "]";
+        diff += std::string(diff.empty() ? "" : ", ") + kField[i] + "=" +
+                value(i, -buf[5 + i]) + " on some ranks, " + kField[i] + "=" +
+                value(i, buf[i]) + " on others";
       }
     }
     if (!diff.empty()) {

@@ -27,7 +27,8 @@ class NcclCommunicator : public Communicator {
   NcclCommunicator(const RankContext& context, const CommOptions& options)
       : rank_(context.rank),
         world_size_(context.world_size),
-        timeout_(options.timeout) {
+        timeout_(options.timeout),
+        join_timeout_(options.join_timeout) {
     if (context.store == nullptr && world_size_ > 1) {
       throw CommError("nccl: needs a rendezvous store for the unique id");
     }
@@ -52,6 +53,9 @@ class NcclCommunicator : public Communicator {
 
   void AllReduce(float* data, size_t count, ReduceOp op) override {
     CheckUsable("AllReduce");
+    if (data == nullptr && count > 0) {
+      throw std::invalid_argument("nccl: AllReduce of null data");
+    }
     if (count == 0) return;
     const std::string what = std::string("AllReduce(") + ReduceOpName(op) +
                              ") of " + std::to_string(count) + " floats";
@@ -59,9 +63,7 @@ class NcclCommunicator : public Communicator {
                               op == ReduceOp::kAvg ? ncclAvg : ncclSum, comm_,
                               stream_));
     Wait(what);
-    // NCCL's ring sends 2(N-1)/N of the buffer per rank, as shm_ring does.
-    bytes_sent_ += 2 * (world_size_ - 1) * (count * sizeof(float)) /
-                   static_cast<uint64_t>(world_size_);
+    bytes_sent_ += AllReduceBusBytes(count, world_size_);
   }
 
   void Broadcast(float* data, size_t count, int root) override {
@@ -70,16 +72,16 @@ class NcclCommunicator : public Communicator {
       throw std::invalid_argument("nccl: Broadcast root " +
                                   std::to_string(root) + " out of range");
     }
+    if (data == nullptr && count > 0) {
+      throw std::invalid_argument("nccl: Broadcast of null data");
+    }
     if (count == 0) return;
     const std::string what = "Broadcast of " + std::to_string(count) +
                              " floats from rank " + std::to_string(root);
     Issue(what,
           ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_));
     Wait(what);
-    // A chain from the root: every rank but the last one forwards the buffer.
-    if (world_size_ > 1 && rank_ != (root + world_size_ - 1) % world_size_) {
-      bytes_sent_ += count * sizeof(float);
-    }
+    bytes_sent_ += BroadcastBusBytes(count, world_size_);
   }
 
   void Barrier() override {
@@ -100,13 +102,15 @@ class NcclCommunicator : public Communicator {
 
     ncclUniqueId id;
     if (world_size_ > 1) {
-      peers_ = PeerWatch(context.store, prefix, rank_, world_size_, timeout_);
+      peers_ =
+          PeerWatch(context.store, prefix, rank_, world_size_, join_timeout_);
       CheckDistinctDevices(context.store, prefix);
       if (rank_ == 0) {
         NcclCheck(ncclGetUniqueId(&id), "ncclGetUniqueId");
         context.store->Set(prefix + "/unique_id", ToHex(&id, sizeof(id)));
       } else {
-        std::string hex = context.store->Get(prefix + "/unique_id", timeout_);
+        std::string hex =
+            context.store->Get(prefix + "/unique_id", join_timeout_);
         if (!FromHex(hex, &id, sizeof(id))) {
           throw CommError("nccl: malformed unique id in the store");
         }
@@ -142,7 +146,7 @@ class NcclCommunicator : public Communicator {
     for (int r = 0; r < world_size_; ++r) {
       if (r == rank_) continue;
       std::string other =
-          store->Get(prefix + "/bus/" + std::to_string(r), timeout_);
+          store->Get(prefix + "/bus/" + std::to_string(r), join_timeout_);
       if (other == ours) {
         throw CommError("nccl: ranks " + std::to_string(std::min(r, rank_)) +
                         " and " + std::to_string(std::max(r, rank_)) +
@@ -289,6 +293,7 @@ class NcclCommunicator : public Communicator {
   const int rank_;
   const int world_size_;
   const std::chrono::milliseconds timeout_;
+  const std::chrono::milliseconds join_timeout_;
   int device_ = -1;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;

@@ -359,6 +359,11 @@ class ShmRing final : public Communicator {
   void InlineAllReduce(Call& call, float* data, size_t count, ReduceOp op);
   void RingAllReduce(Call& call, float* data, size_t count, ReduceOp op);
   void BankFree(Call& call);
+  // The one-shot exchange through the small banks: every rank posts its call
+  // (and data, when given) and checks every peer's, so ranks that disagree
+  // on count, op or root fail on every rank.
+  void PostSmall(Call& call, const float* data, size_t count);
+  void GatherSmall(Call& call);
 
   int rank_, world_;
   int left_, right_;
@@ -400,7 +405,7 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
         "shm_ring needs a rendezvous store (set MASTER_ADDR and MASTER_PORT)");
   }
   Store& store = *context.store;
-  const auto timeout = options.timeout;
+  const auto timeout = options.join_timeout;
   const auto deadline = Clock::now() + timeout;
   int fd = -1;
   bool published = false;  // rank 0: the segment's address is in the store
@@ -419,6 +424,16 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
     } catch (...) {
       // The store itself failed: peers will time out; nothing better to do.
     }
+  };
+  // The ranks that have not mapped the segment yet, for timeout messages
+  // (a rank stores its pid in its header once it has).
+  auto unmapped = [&]() -> std::string {
+    std::string ranks;
+    for (int p = 0; p < world_; ++p) {
+      if (Rank(p)->pid.load(std::memory_order_acquire) != 0) continue;
+      ranks += (ranks.empty() ? "rank " : ", rank ") + std::to_string(p);
+    }
+    return ranks.empty() ? "" : "; not mapped by " + ranks;
   };
   auto fail_message = [&]() -> std::string {
     try {
@@ -536,7 +551,8 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
               "shm_ring: timed out after " +
               std::to_string(std::chrono::duration<double>(timeout).count()) +
               " s: only " + std::to_string(mapped) + " of " +
-              std::to_string(world_ - 1) + " peers mapped the segment");
+              std::to_string(world_ - 1) + " peers mapped the segment" +
+              unmapped());
         }
         std::this_thread::sleep_for(pause);
         pause = std::min(pause * 2, std::chrono::microseconds(5000));
@@ -560,7 +576,15 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
       ncpu_ = std::max(1, CPU_COUNT(&all));
       store.Add(prefix + "state", ncpu_);
     } else {
-      std::string where = store.Get(prefix + "name", timeout);
+      std::string where;
+      try {
+        where = store.Get(prefix + "name", timeout);
+      } catch (const CommError& e) {
+        throw CommError(
+            "shm_ring: rank 0 did not publish its segment within " +
+            std::to_string(std::chrono::duration<double>(timeout).count()) +
+            " s (it died or never started): " + e.what());
+      }
       if (where.rfind("error:", 0) == 0) {
         reported = true;  // it is rank 0's failure, already in the store
         throw CommError("shm_ring: rank 0 failed to create the segment: " +
@@ -635,7 +659,7 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
           throw CommError(
               "shm_ring: timed out after " +
               std::to_string(std::chrono::duration<double>(timeout).count()) +
-              " s waiting for the other ranks to map the segment");
+              " s waiting for the other ranks to map the segment" + unmapped());
         }
         std::this_thread::sleep_for(pause);
         pause = std::min(pause * 2, std::chrono::microseconds(5000));
@@ -858,7 +882,6 @@ void ShmRing::PostSend(Call& call, size_t nbytes) {
   s->nbytes = nbytes;
   s->seq.store(static_cast<uint32_t>(id), std::memory_order_seq_cst);
   FutexWakeIfSleeping(&s->seq, &s->seq_sleepers);
-  bytes_sent_ += nbytes;
 }
 
 const float* ShmRing::AcquireRecv(Call& call, size_t expect_bytes) {
@@ -897,21 +920,23 @@ void ShmRing::BankFree(Call& call) {
   }
 }
 
-void ShmRing::OneShotAllReduce(Call& call, float* data, size_t count,
-                               ReduceOp op) {
+void ShmRing::PostSmall(Call& call, const float* data, size_t count) {
   const int bank = static_cast<int>(call.desc.seq & 1);
-  const uint32_t seq = static_cast<uint32_t>(call.desc.seq);
   RankHeader* me = Rank(rank_);
   call.phase = "one-shot post";
   BankFree(call);
-  if (count > 0) {
+  if (data != nullptr && count > 0) {
     CopyFloats(SmallData(rank_, bank), data, count);
   }
   Small(rank_, bank)->desc = call.desc;
   me->posted64.store(call.desc.seq, std::memory_order_release);
-  me->posted.store(seq, std::memory_order_seq_cst);
+  me->posted.store(static_cast<uint32_t>(call.desc.seq),
+                   std::memory_order_seq_cst);
   FutexWakeIfSleeping(&me->posted, &me->posted_sleepers);
-  bytes_sent_ += count * sizeof(float);
+}
+
+void ShmRing::GatherSmall(Call& call) {
+  const int bank = static_cast<int>(call.desc.seq & 1);
   call.phase = "one-shot gather";
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
@@ -922,6 +947,13 @@ void ShmRing::OneShotAllReduce(Call& call, float* data, size_t count,
     });
     CheckDesc(call, Small(p, bank)->desc, p);
   }
+}
+
+void ShmRing::OneShotAllReduce(Call& call, float* data, size_t count,
+                               ReduceOp op) {
+  const int bank = static_cast<int>(call.desc.seq & 1);
+  PostSmall(call, data, count);
+  GatherSmall(call);
   if (count > 0) {
     // Rank order 0, 1, ..., N-1 on every rank: identical bits everywhere.
     CopyFloats(data, SmallData(0, bank), count);
@@ -948,7 +980,6 @@ void ShmRing::InlineAllReduce(Call& call, float* data, size_t count,
                                      (call.desc.count << 16));
   mine->seq.store(seq, std::memory_order_seq_cst);
   FutexWakeIfSleeping(&mine->seq, &mine->sleepers);
-  bytes_sent_ += count * sizeof(float);
   call.phase = "inline gather";
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
@@ -1082,6 +1113,7 @@ void ShmRing::AllReduce(float* data, size_t count, ReduceOp op) {
       RingAllReduce(call, data, count, op);
     }
   });
+  bytes_sent_ += AllReduceBusBytes(count, world_);
 }
 
 void ShmRing::Broadcast(float* data, size_t count, int root) {
@@ -1096,29 +1128,17 @@ void ShmRing::Broadcast(float* data, size_t count, int root) {
   Call call = Begin(Kind::kBroadcast, count, ReduceOp::kSum, root);
   if (world_ == 1) return;
   Guarded(call, [&] {
-    const size_t bytes = count * sizeof(float);
-    if (bytes <= small_) {
-      const int bank = static_cast<int>(call.desc.seq & 1);
-      const uint32_t seq = static_cast<uint32_t>(call.desc.seq);
-      RankHeader* me = Rank(rank_);
-      if (rank_ == root) {
-        call.phase = "post";
-        BankFree(call);
-        CopyFloats(SmallData(rank_, bank), data, count);
-        Small(rank_, bank)->desc = call.desc;
-        me->posted64.store(call.desc.seq, std::memory_order_release);
-        me->posted.store(seq, std::memory_order_seq_cst);
-        FutexWakeIfSleeping(&me->posted, &me->posted_sleepers);
-        bytes_sent_ += bytes;
-      } else {
-        call.phase = "receive";
-        RankHeader* h = Rank(root);
-        const uint64_t seq64 = call.desc.seq;
-        Wait(call, &h->posted, &h->posted_sleepers, root, [h, seq64](uint32_t) {
-          return h->posted64.load(std::memory_order_acquire) >= seq64;
-        });
-        CheckDesc(call, Small(root, bank)->desc, root);
-        CopyFloats(data, SmallData(root, bank), count);
+    // Every rank posts its call and checks every peer's first, the root
+    // with its data when that fits: ranks that disagree on the root or the
+    // count fail on every rank, where a chain alone would let each
+    // self-declared root send and return.
+    const bool small = count * sizeof(float) <= small_;
+    PostSmall(call, rank_ == root && small ? data : nullptr, count);
+    GatherSmall(call);
+    if (small) {
+      if (rank_ != root && count > 0) {
+        CopyFloats(data, SmallData(root, static_cast<int>(call.desc.seq & 1)),
+                   count);
       }
       return;
     }
@@ -1154,6 +1174,7 @@ void ShmRing::Broadcast(float* data, size_t count, int root) {
       if (out != nullptr) PostSend(call, len * sizeof(float));
     }
   });
+  bytes_sent_ += BroadcastBusBytes(count, world_);
 }
 
 void ShmRing::Barrier() {

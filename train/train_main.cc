@@ -127,6 +127,7 @@ TrainConfig ConfigFromFlags() {
 int RunThisRank(const TrainConfig& config) {
   comm::CommOptions options;
   options.timeout = config.timeout;
+  options.join_timeout = config.timeout;
   const auto rendezvous = comm::Rendezvous::FromEnv(config.timeout);
   const comm::RankContext& context = rendezvous->context();
   // Under a foreign launcher (torchrun-style, mpirun) nothing was checked

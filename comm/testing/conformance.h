@@ -1,0 +1,76 @@
+// The communicator conformance suite: one set of checks that every backend
+// (shm_ring, mpi, nccl, ipc_ring, and any added later) must pass, as ggml's
+// test-backend-ops holds every backend to one suite. A case is a body that
+// runs on every rank of a job and throws on failure; drivers run the cases in
+// forked processes (conformance_test.cc, every registered backend) or under
+// mpirun (conformance_mpi_main.cc). Inputs are nccl-tests' exact-sum integers,
+// so results are checked to 0 ulp.
+#ifndef RINGLAB_COMM_TESTING_CONFORMANCE_H_
+#define RINGLAB_COMM_TESTING_CONFORMANCE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace ringlab::comm::testing {
+
+// A caller's buffer in the memory a backend works on (host or device).
+class RankBuffer {
+ public:
+  virtual ~RankBuffer() = default;
+  virtual float* data() = 0;
+  virtual std::vector<float> Download() const = 0;
+};
+using BufferMaker =
+    std::function<std::unique_ptr<RankBuffer>(const std::vector<float>&)>;
+
+// Device buffers are registered by //comm/testing:device_buffers when it is
+// linked, with the number of CUDA devices (asked of a forked child, so that
+// the caller never initialises CUDA; *why says why there are none).
+bool RegisterDeviceBuffers(BufferMaker maker,
+                           std::function<int(std::string* why)> devices);
+std::unique_ptr<RankBuffer> MakeBuffer(MemoryKind kind,
+                                       const std::vector<float>& host);
+// -1 when no device-buffer support is linked.
+int CudaDevices(std::string* why);
+
+// What the suite must know of a backend that the interface does not say.
+struct BackendTraits {
+  bool needs_gpu = false;         // skipped, saying so, where no GPU exists
+  bool one_gpu_per_rank = false;  // nccl: world size at most the GPU count
+  bool needs_mpirun = false;      // mpi: ranks are mpirun's processes
+  // NCCL's ncclAvg pre-multiplies each input by 1/N and sums the products;
+  // the others sum, then divide once by N. Equal when N is a power of two.
+  bool avg_premultiplies = false;
+  // Survivors of a dead rank fail by themselves, naming it. Under mpirun a
+  // dead rank ends the whole job instead (mpirun names it).
+  bool survives_peer_death = true;
+};
+BackendTraits TraitsOf(const std::string& backend);
+
+// One check, run by every rank of a job of world size >= min_world.
+struct ConformanceCase {
+  std::string name;
+  int min_world = 1;
+  std::function<void(Communicator& comm, const BackendTraits& traits)> run;
+  // A mismatch case prints its CommError as "[mismatch] <message>"; some
+  // rank's message must contain both of these (e.g. "count=8", "count=9").
+  std::vector<std::string> must_name;
+};
+
+// Exact sums (sum and avg, counts 0, 1, N-1, primes, large), unaligned
+// buffers, bitwise equality across ranks, broadcast from every root, bus
+// bytes, argument errors.
+std::vector<ConformanceCase> CollectiveCases();
+// Ranks that disagree on count, op or root, on every path (inline, one-shot,
+// ring sized): every rank's call throws a CommError saying "mismatched".
+std::vector<ConformanceCase> MismatchCases();
+// Both lists.
+std::vector<ConformanceCase> AllCases();
+
+}  // namespace ringlab::comm::testing
+
+#endif  // RINGLAB_COMM_TESTING_CONFORMANCE_H_
