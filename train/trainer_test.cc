@@ -5,11 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/testing/multi_process.h"
@@ -42,12 +48,38 @@ TrainConfig ReferenceConfig(const std::string& out_dir) {
   return config;
 }
 
+struct TrainRun {
+  std::vector<comm::testing::RankResult> ranks;
+  // What RunRank returned in each rank's process (empty for a rank that did
+  // not get that far): the test compares these, not the trainer's summary.
+  std::vector<std::vector<float>> params;
+};
+
+void WriteFloats(const std::string& path, const std::vector<float>& values) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(values.data()),
+            static_cast<std::streamsize>(values.size() * sizeof(float)));
+  if (!out.flush()) throw std::runtime_error("cannot write " + path);
+}
+
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
 // Runs the config on `world` ranks over shm_ring; `adjust` may change it per
-// rank.
-std::vector<comm::testing::RankResult> Train(
-    int world, const TrainConfig& config,
-    std::function<void(int rank, TrainConfig*)> adjust = nullptr) {
-  return comm::testing::RunRanks(
+// rank. Each rank process writes the parameters RunRank returned to a file
+// the test reads back.
+TrainRun Train(int world, const TrainConfig& config,
+               std::function<void(int rank, TrainConfig*)> adjust = nullptr) {
+  const std::string params_dir = TempDir("rank_params");
+  std::filesystem::create_directories(params_dir);
+  TrainRun run;
+  run.ranks = comm::testing::RunRanks(
       world,
       [&](const comm::RankContext& context) {
         TrainConfig mine = config;
@@ -56,20 +88,62 @@ std::vector<comm::testing::RankResult> Train(
         options.timeout = mine.timeout;
         auto communicator =
             comm::CreateCommunicator("shm_ring", context, options);
-        RunRank(mine, *communicator, context.store);
+        const TrainResult result = RunRank(mine, *communicator, context.store);
+        WriteFloats(params_dir + "/rank" + std::to_string(context.rank),
+                    result.final_params);
       },
       std::chrono::seconds(60));
+  for (int rank = 0; rank < world; ++rank) {
+    run.params.push_back(
+        ReadFloats(params_dir + "/rank" + std::to_string(rank)));
+  }
+  return run;
 }
 
-bool AllSucceeded(const std::vector<comm::testing::RankResult>& results) {
-  for (const auto& r : results) {
+bool AllSucceeded(const TrainRun& run) {
+  for (const auto& r : run.ranks) {
     if (r.exit_code != 0) return false;
   }
   return true;
 }
 
+// Bit for bit, unlike ==: -0.0f is not 0.0f, and a NaN equals its own bits.
+// Names the first difference.
+::testing::AssertionResult BitwiseEqual(const std::vector<float>& a,
+                                        const std::vector<float>& b) {
+  if (a.size() != b.size()) {
+    return ::testing::AssertionFailure()
+           << "sizes " << a.size() << " and " << b.size();
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << a[i] << " vs " << b[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Every rank holds rank 0's parameters, bit for bit.
+void ExpectRanksBitwiseEqual(const TrainRun& run, const nn::MlpLayout& layout) {
+  ASSERT_EQ(run.params[0].size(), layout.num_params());
+  for (size_t r = 1; r < run.params.size(); ++r) {
+    EXPECT_TRUE(BitwiseEqual(run.params[r], run.params[0])) << "rank " << r;
+  }
+}
+
 std::vector<float> Load(const std::string& dir, const std::string& name) {
   return nn::ReadNpyFloat32(dir + "/" + name + ".npy", nullptr);
+}
+
+// Every tensor of the 10,5,2 model in a directory, in parameter order.
+std::vector<float> LoadAll(const std::string& dir) {
+  std::vector<float> params;
+  for (const std::string& name : kTensors) {
+    const auto tensor = Load(dir, name);
+    params.insert(params.end(), tensor.begin(), tensor.end());
+  }
+  return params;
 }
 
 struct LossRow {
@@ -96,8 +170,8 @@ std::vector<LossRow> ReadLosses(const std::string& path) {
 
 TEST(TrainerTest, MatchesPyTorchDdpRun) {
   const std::string out = TempDir("pytorch_match");
-  const auto results = Train(2, ReferenceConfig(out));
-  ASSERT_TRUE(AllSucceeded(results)) << comm::testing::Describe(results);
+  const TrainRun run = Train(2, ReferenceConfig(out));
+  ASSERT_TRUE(AllSucceeded(run)) << comm::testing::Describe(run.ranks);
 
   // Per-step losses. The linear layers (ordered sums), the 2-rank average and
   // SGD's fused update are bit-exact; softmax/log differ from ATen's
@@ -123,6 +197,8 @@ TEST(TrainerTest, MatchesPyTorchDdpRun) {
           << name << "[" << i << "]";
     }
   }
+  // final/ holds what rank 0 ended with.
+  EXPECT_TRUE(BitwiseEqual(LoadAll(out + "/final"), run.params[0]));
 }
 
 std::string ReadText(const std::string& path) {
@@ -134,68 +210,87 @@ std::string ReadText(const std::string& path) {
 
 TEST(TrainerTest, AllReduceKeepsRanksBitwiseEqualAfterEveryStep) {
   // One run per length: after k steps (k = 1..10) every rank's parameters
-  // hash the same (summary.json compares all ranks' hashes).
+  // are rank 0's, bit for bit, and the summary says so.
   for (int steps = 1; steps <= 10; ++steps) {
     const std::string out = TempDir("bitwise_" + std::to_string(steps));
     TrainConfig config = ReferenceConfig(out);
     config.epochs = steps;  // one step per epoch
-    const auto results = Train(2, config);
-    ASSERT_TRUE(AllSucceeded(results)) << comm::testing::Describe(results);
+    const TrainRun run = Train(2, config);
+    ASSERT_TRUE(AllSucceeded(run)) << comm::testing::Describe(run.ranks);
+    SCOPED_TRACE("after step " + std::to_string(steps - 1));
+    ExpectRanksBitwiseEqual(run, nn::MlpLayout({10, 5, 2}));
     EXPECT_NE(
         ReadText(out + "/summary.json").find("\"ranks_bitwise_equal\": true"),
-        std::string::npos)
-        << "after step " << steps - 1;
+        std::string::npos);
   }
 }
 
+TEST(TrainerTest, SummarySaysWhenRanksEndDifferent) {
+  // Without synchronisation the ranks train on different shards and drift
+  // apart: the summary's hash comparison must notice.
+  const std::string out = TempDir("unsynchronised");
+  TrainConfig config = ReferenceConfig(out);
+  config.sync = "none";
+  const TrainRun run = Train(2, config);
+  ASSERT_TRUE(AllSucceeded(run)) << comm::testing::Describe(run.ranks);
+  ASSERT_FALSE(BitwiseEqual(run.params[0], run.params[1]));
+  EXPECT_NE(
+      ReadText(out + "/summary.json").find("\"ranks_bitwise_equal\": false"),
+      std::string::npos);
+}
+
 TEST(TrainerTest, ParamAvgWithPeriodOneEqualsAllReduce) {
-  const std::string out_allreduce = TempDir("k1_allreduce");
-  const std::string out_avg = TempDir("k1_param_avg");
-  ASSERT_TRUE(AllSucceeded(Train(2, ReferenceConfig(out_allreduce))));
-  TrainConfig config = ReferenceConfig(out_avg);
+  const nn::MlpLayout layout({10, 5, 2});
+  const TrainRun allreduce = Train(2, ReferenceConfig(TempDir("k1_allreduce")));
+  ASSERT_TRUE(AllSucceeded(allreduce))
+      << comm::testing::Describe(allreduce.ranks);
+  TrainConfig config = ReferenceConfig(TempDir("k1_param_avg"));
   config.sync = "param_avg";
   config.sync_options = {1, 0};
-  const auto results = Train(2, config);
-  ASSERT_TRUE(AllSucceeded(results)) << comm::testing::Describe(results);
+  const TrainRun averaged = Train(2, config);
+  ASSERT_TRUE(AllSucceeded(averaged))
+      << comm::testing::Describe(averaged.ranks);
+  // Averaging after every step leaves every rank with the same average.
+  ExpectRanksBitwiseEqual(averaged, layout);
   // avg(p - lr g_r) vs p - lr avg(g_r): the same value rounded differently,
   // a few ulp of parameters of magnitude < 1 after 10 steps.
-  for (const std::string& name : kTensors) {
-    const auto a = Load(out_allreduce + "/final", name);
-    const auto b = Load(out_avg + "/final", name);
-    for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_NEAR(a[i], b[i], 1e-6) << name << "[" << i << "]";
-    }
-  }
+  const std::vector<float>& a = allreduce.params[0];
+  const std::vector<float>& b = averaged.params[0];
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6) << i;
 }
 
 TEST(TrainerTest, ResumeAfterACrashIsBitwiseEqualToAnUninterruptedRun) {
   const std::string whole = TempDir("uninterrupted");
   const std::string resumed = TempDir("resumed");
-  ASSERT_TRUE(AllSucceeded(Train(2, ReferenceConfig(whole))));
+  const TrainRun uninterrupted = Train(2, ReferenceConfig(whole));
+  ASSERT_TRUE(AllSucceeded(uninterrupted))
+      << comm::testing::Describe(uninterrupted.ranks);
 
   TrainConfig config = ReferenceConfig(resumed);
   config.checkpoint_every = 3;
   config.fault_after_step = 4;  // after the checkpoint at 3 steps
   config.fault_rank = 1;
-  config.timeout = std::chrono::seconds(3);
-  const auto crashed = Train(2, config);
-  EXPECT_EQ(crashed[1].term_signal, SIGKILL);
-  EXPECT_NE(crashed[0].exit_code, 0) << "rank 0 must fail, not hang";
-  EXPECT_NE(crashed[0].output.find("rank 1"), std::string::npos)
-      << "the survivor's error names the missing rank:\n"
-      << crashed[0].output;
+  const TrainRun crashed = Train(2, config);
+  EXPECT_EQ(crashed.ranks[1].term_signal, SIGKILL);
+  // Rank 0 fails by itself (RunRanks would SIGKILL it after 60 s: exit code
+  // -1), having seen rank 1's death rather than waiting out --timeout.
+  EXPECT_EQ(crashed.ranks[0].exit_code, 1) << crashed.ranks[0].output;
+  EXPECT_NE(crashed.ranks[0].output.find("rank 1 (pid "), std::string::npos)
+      << crashed.ranks[0].output;
+  EXPECT_NE(crashed.ranks[0].output.find(") died during "), std::string::npos)
+      << crashed.ranks[0].output;
 
   config.fault_after_step = -1;
   config.resume = true;
-  const auto results = Train(2, config);
-  ASSERT_TRUE(AllSucceeded(results)) << comm::testing::Describe(results);
-  for (const std::string& name : kTensors) {
-    const auto a = Load(whole + "/final", name);
-    const auto b = Load(resumed + "/final", name);
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
-        << name;
+  const TrainRun run = Train(2, config);
+  ASSERT_TRUE(AllSucceeded(run)) << comm::testing::Describe(run.ranks);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(BitwiseEqual(run.params[rank], uninterrupted.params[rank]))
+        << "rank " << rank;
   }
+  EXPECT_TRUE(
+      BitwiseEqual(LoadAll(resumed + "/final"), LoadAll(whole + "/final")));
   const auto whole_losses = ReadLosses(whole + "/losses.csv");
   const auto resumed_losses = ReadLosses(resumed + "/losses.csv");
   ASSERT_EQ(whole_losses.size(), resumed_losses.size());
@@ -208,10 +303,10 @@ TEST(TrainerTest, RanksThatDisagreeFailTogether) {
   TrainConfig config = ReferenceConfig(TempDir("disagree"));
   config.data_dir.clear();
   config.init_dir.clear();
-  const auto results = Train(2, config, [](int rank, TrainConfig* c) {
+  const TrainRun run = Train(2, config, [](int rank, TrainConfig* c) {
     if (rank == 1) c->lr = 0.02f;
   });
-  for (const auto& r : results) {
+  for (const auto& r : run.ranks) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_NE(r.output.find("rank 1 disagrees with rank 0 on --lr"),
               std::string::npos)
@@ -221,29 +316,28 @@ TEST(TrainerTest, RanksThatDisagreeFailTogether) {
 
 TEST(TrainerTest, BroadcastGivesEveryRankRankZerosParameters) {
   // Different seeds per rank (as the document's unseeded ranks): after DDP's
-  // broadcast and zero epochs, both ranks hold rank 0's initial parameters.
+  // broadcast and zero epochs, both ranks hold rank 0's initial parameters,
+  // torch.manual_seed(0); Net(), and not what rank 1 drew (seed 1).
+  const nn::MlpLayout layout({10, 5, 2});
+  std::vector<float> rank0_draw(layout.num_params());
+  std::vector<float> rank1_draw(layout.num_params());
+  nn::TorchGenerator generator0(0);
+  nn::TorchGenerator generator1(1);
+  nn::InitLikeTorch(layout, generator0, rank0_draw.data());
+  nn::InitLikeTorch(layout, generator1, rank1_draw.data());
+  ASSERT_FALSE(BitwiseEqual(rank0_draw, rank1_draw));
+
   const std::string out = TempDir("broadcast");
   TrainConfig config = ReferenceConfig(out);
   config.data_dir.clear();
   config.init_dir.clear();
   config.epochs = 0;
   config.per_rank_data = true;
-  const auto results = Train(2, config);
-  ASSERT_TRUE(AllSucceeded(results)) << comm::testing::Describe(results);
-  EXPECT_NE(
-      ReadText(out + "/summary.json").find("\"ranks_bitwise_equal\": true"),
-      std::string::npos);
-  // ... and those are rank 0's: torch.manual_seed(0); Net().
-  const nn::MlpLayout layout({10, 5, 2});
-  std::vector<float> expected(layout.num_params());
-  nn::TorchGenerator generator(0);
-  nn::InitLikeTorch(layout, generator, expected.data());
-  std::vector<float> final_params;
-  for (const std::string& name : kTensors) {
-    const auto tensor = Load(out + "/final", name);
-    final_params.insert(final_params.end(), tensor.begin(), tensor.end());
-  }
-  EXPECT_EQ(final_params, expected);
+  const TrainRun run = Train(2, config);
+  ASSERT_TRUE(AllSucceeded(run)) << comm::testing::Describe(run.ranks);
+  EXPECT_TRUE(BitwiseEqual(run.params[0], rank0_draw));
+  EXPECT_TRUE(BitwiseEqual(run.params[1], rank0_draw));
+  EXPECT_TRUE(BitwiseEqual(LoadAll(out + "/final"), rank0_draw));
 }
 
 }  // namespace
