@@ -46,18 +46,33 @@ TEST_F(RendezvousTest, LoneProcessGetsAPrivateStore) {
   EXPECT_EQ(x, 3);
 }
 
-TEST_F(RendezvousTest, RankZeroHostsTheStoreOnMasterPort) {
-  int port;
-  {
-    TcpStoreServer probe;  // a free port
-    port = probe.port();
+// MASTER_PORT is a fixed number, as torchrun's: a port found free may be
+// taken by a parallel test before rank 0 listens on it. Only that clash is
+// retried, with another port, a few times.
+std::unique_ptr<Rendezvous> RankZeroOnSomeFreePort() {
+  for (int attempt = 0;; ++attempt) {
+    int port;
+    {
+      TcpStoreServer probe;
+      port = probe.port();
+    }
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    try {
+      return Rendezvous::FromEnv(milliseconds(5000));
+    } catch (const std::exception& e) {
+      const bool clash = std::string(e.what()).find("Address already in use") !=
+                         std::string::npos;
+      if (!clash || attempt == 4) throw;
+    }
   }
+}
+
+TEST_F(RendezvousTest, RankZeroHostsTheStoreOnMasterPort) {
   setenv("RANK", "0", 1);
   setenv("WORLD_SIZE", "2", 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1);
-  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
   EXPECT_TRUE(Rendezvous::InLaunchedJob());
-  auto rv0 = Rendezvous::FromEnv(milliseconds(5000));
+  auto rv0 = RankZeroOnSomeFreePort();
   EXPECT_EQ(rv0->context().local_rank, 0);
   setenv("RANK", "1", 1);
   setenv("LOCAL_RANK", "1", 1);
