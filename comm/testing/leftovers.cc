@@ -1,6 +1,7 @@
 #include "comm/testing/leftovers.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,6 +115,9 @@ std::vector<std::string> Leftovers(int grace_ms) {
   for (const std::string& pid : children) {
     leftovers.push_back("process " + pid + " (" + CommandOf(pid) +
                         ") still running");
+    // Reported once: later jobs start clean.
+    kill(static_cast<pid_t>(std::stol(pid)), SIGKILL);
+    waitpid(static_cast<pid_t>(std::stol(pid)), nullptr, 0);
   }
   for (std::string& s : HeldMemfds()) leftovers.push_back(std::move(s));
   for (std::string& s : ListeningSockets()) leftovers.push_back(std::move(s));

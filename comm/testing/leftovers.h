@@ -19,6 +19,8 @@ void AdoptOrphans();
 // One line per leftover, empty when the job left nothing: descendants still
 // running after a grace of up to `grace_ms` (zombies are reaped), ringlab
 // memfds in this process's fds or mappings, listening TCP sockets it owns.
+// Processes reported are killed, so that one leak does not fail every later
+// test.
 std::vector<std::string> Leftovers(int grace_ms = 2000);
 
 }  // namespace ringlab::comm::testing

@@ -38,6 +38,12 @@ std::vector<RankResult> RunRanks(
       // store server) are simply absent here and never touched.
       dup2(fds[1], STDOUT_FILENO);
       dup2(fds[1], STDERR_FILENO);
+      // Only stdout and stderr lead to the parent: a process this rank
+      // leaves behind holds no other end, and earlier ranks' pipes are not
+      // this rank's.
+      close(fds[0]);
+      close(fds[1]);
+      for (int q = 0; q < r; ++q) close(out_fds[q]);
       int code = 0;
       try {
         TcpStore store("127.0.0.1", server.port(), std::chrono::seconds(30));
