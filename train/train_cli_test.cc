@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/testing/leftovers.h"
 #include "nn/npy.h"
 
 namespace {
@@ -47,6 +48,17 @@ std::string ReadText(const std::string& path) {
   return text.str();
 }
 
+// Ranks a launcher leaves running are re-parented to this process, where
+// ExpectNothingLeft sees them.
+const bool kAdopted = (ringlab::comm::testing::AdoptOrphans(), true);
+
+// After a job: no rank left running, no store port left listening.
+void ExpectNothingLeft(const std::string& command) {
+  for (const std::string& leftover : ringlab::comm::testing::Leftovers()) {
+    ADD_FAILURE() << "left behind by '" << command << "': " << leftover;
+  }
+}
+
 // Runs `env_prefix kTrain args` through the shell with a deadline.
 CommandResult RunTrain(const std::string& args,
                        const std::string& env_prefix = "") {
@@ -58,6 +70,7 @@ CommandResult RunTrain(const std::string& args,
   run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   run.out = ReadText(dir + "/out");
   run.err = ReadText(dir + "/err");
+  ExpectNothingLeft(command);
   return run;
 }
 
@@ -244,7 +257,9 @@ std::vector<RankRun> RunRanksOnPort(
   }
   command += "wait";
   std::vector<RankRun> ranks(world);
-  if (std::system(command.c_str()) != 0) return ranks;
+  const int raw = std::system(command.c_str());
+  ExpectNothingLeft(command);
+  if (raw != 0) return ranks;
   for (int rank = 0; rank < world; ++rank) {
     const std::string r = std::to_string(rank);
     const std::string status = ReadText(dir + "/status" + r);
