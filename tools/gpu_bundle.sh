@@ -24,6 +24,7 @@ max_bytes=$((48 << 20))  # leaves room in the 64 MiB carry for the tree
 gzip_over=$((4 << 20))
 
 targets=(
+  //comm:conformance_gpu_test
   //comm:gpu_backends_test
   //nn:cuda_mlp_test
   //bench:allreduce_bench

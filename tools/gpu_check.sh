@@ -146,6 +146,8 @@ run_step gpu_backends_test_ipc 100 "$bin/gpu_backends_test" "${gtest[@]}" \
 run_step gpu_backends_test_rest 60 "$bin/gpu_backends_test" "${gtest[@]}" \
   --gtest_filter="-$ipc_filter"
 run_step cuda_mlp_test 40 "$bin/cuda_mlp_test" "${gtest[@]}"
+# The conformance suite over nccl and ipc_ring (every backend's checks).
+run_step conformance_gpu_test 120 "$bin/conformance_gpu_test" "${gtest[@]}"
 # ipc_ring shares GPUs between ranks, NCCL needs one per rank: on a one-GPU
 # machine NCCL runs at world size 1 (and the summary says so). Times go
 # through a host backend, so shm_ring runs alongside.
@@ -172,7 +174,7 @@ if [[ -f "$log/cuda_mlp_test.out" ]]; then
   section "nn: CUDA vs CPU (cuda_mlp_test)"
   grep -E '^\[ *(OK|FAILED|SKIPPED) *\]|max|ulp|diff|tolerance' "$log/cuda_mlp_test.out" | head -30
 fi
-for t in gpu_backends_test_ipc gpu_backends_test_rest; do
+for t in conformance_gpu_test gpu_backends_test_ipc gpu_backends_test_rest; do
   if [[ -f "$log/$t.out" ]]; then
     section "$t: results and failures"
     # Each test once (the lines with its time), then what failed and why.
