@@ -75,6 +75,8 @@ struct CommOptions {
   // device count.
   int cuda_device = -1;
   int local_rank = 0;
+  // The local address gloo's TCP pairs listen on (peers must reach it).
+  std::string gloo_address = "127.0.0.1";
 };
 
 // Everything a backend needs to find its peers.

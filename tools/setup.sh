@@ -10,6 +10,7 @@ PACKAGES=(
   libgflags-dev libbenchmark-dev                 # CLI flags, Google Benchmark
   libopenblas-dev                                # CBLAS for the CPU backend
   libopenmpi-dev openmpi-bin                     # the mpi communicator, mpirun
+  libgloo-dev                                    # the gloo communicator (PyTorch's CPU backend)
   python3-torch python3-numpy python3-matplotlib # the PyTorch reference and the plots
   clang-format                                   # CI's formatting check (clang-format 14)
 )

@@ -32,7 +32,7 @@ DEFINE_int32(nprocs, 2,
 DEFINE_string(model, "10,5,2", "MLP widths: input, hidden..., classes");
 DEFINE_string(sync, "allreduce",
               "allreduce (DDP) | param_avg (local SGD) | none");
-DEFINE_string(comm, "shm_ring", "shm_ring | mpi | nccl | ipc_ring");
+DEFINE_string(comm, "shm_ring", "shm_ring | gloo | mpi | nccl | ipc_ring");
 DEFINE_string(device, "cpu", "cpu | cuda");
 DEFINE_int64(epochs, 10, "passes over each rank's share of the data");
 DEFINE_double(lr, 0.01, "SGD learning rate");

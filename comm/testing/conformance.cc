@@ -298,6 +298,8 @@ BackendTraits TraitsOf(const std::string& backend) {
     t.avg_premultiplies = true;
   } else if (backend == "ipc_ring") {
     t.needs_gpu = true;
+  } else if (backend == "gloo") {
+    t.join_deadlines_to_notice_death = 6;
   } else if (backend == "mpi") {
     t.needs_mpirun = true;
     t.survives_peer_death = false;

@@ -48,6 +48,10 @@ struct BackendTraits {
   // Survivors of a dead rank fail by themselves, naming it. Under mpirun a
   // dead rank ends the whole job instead (mpirun names it).
   bool survives_peer_death = true;
+  // How many join deadlines a death while joining may take to be noticed:
+  // Gloo connects its pairs one by one and cannot be interrupted, so each
+  // pair's connect may wait out the deadline before the death is seen.
+  int join_deadlines_to_notice_death = 1;
 };
 BackendTraits TraitsOf(const std::string& backend);
 
