@@ -441,7 +441,55 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
     } catch (const std::exception& e) {
       return std::string("(no message: ") + e.what() + ")";
     }
+  };  // Every rank publishes its pid first thing; the waits of the join check
+  // them, so a rank that dies while the ranks join is named within a few
+  // milliseconds instead of at the deadline.
+  std::vector<pid_t> pids(world_, 0);
+  auto check_peers = [&] {
+    for (int p = 0; p < world_; ++p) {
+      if (p == rank_) continue;
+      if (pids[p] == 0) {
+        try {
+          pids[p] = static_cast<pid_t>(
+              std::stol(store.Get(prefix + "pid/" + std::to_string(p),
+                                  std::chrono::milliseconds(0))));
+        } catch (const CommError&) {
+          continue;  // not published yet
+        }
+      }
+      if (ProcessExited(pids[p])) {
+        // A rank that failed says why before it exits: that, not its exit,
+        // is what went wrong.
+        if (store.Add(prefix + "state", 0) < 0) {
+          reported = true;
+          throw CommError("shm_ring: a rank failed to join: " + fail_message());
+        }
+        throw CommError("shm_ring: rank " + std::to_string(p) + " (pid " +
+                        std::to_string(pids[p]) +
+                        ") died while the ranks were joining");
+      }
+    }
   };
+  // Polls ready() until it holds, checking the peers and the deadline.
+  auto join_wait = [&](const auto& ready, const auto& waiting_for) {
+    auto pause = std::chrono::microseconds(100);
+    for (;;) {
+      if (ready()) return;
+      check_peers();
+      if (Clock::now() > deadline) {
+        throw CommError(
+            "shm_ring: timed out after " +
+            std::to_string(std::chrono::duration<double>(timeout).count()) +
+            " s waiting for " + waiting_for());
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(5000));
+    }
+  };
+  // Whether this rank's header in the mapping may be written: only once the
+  // file is known to be rank 0's segment (never into a foreign file).
+  bool verified = false;
+
   try {
     // Every rank validates the tuning variables, so that a bad value fails
     // on every rank alike; rank 0's values are the ones used.
@@ -488,6 +536,8 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
       return hex;
     };
     store.Set(prefix + "cpus/" + std::to_string(rank_), cpus_hex(cpus));
+    store.Set(prefix + "pid/" + std::to_string(rank_),
+              std::to_string(getpid()));
     if (rank_ == 0) {
       // An anonymous file: nothing is ever named in /dev/shm, so nothing can
       // be left there, however any rank exits. Peers open it through
@@ -537,26 +587,18 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
                                      std::to_string(fd) + ":" +
                                      std::to_string(nonce));
       published = true;
+      verified = true;
       // Wait until every peer has mapped the segment (or one failed): only
       // then may the descriptor they open go.
-      auto pause = std::chrono::microseconds(100);
-      for (;;) {
-        if (store.Add(prefix + "state", 0) < 0) {
-          throw CommError("shm_ring: a rank failed to join: " + fail_message());
-        }
-        int64_t mapped = store.Add(prefix + "mapped", 0);
-        if (mapped >= world_ - 1) break;
-        if (Clock::now() > deadline) {
-          throw CommError(
-              "shm_ring: timed out after " +
-              std::to_string(std::chrono::duration<double>(timeout).count()) +
-              " s: only " + std::to_string(mapped) + " of " +
-              std::to_string(world_ - 1) + " peers mapped the segment" +
-              unmapped());
-        }
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::microseconds(5000));
-      }
+      join_wait(
+          [&] {
+            if (store.Add(prefix + "state", 0) < 0) {
+              throw CommError("shm_ring: a rank failed to join: " +
+                              fail_message());
+            }
+            return store.Add(prefix + "mapped", 0) >= world_ - 1;
+          },
+          [&] { return "the peers to map the segment" + unmapped(); });
       close(fd);
       fd = -1;
       // Oversubscribed when the ranks together may use fewer CPUs than there
@@ -577,14 +619,16 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
       store.Add(prefix + "state", ncpu_);
     } else {
       std::string where;
-      try {
-        where = store.Get(prefix + "name", timeout);
-      } catch (const CommError& e) {
-        throw CommError(
-            "shm_ring: rank 0 did not publish its segment within " +
-            std::to_string(std::chrono::duration<double>(timeout).count()) +
-            " s (it died or never started): " + e.what());
-      }
+      join_wait(
+          [&] {
+            try {
+              where = store.Get(prefix + "name", std::chrono::milliseconds(0));
+              return true;
+            } catch (const CommError&) {
+              return false;
+            }
+          },
+          [] { return std::string("rank 0 to publish its segment"); });
       if (where.rfind("error:", 0) == 0) {
         reported = true;  // it is rank 0's failure, already in the store
         throw CommError("shm_ring: rank 0 failed to create the segment: " +
@@ -623,6 +667,7 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
           g->nonce != nonce) {
         throw CommError("shm_ring: " + path + " is not rank 0's segment");
       }
+      verified = true;
       if (g->world_size != static_cast<uint64_t>(world_)) {
         throw CommError("shm_ring: rank " + std::to_string(rank_) +
                         " has world_size " + std::to_string(world_) +
@@ -638,32 +683,20 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
       }
       Rank(rank_)->pid.store(getpid(), std::memory_order_release);
       store.Add(prefix + "mapped", 1);
-      // Rank 0 says when everyone is in; polled, so that its death or a
+      // Rank 0 says when everyone is in; polled, so that a death or a
       // peer's failure ends the wait at once.
-      auto pause = std::chrono::microseconds(100);
-      for (;;) {
-        int64_t state = store.Add(prefix + "state", 0);
-        if (state < 0) {
-          reported = true;
-          throw CommError("shm_ring: a rank failed to join: " + fail_message());
-        }
-        if (state > 0) {
-          ncpu_ = static_cast<int>(state);
-          break;
-        }
-        if (ProcessExited(static_cast<pid_t>(pid0))) {
-          throw CommError("shm_ring: rank 0 (pid " + std::to_string(pid0) +
-                          ") died while the ranks were joining");
-        }
-        if (Clock::now() > deadline) {
-          throw CommError(
-              "shm_ring: timed out after " +
-              std::to_string(std::chrono::duration<double>(timeout).count()) +
-              " s waiting for the other ranks to map the segment" + unmapped());
-        }
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::microseconds(5000));
-      }
+      join_wait(
+          [&] {
+            const int64_t state = store.Add(prefix + "state", 0);
+            if (state < 0) {
+              reported = true;
+              throw CommError("shm_ring: a rank failed to join: " +
+                              fail_message());
+            }
+            ncpu_ = static_cast<int>(state);
+            return state > 0;
+          },
+          [&] { return "the other ranks to map the segment" + unmapped(); });
     }
     oversubscribed_ = world_ > ncpu_;
     spin_ = oversubscribed_ ? std::chrono::nanoseconds(2000)
@@ -700,7 +733,7 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
   } catch (const std::exception& e) {
     report(e.what());
     if (fd >= 0) close(fd);
-    if (base_ != nullptr) {
+    if (base_ != nullptr && verified) {
       // Peers that mapped already learn of it in their first wait.
       RankHeader* me = Rank(rank_);
       if (me->aborted.load() == 0) {
@@ -708,8 +741,8 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
                       e.what());
         me->aborted.store(1, std::memory_order_release);
       }
-      munmap(base_, map_bytes_);
     }
+    if (base_ != nullptr) munmap(base_, map_bytes_);
     base_ = nullptr;
     throw;
   }

@@ -210,6 +210,53 @@ TEST(ShmRingTest, PinnedRanksAreNotOversubscribed) {
   }
 }
 
+// A rank that exits while the ranks join, after saying who it is but before
+// mapping the segment, is named by every other rank within 0.5 s of its
+// death, not at the join deadline (30 s here). The victim plays that part
+// itself: it publishes its pid under the key shm_ring's join publishes first
+// (shm_ring/<instance>/pid/<rank>), then exits. Its death time travels
+// through the store: steady_clock is the machine's monotonic clock, the same
+// in every process.
+TEST(ShmRingTest, RankExitingWhileJoiningIsNamedWithinHalfASecond) {
+  constexpr int world = 3, victim = 2;
+  auto results = RunRanks(
+      world,
+      [&](const RankContext& c) {
+        if (c.rank == victim) {
+          c.store->Set("shm_ring/0/pid/" + std::to_string(victim),
+                       std::to_string(getpid()));
+          const auto now = std::chrono::steady_clock::now();
+          c.store->Set("died_at",
+                       std::to_string(now.time_since_epoch().count()));
+          _exit(3);
+        }
+        CommOptions options;
+        options.join_timeout = milliseconds(30000);
+        std::string error;
+        try {
+          CreateCommunicator("shm_ring", c, options)->Barrier();
+        } catch (const CommError& e) {
+          error = e.what();
+        }
+        const auto noticed = std::chrono::steady_clock::now();
+        Check(!error.empty(), "joined without rank 2");
+        const std::chrono::steady_clock::time_point died(
+            std::chrono::steady_clock::duration(
+                std::stoll(c.store->Get("died_at", milliseconds(30000)))));
+        Check(noticed - died < milliseconds(500),
+              "noticed " + std::to_string((noticed - died).count() / 1000000) +
+                  " ms after the death: " + error);
+        Check(error.find("rank 2") != std::string::npos &&
+                  error.find("died") != std::string::npos,
+              "the error does not name the dead rank 2: " + error);
+      },
+      milliseconds(60000));
+  for (const RankResult& r : results) {
+    EXPECT_EQ(r.exit_code, r.rank == victim ? 3 : 0) << Describe(results);
+  }
+  ExpectNoLeftovers();
+}
+
 // (Bad arguments to the collectives: the conformance suite.)
 TEST(ShmRingTest, CreationErrors) {
   RankContext no_store;
