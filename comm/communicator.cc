@@ -1,5 +1,6 @@
 #include "comm/communicator.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -18,6 +19,15 @@ std::map<std::string, CommunicatorFactory>& Registry() {
 }
 
 }  // namespace
+
+float* Communicator::Allocate(size_t count) {
+  if (memory() != MemoryKind::kHost) {
+    throw CommError(std::string(backend()) +
+                    ": Allocate is not supported for device memory");
+  }
+  allocations_.push_back(std::make_unique<float[]>(std::max<size_t>(count, 1)));
+  return allocations_.back().get();
+}
 
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {

@@ -52,6 +52,17 @@ class Communicator {
   // rank moves in a bandwidth-optimal algorithm, whatever algorithm the
   // backend chose, so reports compare across backends.
   virtual uint64_t bytes_sent() const = 0;
+
+  // Memory for count floats that the peers can reach directly (the idea of
+  // NCCL's user-buffer registration and PyTorch's symmetric memory): a
+  // collective on a range inside it copies nothing in or out. Collective:
+  // every rank calls it with the same count, in the same order. Zeroed,
+  // valid until the communicator is destroyed. Backends without such memory
+  // hand out ordinary host memory (device backends: a CommError).
+  virtual float* Allocate(size_t count);
+
+ private:
+  std::vector<std::unique_ptr<float[]>> allocations_;
 };
 
 // nccl-tests' bus bytes: 2(N-1)/N of the buffer for an allreduce, the whole

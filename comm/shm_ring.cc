@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "comm/process.h"
+#include "comm/shm_regions.h"
 #include "comm/store.h"
 
 namespace ringlab::comm {
@@ -55,6 +56,11 @@ const char* KindName(Kind k) {
   return "?";
 }
 
+// Set in a call's description when its buffer is registered memory, so that
+// ranks that disagree on it fail as mismatched instead of waiting on
+// different mailboxes.
+constexpr uint64_t kRegisteredBit = uint64_t{1} << 16;
+
 // What one call looks like; peers compare theirs with ours.
 struct CallDesc {
   uint64_t seq = 0;
@@ -75,6 +81,7 @@ struct CallDesc {
     if (kind == Kind::kBroadcast) {
       s += ", root=" + std::to_string(static_cast<int32_t>(packed >> 32));
     }
+    if (packed & kRegisteredBit) s += ", registered";
     return s + ")";
   }
 };
@@ -276,6 +283,30 @@ inline void CpuRelax() {
 #endif
 }
 
+RINGLAB_SIMD_CLONES
+void ScaleFloats(float* __restrict__ x, float divisor, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] /= divisor;
+}
+
+// Elements [a, b) of every rank's registered buffer become their sum over
+// ranks (in rank order, divided by `divisor` when it is not 0), block by
+// block through an L1-sized buffer: each element is read once from every
+// rank and written once to every rank, the least any allreduce can move.
+void ReduceIntoAll(const std::vector<float*>& slots, size_t a, size_t b,
+                   float divisor) {
+  constexpr size_t kBlock = 2048;
+  alignas(64) float sum[kBlock];
+  for (size_t at = a; at < b; at += kBlock) {
+    const size_t n = std::min(kBlock, b - at);
+    CopyFloats(sum, slots[0] + at, n);
+    for (size_t p = 1; p < slots.size(); ++p) {
+      AccumulateFloats(sum, slots[p] + at, n);
+    }
+    if (divisor != 0) ScaleFloats(sum, divisor, n);
+    for (float* slot : slots) CopyFloats(slot + at, sum, n);
+  }
+}
+
 size_t EnvBytes(const char* name, size_t fallback, size_t lo, size_t hi) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
@@ -302,6 +333,7 @@ class ShmRing final : public Communicator {
   void Broadcast(float* data, size_t count, int root) override;
   void Barrier() override;
   uint64_t bytes_sent() const override { return bytes_sent_; }
+  float* Allocate(size_t count) override;
 
  private:
   // Everything about the call in progress, for waits and error messages.
@@ -335,7 +367,8 @@ class ShmRing final : public Communicator {
                                     kPage);
   }
 
-  Call Begin(Kind kind, size_t count, ReduceOp op, int root);
+  Call Begin(Kind kind, size_t count, ReduceOp op, int root,
+             bool registered = false);
   // Runs fn, turning any failure into a CommError that also marks this rank
   // aborted in the segment, so that peers waiting on it fail fast.
   template <typename Fn>
@@ -364,6 +397,10 @@ class ShmRing final : public Communicator {
   // on count, op or root fail on every rank.
   void PostSmall(Call& call, const float* data, size_t count);
   void GatherSmall(Call& call);
+  // Zero-copy: every rank's buffer is registered memory (slots[r] is rank
+  // r's address of it); each rank reduces one segment into all of them.
+  void RegisteredAllReduce(Call& call, const std::vector<float*>& slots,
+                           size_t count, ReduceOp op);
 
   int rank_, world_;
   int left_, right_;
@@ -386,6 +423,8 @@ class ShmRing final : public Communicator {
   uint64_t recvd_ = 0;  // messages taken from the left neighbour
   uint64_t bytes_sent_ = 0;
   std::string broken_;
+  std::unique_ptr<ShmRegions> regions_;  // registered memory (Allocate)
+  std::vector<float*> peer_slots_;       // scratch for regions_->Find
 };
 
 std::atomic<uint64_t> g_instances{0};
@@ -698,6 +737,15 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
           },
           [&] { return "the other ranks to map the segment" + unmapped(); });
     }
+    // Registered memory (Allocate) joins like the segment, through the same
+    // store; the pids let its waits name a rank that dies.
+    std::vector<int> all_pids(world_);
+    for (int p = 0; p < world_; ++p) {
+      all_pids[p] =
+          std::stoi(store.Get(prefix + "pid/" + std::to_string(p), timeout));
+    }
+    regions_ = std::make_unique<ShmRegions>(&store, prefix, rank_, world_,
+                                            all_pids, options.join_timeout);
     oversubscribed_ = world_ > ncpu_;
     spin_ = oversubscribed_ ? std::chrono::nanoseconds(2000)
                             : std::chrono::nanoseconds(200000);
@@ -763,14 +811,16 @@ void ShmRing::Map(size_t bytes, int fd) {
   map_bytes_ = bytes;
 }
 
-ShmRing::Call ShmRing::Begin(Kind kind, size_t count, ReduceOp op, int root) {
+ShmRing::Call ShmRing::Begin(Kind kind, size_t count, ReduceOp op, int root,
+                             bool registered) {
   if (!broken_.empty()) {
     throw CommError("shm_ring: unusable after an earlier error: " + broken_);
   }
   Call call;
   call.kind = kind;
   call.desc.seq = ++calls_;
-  call.desc.packed = static_cast<uint64_t>(kind) |
+  call.desc.packed = (registered ? kRegisteredBit : 0) |
+                     static_cast<uint64_t>(kind) |
                      (static_cast<uint64_t>(op) << 8) |
                      (static_cast<uint64_t>(static_cast<uint32_t>(root)) << 32);
   call.desc.count = count;
@@ -1125,6 +1175,42 @@ void ShmRing::RingAllReduce(Call& call, float* data, size_t count,
   }
 }
 
+void ShmRing::RegisteredAllReduce(Call& call, const std::vector<float*>& slots,
+                                  size_t count, ReduceOp op) {
+  // Every rank's input is in place, and every call agrees.
+  PostSmall(call, nullptr, 0);
+  GatherSmall(call);
+  // Segments of whole cache lines, so that no two ranks write one line.
+  call.phase = "registered reduce";
+  const size_t seg = RoundUp((count + world_ - 1) / world_, 16);
+  const size_t a = std::min(count, static_cast<size_t>(rank_) * seg);
+  const size_t b = std::min(count, a + seg);
+  ReduceIntoAll(slots, a, b,
+                op == ReduceOp::kAvg ? static_cast<float>(world_) : 0.0f);
+  // Returns only once every rank's segment is in every buffer.
+  call.phase = "registered wait";
+  RankHeader* me = Rank(rank_);
+  me->done64.store(call.desc.seq, std::memory_order_release);
+  me->done.store(static_cast<uint32_t>(call.desc.seq),
+                 std::memory_order_seq_cst);
+  FutexWakeIfSleeping(&me->done, &me->done_sleepers);
+  const uint64_t seq = call.desc.seq;
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    RankHeader* h = Rank(p);
+    Wait(call, &h->done, &h->done_sleepers, p, [h, seq](uint32_t) {
+      return h->done64.load(std::memory_order_acquire) >= seq;
+    });
+  }
+}
+
+float* ShmRing::Allocate(size_t count) {
+  if (!broken_.empty()) {
+    throw CommError("shm_ring: unusable after an earlier error: " + broken_);
+  }
+  return regions_->Allocate(count);
+}
+
 void ShmRing::AllReduce(float* data, size_t count, ReduceOp op) {
   if (op != ReduceOp::kSum && op != ReduceOp::kAvg) {
     throw std::invalid_argument("shm_ring: unsupported reduce op");
@@ -1132,9 +1218,15 @@ void ShmRing::AllReduce(float* data, size_t count, ReduceOp op) {
   if (data == nullptr && count > 0) {
     throw std::invalid_argument("shm_ring: AllReduce of null data");
   }
-  Call call = Begin(Kind::kAllReduce, count, op, 0);
+  const bool registered =
+      count > 0 && regions_ && regions_->Find(data, count, &peer_slots_);
+  Call call = Begin(Kind::kAllReduce, count, op, 0, registered);
   if (world_ == 1) return;  // the sum (and average) of one rank is itself
   Guarded(call, [&] {
+    if (registered) {
+      RegisteredAllReduce(call, peer_slots_, count, op);
+      return;
+    }
     // RINGLAB_SHM_ONESHOT_BYTES=0 sends everything but count 0 through the
     // ring (the tests use it to cover the ring with tiny counts).
     if (count == 0 ||

@@ -215,6 +215,52 @@ void ArgumentErrors(Communicator& comm, const BackendTraits&) {
         "unusable after refused calls");
 }
 
+// Buffers from Communicator::Allocate (zero-copy where the backend has
+// registered memory): exact sums at 0 ulp at the start of the allocation and
+// at an odd offset inside it, the floats around the range untouched, and
+// many calls on the same memory bitwise equal across ranks.
+void AllocatedBuffers(Communicator& comm, const BackendTraits& traits) {
+  const int world = comm.world_size();
+  const size_t capacity = 262147 + 2;
+  float* memory = comm.Allocate(capacity);
+  Check(memory != nullptr, "Allocate returned null");
+  float* second = comm.Allocate(1021);  // a second allocation, used below
+  for (size_t offset : {size_t{0}, size_t{1}}) {
+    for (size_t count : {size_t{1}, size_t{17}, size_t{4099}, size_t{262147}}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        std::fill(memory, memory + capacity, 12345.0f);
+        for (size_t i = 0; i < count; ++i) {
+          memory[offset + i] = ExactSumInput(comm.rank(), i);
+        }
+        comm.AllReduce(memory + offset, count, op);
+        CheckExactAllReduce(memory + offset, count, world, op,
+                            traits.avg_premultiplies);
+        Check((offset == 0 || memory[offset - 1] == 12345.0f) &&
+                  memory[offset + count] == 12345.0f,
+              "AllReduce of " + std::to_string(count) +
+                  " allocated floats wrote outside its range");
+      }
+    }
+  }
+  for (size_t i = 0; i < 1021; ++i) second[i] = ExactSumInput(comm.rank(), i);
+  comm.AllReduce(second, 1021, ReduceOp::kSum);
+  CheckExactAllReduce(second, 1021, world, ReduceOp::kSum,
+                      traits.avg_premultiplies);
+  // Back to back on the same memory, with sums that round: same bits.
+  std::mt19937 rng(99 + comm.rank());
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (size_t i = 0; i < 100003; ++i) memory[i] = u(rng);
+  for (int k = 0; k < 20; ++k) comm.AllReduce(memory, 100003, ReduceOp::kAvg);
+  std::vector<float> mine(memory, memory + 100003);
+  for (int r = 0; r < world; ++r) {
+    std::vector<float> theirs = mine;
+    comm.Broadcast(theirs.data(), theirs.size(), r);
+    Check(std::memcmp(theirs.data(), mine.data(), mine.size() * 4) == 0,
+          "allocated memory: rank " + std::to_string(r) +
+              " holds other bits than rank " + std::to_string(comm.rank()));
+  }
+}
+
 // Rank 1 calls something else than the other ranks.
 enum class Odd { kCount, kOp, kRoot };
 
@@ -294,10 +340,12 @@ BackendTraits TraitsOf(const std::string& backend) {
   BackendTraits t;
   if (backend == "nccl") {
     t.needs_gpu = true;
+    t.allocates = false;
     t.one_gpu_per_rank = true;
     t.avg_premultiplies = true;
   } else if (backend == "ipc_ring") {
     t.needs_gpu = true;
+    t.allocates = false;
   } else if (backend == "gloo") {
     t.join_deadlines_to_notice_death = 6;
   } else if (backend == "mpi") {
@@ -316,6 +364,7 @@ std::vector<ConformanceCase> CollectiveCases() {
       {"mixed_small_calls", 1, MixedSmallCalls, {}},
       {"bus_bytes", 1, BusBytes, {}},
       {"argument_errors", 1, ArgumentErrors, {}},
+      {"allocated_buffers", 1, AllocatedBuffers, {}, true},
   };
 }
 

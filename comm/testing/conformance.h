@@ -52,6 +52,8 @@ struct BackendTraits {
   // Gloo connects its pairs one by one and cannot be interrupted, so each
   // pair's connect may wait out the deadline before the death is seen.
   int join_deadlines_to_notice_death = 1;
+  // Communicator::Allocate hands out memory (the device backends do not yet).
+  bool allocates = true;
 };
 BackendTraits TraitsOf(const std::string& backend);
 
@@ -63,6 +65,8 @@ struct ConformanceCase {
   // A mismatch case prints its CommError as "[mismatch] <message>"; some
   // rank's message must contain both of these (e.g. "count=8", "count=9").
   std::vector<std::string> must_name;
+  // Skipped, saying so, for backends whose traits say they do not allocate.
+  bool needs_allocate = false;
 };
 
 // Exact sums (sum and avg, counts 0, 1, N-1, primes, large), unaligned
