@@ -1,17 +1,28 @@
-// Allreduce sweeps over every backend linked in and able to start, reported as
-// nccl-tests does: per message size the time of one op (timed after a barrier,
-// the max over ranks), algbw = bytes / time and busbw = algbw * 2(N-1)/N in
-// GB/s, and the number of wrong elements. Next to them, a memory-bandwidth
-// floor for the same sizes (each rank, all at once, copies the buffer once and
-// adds one buffer into another once) so every figure reads as a fraction of
-// what the memory system allows.
+// Allreduce sweeps over every backend linked in and able to start, measured
+// as nccl-tests measures: per message size, 5 warm-up ops, then a timed loop
+// of back-to-back ops (time = loop time / iterations, the max over ranks),
+// algbw = bytes / time, busbw = algbw * 2(N-1)/N in GB/s; beside it the
+// per-op times of ops each started after a barrier (median and p90, max over
+// ranks); and #wrong, counted on every rank after the timed loop, from
+// exact-sum inputs reset for one checked op. Rows `allreduce/<backend>/<bytes>`
+// work on the caller's private buffer, rows
+// `allreduce_registered/<backend>/<bytes>` on memory from the backend's
+// Communicator::Allocate (zero-copy where the backend registers it).
+//
+// The floor is what the memory system allows, measured in the same run with
+// the kernels shm_ring moves data with (comm/shm_kernels.h), every rank at
+// once: with registered buffers each rank must read S and write S bytes (its
+// segment of every rank's buffer, summed into every rank's buffer); with a
+// private buffer it must in addition bring its buffer into shared memory and
+// the result back, another S read and S written. `xfloor` = time / floor.
 //
 // Without RANK in the environment the binary launches itself for --nprocs
 // ranks (LaunchRanks). Rank 0 prints the Google Benchmark output and the
-// tables; the other ranks run the same fixed iteration sequence silently.
-// MPI only starts under mpirun; to compare shm_ring with MPI in one run:
+// tables; the other ranks run the same fixed sequence silently. MPI only
+// starts under mpirun; to compare with MPI and Gloo in one run:
 //   MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 mpirun -np 2 -x MASTER_ADDR
-//     -x MASTER_PORT bazel-bin/bench/allreduce_bench --backends=shm_ring,mpi
+//     -x MASTER_PORT bazel-bin/bench/allreduce_bench
+//     --backends=shm_ring,gloo,mpi:check=0
 // Backend variants for tuning: "shm_ring:oneshot=BYTES:chunk=BYTES";
 // "mpi:check=0" is plain MPI_Allreduce, without mpi's cross-rank call check
 // (one extra small allreduce per call): the anchor of the comparison.
@@ -37,13 +48,21 @@
 #include "comm/communicator.h"
 #include "comm/launch.h"
 #include "comm/rendezvous.h"
+#include "comm/shm_kernels.h"
 
 DEFINE_int32(nprocs, 2, "ranks to launch when not already a rank");
 DEFINE_string(backends, "",
               "comma-separated backends (default: every one registered); "
               "shm_ring:oneshot=B:chunk=B sets shm_ring's tuning");
 DEFINE_int64(min_bytes, 4, "smallest message");
-DEFINE_int64(max_bytes, 256 << 20, "largest message (sizes go by powers of 4)");
+DEFINE_int64(max_bytes, 256 << 20, "largest message");
+DEFINE_int32(step_factor, 4, "each size is the previous one times this");
+DEFINE_int32(warmup_iters, 5, "untimed ops before each timed loop");
+DEFINE_int64(max_iters, 1000, "most ops in one timed loop (small sizes)");
+DEFINE_int32(samples, 20, "ops timed one by one after a barrier, per row");
+DEFINE_string(registered_backends, "shm_ring",
+              "backends that also get allreduce_registered rows, on memory "
+              "from their Communicator::Allocate");
 DEFINE_double(timeout_s, 120, "deadline of every wait between ranks");
 DEFINE_bool(floor, true, "also measure the memory-bandwidth floor");
 DEFINE_bool(pin, true,
@@ -58,11 +77,12 @@ using comm::ReduceOp;
 using Clock = std::chrono::steady_clock;
 
 struct Result {
-  double seconds = 0;  // per op, max over ranks, mean over iterations
+  double loop_s = 0;            // per op in the timed loop, max over ranks
+  double p50_s = 0, p90_s = 0;  // per op after a barrier, max over ranks
   int64_t wrong = 0;
 };
 
-// (backend label, bytes) -> result, filled on every rank, printed by rank 0.
+// (row label, bytes) -> result, filled on every rank, printed by rank 0.
 std::map<std::pair<std::string, int64_t>, Result>& Results() {
   static auto* r = new std::map<std::pair<std::string, int64_t>, Result>;
   return *r;
@@ -72,7 +92,8 @@ std::map<std::pair<std::string, int64_t>, Result>& Results() {
 // same, and the count is fixed, so no rank can decide to run one more.
 int64_t IterationsFor(int64_t bytes) {
   return std::clamp<int64_t>(
-      (int64_t{256} << 20) / std::max<int64_t>(bytes, 1) / 4, 5, 2000);
+      (int64_t{256} << 20) / std::max<int64_t>(bytes, 1) / 4, 5,
+      FLAGS_max_iters);
 }
 
 // Small integers as nccl-tests: every sum is exact, so a result is either
@@ -82,61 +103,77 @@ float Input(int rank, size_t i) {
 }
 
 // Times of this op on every rank -> the slowest (untimed exchange).
-double MaxOverRanks(Communicator& comm, double seconds,
-                    std::vector<float>& scratch) {
-  std::fill(scratch.begin(), scratch.end(), 0.0f);
-  scratch[comm.rank()] = static_cast<float>(seconds);
-  comm.AllReduce(scratch.data(), scratch.size(), ReduceOp::kSum);
-  return *std::max_element(scratch.begin(), scratch.end());
+double MaxOverRanks(Communicator& comm, double seconds) {
+  std::vector<float> all(comm.world_size(), 0.0f);
+  all[comm.rank()] = static_cast<float>(seconds);
+  comm.AllReduce(all.data(), all.size(), ReduceOp::kSum);
+  return *std::max_element(all.begin(), all.end());
 }
 
-// The buffer a backend works on: host memory, or device memory for the GPU
-// backends (only in builds with CUDA).
+void CudaCheck(bool ok, const char* what) {
+  if (!ok) throw std::runtime_error(std::string("CUDA: ") + what + " failed");
+}
+
+// The buffer a backend works on: host memory (its own, or memory the backend
+// allocated), or device memory for the GPU backends (builds with CUDA).
 class Buffer {
  public:
-  Buffer(comm::MemoryKind kind, size_t count) : kind_(kind), count_(count) {
+  Buffer(comm::MemoryKind kind, size_t count, float* allocated = nullptr)
+      : kind_(kind), count_(count) {
+    if (allocated != nullptr) {
+      ptr_ = allocated;
+      return;
+    }
     if (kind_ == comm::MemoryKind::kHost) {
       host_.resize(count);
       ptr_ = host_.data();
       return;
     }
 #ifdef RINGLAB_WITH_CUDA
-    if (cudaMalloc(reinterpret_cast<void**>(&ptr_),
-                   std::max<size_t>(count, 1) * sizeof(float)) != cudaSuccess) {
-      throw std::runtime_error("cudaMalloc failed");
-    }
+    CudaCheck(
+        cudaMalloc(reinterpret_cast<void**>(&ptr_),
+                   std::max<size_t>(count, 1) * sizeof(float)) == cudaSuccess,
+        "cudaMalloc");
+    owned_device_ = true;
 #else
     throw std::runtime_error("device buffers need a build with CUDA");
 #endif
   }
   ~Buffer() {
 #ifdef RINGLAB_WITH_CUDA
-    if (kind_ == comm::MemoryKind::kDevice) cudaFree(ptr_);
+    if (owned_device_) cudaFree(ptr_);
 #endif
   }
   float* data() { return ptr_; }
   void Upload(const std::vector<float>& v) {
     if (kind_ == comm::MemoryKind::kHost) {
-      std::copy(v.begin(), v.end(), host_.begin());
+      std::copy(v.begin(), v.end(), ptr_);
       return;
     }
 #ifdef RINGLAB_WITH_CUDA
-    cudaMemcpy(ptr_, v.data(), count_ * sizeof(float), cudaMemcpyHostToDevice);
+    CudaCheck(cudaMemcpy(ptr_, v.data(), count_ * sizeof(float),
+                         cudaMemcpyHostToDevice) == cudaSuccess,
+              "cudaMemcpy to the device");
 #endif
   }
   void Download(std::vector<float>* v) {
     if (kind_ == comm::MemoryKind::kHost) {
-      *v = host_;
+      v->assign(ptr_, ptr_ + count_);
       return;
     }
 #ifdef RINGLAB_WITH_CUDA
-    cudaMemcpy(v->data(), ptr_, count_ * sizeof(float), cudaMemcpyDeviceToHost);
+    CudaCheck(cudaMemcpy(v->data(), ptr_, count_ * sizeof(float),
+                         cudaMemcpyDeviceToHost) == cudaSuccess,
+              "cudaMemcpy from the device");
 #endif
   }
   // The op is only done when the device is: part of its time.
   void Sync() {
 #ifdef RINGLAB_WITH_CUDA
-    if (kind_ == comm::MemoryKind::kDevice) cudaDeviceSynchronize();
+    if (kind_ == comm::MemoryKind::kDevice) {
+      CudaCheck(cudaDeviceSynchronize() == cudaSuccess,
+                "cudaDeviceSynchronize");
+    }
 #endif
   }
 
@@ -145,16 +182,15 @@ class Buffer {
   size_t count_;
   std::vector<float> host_;
   float* ptr_ = nullptr;
+  bool owned_device_ = false;
 };
 
-// comm runs the op; timer (a host-memory backend) exchanges the times.
-void BM_AllReduce(benchmark::State& state, Communicator* comm,
-                  Communicator* timer, std::string label, int64_t bytes) {
-  const size_t count = static_cast<size_t>(bytes) / sizeof(float);
+// Wrong elements after one op on exact-sum inputs, summed over the ranks
+// (through the host backend, in two parts that floats hold exactly).
+int64_t CountWrong(Communicator* comm, Communicator* timer, Buffer& buffer,
+                   size_t count) {
   const int rank = comm->rank(), world = comm->world_size();
-  std::vector<float> host(count), scratch(world);
-  Buffer buffer(comm->memory(), count);
-  // One checked op first (also the warm-up): count the wrong elements.
+  std::vector<float> host(count);
   for (size_t i = 0; i < count; ++i) host[i] = Input(rank, i);
   buffer.Upload(host);
   comm->AllReduce(buffer.data(), count, ReduceOp::kSum);
@@ -166,80 +202,99 @@ void BM_AllReduce(benchmark::State& state, Communicator* comm,
     for (int r = 0; r < world; ++r) want += Input(r, i);
     wrong += host[i] != want;
   }
-  // Every rank's wrong elements, not rank 0's only: summed over the ranks
-  // through the host backend, in two parts that floats hold exactly.
   float parts[2] = {static_cast<float>(wrong >> 16),
                     static_cast<float>(wrong & 0xffff)};
   timer->AllReduce(parts, 2, ReduceOp::kSum);
-  wrong =
-      (static_cast<int64_t>(parts[0]) << 16) + static_cast<int64_t>(parts[1]);
-  double total = 0;
-  for (auto _ : state) {
-    comm->Barrier();
-    auto t0 = Clock::now();
+  return (static_cast<int64_t>(parts[0]) << 16) +
+         static_cast<int64_t>(parts[1]);
+}
+
+double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+}
+
+// comm runs the op; timer (a host-memory backend) exchanges the times.
+// Timed ops reduce zeros: a sum that stays finite however many ops run back
+// to back (the arithmetic costs the same for any finite value).
+void BM_AllReduce(benchmark::State& state, Communicator* comm,
+                  Communicator* timer, const std::string& row, int64_t bytes,
+                  float* allocated) {
+  const size_t count = static_cast<size_t>(bytes) / sizeof(float);
+  const int world = comm->world_size();
+  Buffer buffer(comm->memory(), count, allocated);
+  buffer.Upload(std::vector<float>(count, 0.0f));
+  auto op = [&] {
     comm->AllReduce(buffer.data(), count, ReduceOp::kSum);
     buffer.Sync();
-    double local = std::chrono::duration<double>(Clock::now() - t0).count();
-    double t = MaxOverRanks(*timer, local, scratch);
-    state.SetIterationTime(t);
-    total += t;
-  }
-  const double seconds = total / static_cast<double>(state.iterations());
-  const double algbw = static_cast<double>(bytes) / seconds / 1e9;
-  state.counters["time_us"] = seconds * 1e6;
-  state.counters["algbw_GBps"] = algbw;
-  state.counters["busbw_GBps"] = algbw * 2.0 * (world - 1) / world;
-  state.counters["wrong"] = static_cast<double>(wrong);
-  state.SetBytesProcessed(bytes * state.iterations());
-  Results()[{label, bytes}] = {seconds, wrong};
-}
-
-// The floor: what any allreduce must at least do per rank, once over the
-// buffer each: a copy (into shared memory) and an add (the reduction). All
-// ranks run it at once, as they run the allreduce, sharing memory bandwidth.
-// Built for AVX2 and plain x86-64 and picked at load time, as shm_ring's.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FLOOR_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define FLOOR_SIMD_CLONES
-#endif
-FLOOR_SIMD_CLONES __attribute__((noinline)) void FloorCopy(
-    float* __restrict__ dst, const float* __restrict__ src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
-}
-FLOOR_SIMD_CLONES __attribute__((noinline)) void FloorAdd(
-    float* __restrict__ acc, const float* __restrict__ in, size_t n) {
-  for (size_t i = 0; i < n; ++i) acc[i] += in[i];
-}
-
-constexpr size_t kFloorBlock = (128 << 10) / sizeof(float);
-
-void BM_Floor(benchmark::State& state, Communicator* comm, int64_t bytes) {
-  const size_t count = static_cast<size_t>(bytes) / sizeof(float);
-  // Two buffers, as an in-place allreduce has its buffer and a staging area.
-  std::vector<float> a(count, 1.0f), b(count, 0.0f),
-      scratch(comm->world_size());
-  double total = 0;
+  };
+  for (int i = 0; i < FLAGS_warmup_iters; ++i) op();
+  const int64_t iters = IterationsFor(bytes);
+  Result result;
   for (auto _ : state) {
     comm->Barrier();
-    auto t0 = Clock::now();
-    // In 128 KiB blocks and with plain loops, as shm_ring moves data (glibc's
-    // memcpy is erratic on this machine; see comm/shm_ring.cc).
-    for (size_t at = 0; at < count; at += kFloorBlock) {
-      const size_t n = std::min(kFloorBlock, count - at);
-      FloorCopy(b.data() + at, a.data() + at, n);
-      FloorAdd(b.data() + at, a.data() + at, n);
-    }
-    benchmark::DoNotOptimize(b.data());
-    benchmark::ClobberMemory();
-    double local = std::chrono::duration<double>(Clock::now() - t0).count();
-    double t = MaxOverRanks(*comm, local, scratch);
-    state.SetIterationTime(t);
-    total += t;
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < iters; ++i) op();
+    const double loop =
+        std::chrono::duration<double>(Clock::now() - t0).count();
+    result.loop_s = MaxOverRanks(*timer, loop / static_cast<double>(iters));
+    state.SetIterationTime(result.loop_s);
   }
-  const double seconds = total / static_cast<double>(state.iterations());
-  state.counters["time_us"] = seconds * 1e6;
-  Results()[{"floor", bytes}] = {seconds, 0};
+  std::vector<double> samples;
+  for (int i = 0; i < FLAGS_samples; ++i) {
+    comm->Barrier();
+    const auto t0 = Clock::now();
+    op();
+    samples.push_back(MaxOverRanks(
+        *timer, std::chrono::duration<double>(Clock::now() - t0).count()));
+  }
+  result.p50_s = Percentile(samples, 0.5);
+  result.p90_s = Percentile(samples, 0.9);
+  result.wrong = CountWrong(comm, timer, buffer, count);
+  const double algbw = static_cast<double>(bytes) / result.loop_s / 1e9;
+  state.counters["time_us"] = result.loop_s * 1e6;
+  state.counters["p50_us"] = result.p50_s * 1e6;
+  state.counters["p90_us"] = result.p90_s * 1e6;
+  state.counters["algbw_GBps"] = algbw;
+  state.counters["busbw_GBps"] = algbw * 2.0 * (world - 1) / world;
+  state.counters["wrong"] = static_cast<double>(result.wrong);
+  Results()[{row, bytes}] = result;
+}
+
+// The floor (see the top of this file), every rank at once: ReduceIntoAll
+// over world_size buffers of this rank's (its segment: S read, S written),
+// after, for a private buffer, one copy of S into them.
+void BM_Floor(benchmark::State& state, Communicator* timer, int64_t bytes,
+              bool registered) {
+  const size_t count = static_cast<size_t>(bytes) / sizeof(float);
+  const int world = timer->world_size(), rank = timer->rank();
+  std::vector<std::vector<float>> buffers(world,
+                                          std::vector<float>(count, 1.0f));
+  std::vector<float> input(registered ? 0 : count, 1.0f);
+  std::vector<float*> slots;
+  for (auto& b : buffers) slots.push_back(b.data());
+  const size_t seg = (count + world - 1) / world;
+  const size_t a = std::min(count, rank * seg), b = std::min(count, a + seg);
+  const int64_t iters = IterationsFor(bytes);
+  auto moves = [&] {
+    if (!registered) comm::shm::CopyFloats(slots[rank], input.data(), count);
+    comm::shm::ReduceIntoAll(slots, a, b, 0.0f);
+  };
+  moves();
+  double per_op = 0;
+  for (auto _ : state) {
+    timer->Barrier();
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < iters; ++i) moves();
+    benchmark::ClobberMemory();
+    const double loop =
+        std::chrono::duration<double>(Clock::now() - t0).count();
+    per_op = MaxOverRanks(*timer, loop / static_cast<double>(iters));
+    state.SetIterationTime(per_op);
+  }
+  state.counters["time_us"] = per_op * 1e6;
+  Results()[{registered ? "floor_registered" : "floor_private", bytes}] =
+      Result{per_op, per_op, per_op, 0};
 }
 
 class NullReporter : public benchmark::BenchmarkReporter {
@@ -290,67 +345,161 @@ std::unique_ptr<Communicator> CreateVariant(const std::string& spec,
   return c;
 }
 
-void PrintTables(const std::vector<std::string>& labels, int world) {
+void PrintTables(const std::vector<std::string>& rows, int world) {
   std::printf(
-      "\n# nccl-tests style: allreduce, float, sum, %d ranks; time in "
-      "us is the max over ranks, mean over iterations\n",
+      "\n# nccl-tests style: allreduce, float, sum, %d ranks; time = timed "
+      "loop / ops, p50 and p90 of ops after a barrier; all max over ranks\n",
       world);
   std::vector<int64_t> sizes;
-  for (const auto& [key, r] : Results()) {
-    if (std::find(sizes.begin(), sizes.end(), key.second) == sizes.end()) {
-      sizes.push_back(key.second);
-    }
-  }
+  for (const auto& [key, r] : Results()) sizes.push_back(key.second);
   std::sort(sizes.begin(), sizes.end());
-  for (const std::string& label : labels) {
-    std::printf("\n# backend %s\n", label.c_str());
-    std::printf("%12s %12s %6s %6s %12s %8s %8s %7s\n", "size(B)", "count",
-                "type", "redop", "time(us)", "algbw", "busbw", "#wrong");
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  auto floor_of = [](const std::string& row, int64_t bytes) {
+    const bool registered = row.rfind("allreduce_registered/", 0) == 0;
+    auto f = Results().find(
+        {registered ? "floor_registered" : "floor_private", bytes});
+    return f == Results().end() ? 0.0 : f->second.loop_s;
+  };
+  for (const std::string& row : rows) {
+    std::printf("\n# %s\n%12s %12s %10s %10s %10s %8s %8s %7s %7s\n",
+                row.c_str(), "size(B)", "count", "time(us)", "p50(us)",
+                "p90(us)", "algbw", "busbw", "#wrong", "xfloor");
     for (int64_t bytes : sizes) {
-      auto it = Results().find({label, bytes});
+      auto it = Results().find({row, bytes});
       if (it == Results().end()) continue;
-      double algbw = bytes / it->second.seconds / 1e9;
-      std::printf("%12lld %12lld %6s %6s %12.2f %8.3f %8.3f %7lld\n",
-                  static_cast<long long>(bytes),
-                  static_cast<long long>(bytes / 4), "float", "sum",
-                  it->second.seconds * 1e6, algbw,
-                  algbw * 2.0 * (world - 1) / world,
-                  static_cast<long long>(it->second.wrong));
+      const Result& r = it->second;
+      const double algbw = bytes / r.loop_s / 1e9;
+      const double floor_s = floor_of(row, bytes);
+      std::printf(
+          "%12lld %12lld %10.2f %10.2f %10.2f %8.3f %8.3f %7lld %7.2f\n",
+          static_cast<long long>(bytes), static_cast<long long>(bytes / 4),
+          r.loop_s * 1e6, r.p50_s * 1e6, r.p90_s * 1e6, algbw,
+          algbw * 2.0 * (world - 1) / world, static_cast<long long>(r.wrong),
+          floor_s > 0 ? r.loop_s / floor_s : 0.0);
     }
   }
-  // Each backend against the floor and against the first other backend.
   std::printf(
-      "\n# time(us) per backend; xfloor = time / floor time; "
-      "busbw ratio = first backend's busbw / that backend's\n");
-  std::printf("%12s %10s", "size(B)", "floor");
-  for (const std::string& l : labels) {
-    std::printf(" %14s %7s", l.c_str(), "xfloor");
-  }
-  if (labels.size() > 1) std::printf(" %14s", "busbw ratio");
-  std::printf("\n");
+      "\n# floors (us): every rank at once; private = registered + "
+      "one copy of the buffer\n%12s %14s %14s\n",
+      "size(B)", "private", "registered");
   for (int64_t bytes : sizes) {
-    auto f = Results().find({"floor", bytes});
-    double floor_s = f == Results().end() ? 0 : f->second.seconds;
-    std::printf("%12lld %10.2f", static_cast<long long>(bytes), floor_s * 1e6);
-    for (const std::string& l : labels) {
-      auto it = Results().find({l, bytes});
-      if (it == Results().end()) {
-        std::printf(" %14s %7s", "-", "-");
-      } else {
-        std::printf(" %14.2f %7.2f", it->second.seconds * 1e6,
-                    floor_s > 0 ? it->second.seconds / floor_s : 0.0);
-      }
-    }
-    if (labels.size() > 1) {
-      auto a = Results().find({labels[0], bytes});
-      auto b = Results().find({labels[1], bytes});
-      if (a != Results().end() && b != Results().end()) {
-        std::printf(" %14.2f", b->second.seconds / a->second.seconds);
-      }
-    }
-    std::printf("\n");
+    auto p = Results().find({"floor_private", bytes});
+    auto r = Results().find({"floor_registered", bytes});
+    if (p == Results().end() || r == Results().end()) continue;
+    std::printf("%12lld %14.2f %14.2f\n", static_cast<long long>(bytes),
+                p->second.loop_s * 1e6, r->second.loop_s * 1e6);
   }
   std::fflush(stdout);
+}
+
+// Flags a sweep cannot run with: one `error:` line, exit status 2.
+std::string BadFlags() {
+  if (FLAGS_min_bytes < 4 || FLAGS_max_bytes < FLAGS_min_bytes ||
+      FLAGS_max_bytes > (int64_t{16} << 30)) {
+    return "need 4 <= --min_bytes <= --max_bytes <= 16 GiB";
+  }
+  if (FLAGS_step_factor < 2 || FLAGS_step_factor > 1024) {
+    return "--step_factor must be in [2, 1024]";
+  }
+  if (FLAGS_warmup_iters < 0 || FLAGS_warmup_iters > 1000 ||
+      FLAGS_max_iters < 5 || FLAGS_max_iters > 1000000 || FLAGS_samples < 1 ||
+      FLAGS_samples > 100000) {
+    return "need 0 <= --warmup_iters <= 1000, 5 <= --max_iters <= 1e6, "
+           "1 <= --samples <= 1e5";
+  }
+  if (FLAGS_nprocs < 1 || FLAGS_nprocs > 1024 || !(FLAGS_timeout_s > 0) ||
+      FLAGS_timeout_s > 86400) {
+    return "need 1 <= --nprocs <= 1024 and 0 < --timeout_s <= 86400";
+  }
+  return "";
+}
+
+// Rank r on CPU r mod the CPUs allowed, so that ranks do not migrate.
+void PinToCpu(int local_rank) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpus[local_rank % cpus.size()], &one);
+  sched_setaffinity(0, sizeof(one), &one);
+}
+
+struct Backend {
+  std::string label;
+  std::unique_ptr<Communicator> comm;
+  float* allocated = nullptr;  // --max_bytes of Allocate'd memory, or null
+};
+
+std::vector<Backend> CreateBackends(const comm::RankContext& context,
+                                    const comm::CommOptions& options) {
+  std::vector<std::string> specs = Split(FLAGS_backends, ',');
+  if (specs.empty()) specs = comm::RegisteredCommunicators();
+  const std::vector<std::string> registered =
+      Split(FLAGS_registered_backends, ',');
+  std::vector<Backend> backends;
+  for (const std::string& spec : specs) {
+    try {
+      Backend b{spec, CreateVariant(spec, context, options)};
+      const std::string name = Split(spec, ':').at(0);
+      if (std::find(registered.begin(), registered.end(), name) !=
+          registered.end()) {
+        b.allocated = b.comm->Allocate(static_cast<size_t>(FLAGS_max_bytes) /
+                                       sizeof(float));
+      }
+      backends.push_back(std::move(b));
+    } catch (const std::exception& e) {
+      // Every rank fails alike here (no mpirun, no GPU, no store).
+      if (context.rank == 0) {
+        std::fprintf(stderr, "skipping backend %s: %s\n", spec.c_str(),
+                     e.what());
+      }
+    }
+  }
+  return backends;
+}
+
+// The rows of the sweep, in the order they run; returns the row labels.
+std::vector<std::string> RegisterRows(std::vector<Backend>& backends,
+                                      Communicator* timer) {
+  std::vector<std::string> rows;
+  for (const Backend& b : backends) {
+    rows.push_back("allreduce/" + b.label);
+    if (b.allocated) rows.push_back("allreduce_registered/" + b.label);
+  }
+  for (int64_t bytes = FLAGS_min_bytes; bytes <= FLAGS_max_bytes;
+       bytes *= FLAGS_step_factor) {
+    auto add = [&](const std::string& name, auto fn) {
+      benchmark::RegisterBenchmark((name + "/" + std::to_string(bytes)).c_str(),
+                                   fn)
+          ->UseManualTime()
+          ->Iterations(1)
+          ->Unit(benchmark::kMicrosecond);
+    };
+    if (FLAGS_floor) {
+      for (bool reg : {false, true}) {
+        add(reg ? "floor_registered" : "floor_private",
+            [=](benchmark::State& s) { BM_Floor(s, timer, bytes, reg); });
+      }
+    }
+    for (Backend& b : backends) {
+      Communicator* c = b.comm.get();
+      const std::string row = "allreduce/" + b.label;
+      add(row, [=](benchmark::State& s) {
+        BM_AllReduce(s, c, timer, row, bytes, nullptr);
+      });
+      if (b.allocated == nullptr) continue;
+      const std::string reg_row = "allreduce_registered/" + b.label;
+      float* memory = b.allocated;
+      add(reg_row, [=](benchmark::State& s) {
+        BM_AllReduce(s, c, timer, reg_row, bytes, memory);
+      });
+    }
+  }
+  return rows;
 }
 
 int Main(int argc, char** argv) {
@@ -362,13 +511,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "error: unexpected argument '%s'\n", argv[1]);
     return 2;
   }
-  if (FLAGS_min_bytes < 4 || FLAGS_max_bytes < FLAGS_min_bytes) {
-    // Sizes grow by 4x from min_bytes: 0 would never reach max_bytes.
-    std::fprintf(stderr,
-                 "error: need 4 <= --min_bytes <= --max_bytes, got %lld and "
-                 "%lld\n",
-                 static_cast<long long>(FLAGS_min_bytes),
-                 static_cast<long long>(FLAGS_max_bytes));
+  if (const std::string bad = BadFlags(); !bad.empty()) {
+    std::fprintf(stderr, "error: %s\n", bad.c_str());
     return 2;
   }
   if (!comm::Rendezvous::InLaunchedJob() && FLAGS_nprocs > 1) {
@@ -377,83 +521,31 @@ int Main(int argc, char** argv) {
   comm::CommOptions options;
   options.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(FLAGS_timeout_s * 1000));
+  options.join_timeout = options.timeout;
   auto rv = comm::Rendezvous::FromEnv(options.timeout);
   const comm::RankContext& context = rv->context();
   options.local_rank = context.local_rank;
-  const bool rank0 = context.rank == 0;
-  if (FLAGS_pin) {
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
-      std::vector<int> cpus;
-      for (int c = 0; c < CPU_SETSIZE; ++c) {
-        if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-      }
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpus[context.local_rank % cpus.size()], &one);
-      sched_setaffinity(0, sizeof(one), &one);
-    }
-  }
-
-  std::vector<std::string> specs = Split(FLAGS_backends, ',');
-  if (specs.empty()) specs = comm::RegisteredCommunicators();
-  std::vector<std::string> labels;
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (const std::string& spec : specs) {
-    try {
-      comms.push_back(CreateVariant(spec, context, options));
-      labels.push_back(spec);
-    } catch (const std::exception& e) {
-      // Every rank fails alike here (no mpirun, no GPU, no store).
-      if (rank0) {
-        std::fprintf(stderr, "skipping backend %s: %s\n", spec.c_str(),
-                     e.what());
-      }
-    }
-  }
-  if (comms.empty()) {
-    std::fprintf(stderr, "error: no backend could start\n");
-    return 2;
-  }
+  if (FLAGS_pin) PinToCpu(context.local_rank);
+  std::vector<Backend> backends = CreateBackends(context, options);
   // Times are exchanged (and the floor synchronised) over a host backend.
   Communicator* timer = nullptr;
-  for (auto& c : comms) {
-    if (c->memory() == comm::MemoryKind::kHost && timer == nullptr) {
-      timer = c.get();
+  for (const Backend& b : backends) {
+    if (b.comm->memory() == comm::MemoryKind::kHost && timer == nullptr) {
+      timer = b.comm.get();
     }
   }
   if (timer == nullptr) {
-    std::fprintf(stderr, "error: no host-memory backend to exchange times\n");
+    std::fprintf(stderr, "error: no host-memory backend could start\n");
     return 2;
   }
-  if (rank0) {
+  const std::vector<std::string> rows = RegisterRows(backends, timer);
+  if (context.rank == 0) {
     std::fprintf(stderr,
-                 "allreduce_bench: %d ranks, backends:", context.world_size);
-    for (const std::string& l : labels) std::fprintf(stderr, " %s", l.c_str());
+                 "allreduce_bench: %d ranks, rows:", context.world_size);
+    for (const std::string& r : rows) std::fprintf(stderr, " %s", r.c_str());
     std::fprintf(stderr, "\n");
-  }
-  for (int64_t bytes = FLAGS_min_bytes; bytes <= FLAGS_max_bytes; bytes *= 4) {
-    if (FLAGS_floor) {
-      benchmark::RegisterBenchmark(
-          ("floor/" + std::to_string(bytes)).c_str(),
-          [timer, bytes](benchmark::State& s) { BM_Floor(s, timer, bytes); })
-          ->UseManualTime()
-          ->Iterations(IterationsFor(bytes))
-          ->Unit(benchmark::kMicrosecond);
-    }
-    for (size_t i = 0; i < comms.size(); ++i) {
-      benchmark::RegisterBenchmark(
-          ("allreduce/" + labels[i] + "/" + std::to_string(bytes)).c_str(),
-          [c = comms[i].get(), timer, l = labels[i],
-           bytes](benchmark::State& s) { BM_AllReduce(s, c, timer, l, bytes); })
-          ->UseManualTime()
-          ->Iterations(IterationsFor(bytes))
-          ->Unit(benchmark::kMicrosecond);
-    }
-  }
-  if (rank0) {
     benchmark::RunSpecifiedBenchmarks();
-    PrintTables(labels, context.world_size);
+    PrintTables(rows, context.world_size);
   } else {
     NullReporter quiet;
     benchmark::RunSpecifiedBenchmarks(&quiet);

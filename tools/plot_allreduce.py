@@ -24,11 +24,15 @@ def main():
 
     series = {}  # backend -> [(bytes, time_us, busbw)]
     for run in runs:
-        parts = run["name"].split("/")  # allreduce/<backend>/<bytes>/... or floor/<bytes>/...
+        # allreduce[_registered]/<backend>/<bytes>/... or floor_<kind>/<bytes>/...
+        parts = run["name"].split("/")
         if parts[0] == "allreduce":
             backend, size = parts[1], int(parts[2])
-        elif parts[0] == "floor":
-            backend, size = "memory floor (copy + add)", int(parts[1])
+        elif parts[0] == "allreduce_registered":
+            backend, size = parts[1] + " (registered)", int(parts[2])
+        elif parts[0] in ("floor_private", "floor_registered"):
+            backend = "memory floor, " + parts[0][len("floor_"):] + " buffers"
+            size = int(parts[1])
         else:
             continue
         series.setdefault(backend, []).append(
@@ -41,7 +45,7 @@ def main():
     for backend, points in sorted(series.items()):
         points.sort()
         sizes = [p[0] for p in points]
-        style = "k--" if backend.startswith("memory") else "-o"
+        style = ("k--" if "private" in backend else "k:") if backend.startswith("memory") else "-o"
         left.plot(sizes, [p[1] for p in points], style, ms=3, label=backend)
         if not backend.startswith("memory"):
             right.plot(sizes, [p[2] for p in points], "-o", ms=3, label=backend)
