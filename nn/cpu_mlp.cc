@@ -34,28 +34,34 @@ GemmMode DefaultCpuGemmMode() { return g_default_mode; }
 CpuMlp::CpuMlp(const MlpLayout& layout, CpuMlpOptions options)
     : Mlp(layout),
       options_(options),
-      params_(layout.num_params(), 0.0f),
-      grads_(layout.num_params(), 0.0f) {
+      own_params_(options.params_memory ? 0 : layout.num_params(), 0.0f),
+      own_grads_(options.grads_memory ? 0 : layout.num_params(), 0.0f),
+      params_(options.params_memory ? options.params_memory
+                                    : own_params_.data()),
+      grads_(options.grads_memory ? options.grads_memory : own_grads_.data()),
+      n_(layout.num_params()) {
   (void)kRegistered;
+  std::fill(params_, params_ + n_, 0.0f);
+  std::fill(grads_, grads_ + n_, 0.0f);
 }
 
 void CpuMlp::SetParams(const float* host) {
-  std::memcpy(params_.data(), host, params_.size() * sizeof(float));
+  std::memcpy(params_, host, n_ * sizeof(float));
 }
 void CpuMlp::GetParams(float* host) const {
-  std::memcpy(host, params_.data(), params_.size() * sizeof(float));
+  std::memcpy(host, params_, n_ * sizeof(float));
 }
 void CpuMlp::GetGrads(float* host) const {
-  std::memcpy(host, grads_.data(), grads_.size() * sizeof(float));
+  std::memcpy(host, grads_, n_ * sizeof(float));
 }
 void CpuMlp::SetGrads(const float* host) {
-  std::memcpy(grads_.data(), host, grads_.size() * sizeof(float));
+  std::memcpy(grads_, host, n_ * sizeof(float));
 }
 
 float CpuMlp::ForwardBackward(const float* x, const int64_t* labels,
                               int batch) {
-  return MlpForwardBackward(layout(), params_.data(), grads_.data(), x, labels,
-                            batch, options_.gemm, &ws_);
+  return MlpForwardBackward(layout(), params_, grads_, x, labels, batch,
+                            options_.gemm, &ws_);
 }
 
 void CpuMlp::Forward(const float* x, int batch, float* logits) {
@@ -64,17 +70,17 @@ void CpuMlp::Forward(const float* x, int batch, float* logits) {
                                 std::to_string(batch));
   }
   if (batch == 0) return;
-  MlpForward(layout(), params_.data(), x, batch, options_.gemm, &ws_);
+  MlpForward(layout(), params_, x, batch, options_.gemm, &ws_);
   std::copy(ws_.act.back().begin(), ws_.act.back().end(), logits);
 }
 
 void CpuMlp::SgdStep(const SgdOptions& options) {
   if (options.momentum != 0.0f && momentum_.empty()) {
-    momentum_.assign(params_.size(), 0.0f);
+    momentum_.assign(n_, 0.0f);
   }
-  SgdUpdate(options, params_.data(), grads_.data(),
+  SgdUpdate(options, params_, grads_,
             momentum_.empty() ? nullptr : momentum_.data(), &have_momentum_,
-            params_.size());
+            n_);
 }
 
 std::unique_ptr<CpuMlp> CreateCpuMlp(const MlpLayout& layout,

@@ -16,6 +16,12 @@ namespace ringlab::nn {
 
 struct CpuMlpOptions {
   GemmMode gemm = GemmMode::kBlas;
+  // Where the model keeps its flat parameters and gradients, when not in
+  // memory of its own: num_params() floats each, owned by the caller and
+  // outliving the model (e.g. a communicator's registered memory, so that an
+  // allreduce of them copies nothing).
+  float* params_memory = nullptr;
+  float* grads_memory = nullptr;
 };
 
 // What CreateMlp(Device::kCpu, …) uses (kBlas unless changed). Not meant to be
@@ -28,8 +34,8 @@ class CpuMlp : public Mlp {
   CpuMlp(const MlpLayout& layout, CpuMlpOptions options);
 
   Device device() const override { return Device::kCpu; }
-  float* params() override { return params_.data(); }
-  float* grads() override { return grads_.data(); }
+  float* params() override { return params_; }
+  float* grads() override { return grads_; }
   void SetParams(const float* host) override;
   void GetParams(float* host) const override;
   void GetGrads(float* host) const override;
@@ -44,7 +50,10 @@ class CpuMlp : public Mlp {
 
  private:
   CpuMlpOptions options_;
-  std::vector<float> params_, grads_, momentum_;
+  std::vector<float> own_params_, own_grads_, momentum_;
+  float* params_;  // own_params_ or the caller's memory
+  float* grads_;
+  size_t n_;  // layout().num_params()
   bool have_momentum_ = false;
   MlpWorkspace<float> ws_;
 };

@@ -136,6 +136,39 @@ TEST(CpuMlpTest, GemmModesAgree) {
   }
 }
 
+// With memory of the caller's, the model computes in it, bit for bit as
+// with its own, and leaves the floats around it alone.
+TEST(CpuMlpTest, CallersMemoryHoldsParamsAndGrads) {
+  const MlpLayout layout = MlpLayout::Parse("5,7,3");
+  const size_t n = layout.num_params();
+  std::vector<float> params(n + 2, -7.0f), grads(n + 2, -7.0f);
+  auto own = CreateCpuMlp(layout, {GemmMode::kBlas});
+  auto theirs = CreateCpuMlp(
+      layout, {GemmMode::kBlas, params.data() + 1, grads.data() + 1});
+  EXPECT_EQ(theirs->params(), params.data() + 1);
+  EXPECT_EQ(theirs->grads(), grads.data() + 1);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> init(n), x(4 * 5);
+  for (float& v : init) v = normal(rng);
+  for (float& v : x) v = normal(rng);
+  const std::vector<int64_t> y = {0, 2, 1, 2};
+  for (auto* m : {own.get(), theirs.get()}) {
+    m->SetParams(init.data());
+    m->ForwardBackward(x.data(), y.data(), 4);
+    m->SgdStep(SgdOptions{0.1f, 0.9f, 0.0, 0.0f, false});
+    m->ForwardBackward(x.data(), y.data(), 4);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(params[i + 1], own->params()[i]) << i;
+    EXPECT_EQ(grads[i + 1], own->grads()[i]) << i;
+  }
+  EXPECT_EQ(params.front(), -7.0f);
+  EXPECT_EQ(params.back(), -7.0f);
+  EXPECT_EQ(grads.front(), -7.0f);
+  EXPECT_EQ(grads.back(), -7.0f);
+}
+
 TEST(SgdTest, PlainIsFusedMultiplyAdd) {
   float p[3] = {1.0f, -2.0f, 0.3f};
   const float g[3] = {0.1f, 0.7f, -1e-3f};
