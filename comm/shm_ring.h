@@ -20,6 +20,13 @@
 // A rank that fails while the ranks join says so in the store, and the others
 // fail at once naming it.
 //
+// Buffers from Allocate are registered memory: slots of regions every rank
+// maps (shm_regions.h), which AllReduce reduces zero-copy, each rank summing
+// one segment from every rank's slot into all of them.
+//
+// The implementation, one concept per file, is listed in
+// shm_ring_internal.h.
+//
 // Tuning (validated by every rank, rank 0's used by all):
 // RINGLAB_SHM_ONESHOT_BYTES
 // (the one-shot threshold), RINGLAB_SHM_CHUNK_BYTES (the ring's chunk) and
