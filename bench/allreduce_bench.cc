@@ -23,7 +23,7 @@
 //   MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 mpirun -np 2 -x MASTER_ADDR
 //     -x MASTER_PORT bazel-bin/bench/allreduce_bench
 //     --backends=shm_ring,gloo,mpi:check=0
-// Backend variants for tuning: "shm_ring:oneshot=BYTES:chunk=BYTES";
+// Backend variants for tuning: "shm_ring:oneshot=B:chunk=B:stage=B:ring=B";
 // "mpi:check=0" is plain MPI_Allreduce, without mpi's cross-rank call check
 // (one extra small allreduce per call): the anchor of the comparison.
 #include <gflags/gflags.h>
@@ -325,6 +325,8 @@ std::unique_ptr<Communicator> CreateVariant(const std::string& spec,
     std::string var = key == "oneshot"  ? "RINGLAB_SHM_ONESHOT_BYTES"
                       : key == "chunk"  ? "RINGLAB_SHM_CHUNK_BYTES"
                       : key == "stream" ? "RINGLAB_SHM_STREAM_STORES"
+                      : key == "stage"  ? "RINGLAB_SHM_STAGE_BYTES"
+                      : key == "ring"   ? "RINGLAB_SHM_RING_BYTES"
                       : key == "check"  ? "RINGLAB_MPI_CHECK_CALLS"
                                         : "";
     if (var.empty() || eq == std::string::npos) {

@@ -256,6 +256,8 @@ void ShmJoin::CreateSegment() {
   g->small_bytes = ring_.small_;
   g->oneshot_bytes = ring_.oneshot_;
   g->stream_stores = ring_.stream_mode_;
+  g->stage_bytes = ring_.stage_;
+  g->ring_bytes = ring_.ring_;
   g->nonce = nonce;
   g->magic.store(kMagic, std::memory_order_release);
   ring_.Rank(ring_.rank_)->pid.store(getpid(), std::memory_order_release);
@@ -335,6 +337,8 @@ void ShmJoin::OpenSegment() {
   ring_.small_ = g->small_bytes;
   ring_.oneshot_ = g->oneshot_bytes;
   ring_.stream_mode_ = g->stream_stores;
+  ring_.stage_ = g->stage_bytes;
+  ring_.ring_ = g->ring_bytes;
   if (ring_.Layout() != ring_.map_bytes_) {
     throw CommError("shm_ring: segment at " + path + " has the wrong size");
   }
@@ -389,6 +393,13 @@ void ShmRing::ReadTuning() {
   small_ = RoundUp(std::max<size_t>(oneshot_, kPage), kPage);
   // 0: cached stores, 1: streaming stores, 2 (unset): measure.
   stream_mode_ = EnvBytes("RINGLAB_SHM_STREAM_STORES", 2, 0, 1);
+  // The staged allreduce's area per rank (it goes through larger buffers in
+  // pieces of about this size), and the size from which the ring is used.
+  stage_ = RoundUp(EnvBytes("RINGLAB_SHM_STAGE_BYTES",
+                            kShmRingDefaultStageBytes, 64 << 10, 256 << 20),
+                   kPage);
+  ring_ = EnvBytes("RINGLAB_SHM_RING_BYTES", kShmRingDefaultRingBytes, 0,
+                   size_t{1} << 40);
   // The wavefront schedule in RingAllReduce never deadlocks when a mailbox
   // holds two wavefronts of 2(N-1) messages each.
   slots_ = std::max<uint64_t>(4, 4 * static_cast<uint64_t>(world_));
@@ -408,7 +419,8 @@ size_t ShmRing::Layout() {
   small_offset_ =
       slot_offset_ + RoundUp(sizeof(SlotHeader) * world_ * slots_, kPage);
   data_offset_ = small_offset_ + world_ * 2 * (small_ + kPage);
-  return data_offset_ + world_ * slots_ * chunk_;
+  stage_offset_ = data_offset_ + world_ * slots_ * chunk_;
+  return stage_offset_ + world_ * stage_;
 }
 
 void ShmRing::ChooseWaitPolicy() {

@@ -124,19 +124,31 @@ void ScaleFloats(float* __restrict__ x, float divisor, size_t n) {
 // ranks (in rank order, divided by `divisor` when it is not 0), block by
 // block through an L1-sized buffer: each element is read once from every
 // rank and written once to every rank, the least any allreduce can move.
-void ReduceIntoAll(const std::vector<float*>& slots, size_t a, size_t b,
-                   float divisor) {
+void SumInto(const std::vector<const float*>& srcs,
+             const std::vector<float*>& dsts, size_t n, float divisor) {
   constexpr size_t kBlock = 2048;
   alignas(64) float sum[kBlock];
-  for (size_t at = a; at < b; at += kBlock) {
-    const size_t n = std::min(kBlock, b - at);
-    CopyFloats(sum, slots[0] + at, n);
-    for (size_t p = 1; p < slots.size(); ++p) {
-      AccumulateFloats(sum, slots[p] + at, n);
+  for (size_t at = 0; at < n; at += kBlock) {
+    const size_t m = std::min(kBlock, n - at);
+    CopyFloats(sum, srcs[0] + at, m);
+    for (size_t s = 1; s < srcs.size(); ++s) {
+      AccumulateFloats(sum, srcs[s] + at, m);
     }
-    if (divisor != 0) ScaleFloats(sum, divisor, n);
-    for (float* slot : slots) CopyFloats(slot + at, sum, n);
+    if (divisor != 0) ScaleFloats(sum, divisor, m);
+    for (float* dst : dsts) CopyFloats(dst + at, sum, m);
   }
+}
+
+void ReduceIntoAll(const std::vector<float*>& slots, size_t a, size_t b,
+                   float divisor) {
+  if (b <= a) return;
+  std::vector<const float*> srcs;
+  std::vector<float*> dsts;
+  for (float* slot : slots) {
+    srcs.push_back(slot + a);
+    dsts.push_back(slot + a);
+  }
+  SumInto(srcs, dsts, b - a, divisor);
 }
 
 }  // namespace ringlab::comm::shm

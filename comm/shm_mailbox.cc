@@ -7,8 +7,8 @@
 #include <xmmintrin.h>
 
 #include <climits>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "comm/process.h"
@@ -201,6 +201,21 @@ void ShmRing::GatherSmall(Call& call) {
       return h->posted64.load(std::memory_order_acquire) >= seq64;
     });
     CheckDesc(call, Small(p, bank)->desc, p);
+  }
+}
+
+void ShmRing::PhaseBarrier(Call& call) {
+  const uint64_t target = ++phases_;
+  RankHeader* me = Rank(rank_);
+  me->phase64.store(target, std::memory_order_release);
+  me->phase.store(static_cast<uint32_t>(target), std::memory_order_seq_cst);
+  FutexWakeIfSleeping(&me->phase, &me->phase_sleepers);
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    RankHeader* h = Rank(p);
+    Wait(call, &h->phase, &h->phase_sleepers, p, [h, target](uint32_t) {
+      return h->phase64.load(std::memory_order_acquire) >= target;
+    });
   }
 }
 

@@ -39,6 +39,8 @@ void ShmRing::AllReduce(float* data, size_t count, ReduceOp op) {
       InlineAllReduce(call, data, count, op);
     } else if (count * sizeof(float) <= oneshot_) {
       OneShotAllReduce(call, data, count, op);
+    } else if (count * sizeof(float) <= ring_) {
+      StagedAllReduce(call, data, count, op);
     } else {
       RingAllReduce(call, data, count, op);
     }

@@ -51,6 +51,8 @@ namespace ringlab::comm {
 // from 256 KiB to 64 MiB.
 inline constexpr size_t kShmRingDefaultOneShotBytes = 4 << 10;
 inline constexpr size_t kShmRingDefaultChunkBytes = 128 << 10;
+inline constexpr size_t kShmRingDefaultStageBytes = 1 << 20;
+inline constexpr size_t kShmRingDefaultRingBytes = 32 << 20;
 
 // Collective over the store in context (required). Throws CommError when the
 // segment cannot be created or a peer does not show up by the deadline.

@@ -91,6 +91,8 @@ struct GlobalHeader {
   uint64_t oneshot_bytes;
   uint64_t stream_stores;
   uint64_t nonce;  // in the address rank 0 publishes: the right file
+  uint64_t stage_bytes;
+  uint64_t ring_bytes;
 };
 
 inline constexpr size_t kInlineFloats = 10;
@@ -126,6 +128,11 @@ struct alignas(64) RankHeader {
   std::atomic<uint32_t> done_sleepers;
   std::atomic<uint64_t> posted64;
   std::atomic<uint64_t> done64;
+  // Barriers inside one call (the staged allreduce's phases): how many this
+  // rank has reached.
+  alignas(64) std::atomic<uint32_t> phase;
+  std::atomic<uint32_t> phase_sleepers;
+  std::atomic<uint64_t> phase64;
   // Tiny messages and barriers, one per bank: flag, description and data
   // share one cache line, so a peer gets all three in one transfer.
   alignas(64) InlineBox box[2];
@@ -219,6 +226,15 @@ class ShmRing final : public Communicator {
     return reinterpret_cast<float*>(reinterpret_cast<char*>(Small(r, bank)) +
                                     kPage);
   }
+  // Rank r's staging area, world_ slots of StageSlotFloats() each.
+  float* Stage(int r, int slot) const {
+    return reinterpret_cast<float*>(base_ + stage_offset_ +
+                                    static_cast<size_t>(r) * stage_) +
+           static_cast<size_t>(slot) * StageSlotFloats();
+  }
+  size_t StageSlotFloats() const {
+    return stage_ / sizeof(float) / world_ / 16 * 16;
+  }
 
   Call Begin(Kind kind, size_t count, ReduceOp op, int root,
              bool registered = false);
@@ -250,6 +266,12 @@ class ShmRing final : public Communicator {
   // on count, op or root fail on every rank.
   void PostSmall(Call& call, const float* data, size_t count);
   void GatherSmall(Call& call);
+  // Returns once every rank has reached as many phases as this one.
+  void PhaseBarrier(Call& call);
+  // Through the staging areas, piece by piece, two synchronisations each:
+  // every rank posts its contributions to the others' segments, reduces its
+  // own segment from them, posts the result and copies the others'.
+  void StagedAllReduce(Call& call, float* data, size_t count, ReduceOp op);
   // Zero-copy: every rank's buffer is registered memory (slots[r] is rank
   // r's address of it); each rank reduces one segment into all of them.
   void RegisteredAllReduce(Call& call, const std::vector<float*>& slots,
@@ -264,8 +286,11 @@ class ShmRing final : public Communicator {
   uint64_t slots_ = 0;
   size_t small_ = 0;
   size_t oneshot_ = 0;
+  size_t stage_ = 0;  // bytes of staging area per rank
+  size_t ring_ = 0;   // larger buffers take the ring, smaller ones are staged
   size_t rank_offset_ = 0, slot_offset_ = 0, small_offset_ = 0,
-         data_offset_ = 0;
+         data_offset_ = 0, stage_offset_ = 0;
+  uint64_t phases_ = 0;  // PhaseBarriers passed
   uint64_t calls_ = 0;
   bool stream_ = false;  // non-temporal stores into the mailbox
   uint64_t stream_mode_ = 2;

@@ -65,18 +65,14 @@ void Check(bool ok, const std::string& what) {
 // Runs AllReduce (sum and avg) for each count and checks each element with
 // 0 ulp tolerance: the inputs make every sum exact, and avg is that exact
 // sum divided by N once, the same float division the expectation does.
+using Env = std::vector<std::pair<const char*, const char*>>;
+
 void RunExactSums(int world, const std::vector<size_t>& counts,
-                  const char* oneshot_bytes, const char* chunk_bytes,
-                  const char* stream_stores = nullptr) {
+                  const Env& env) {
   auto results = RunRanks(
       world,
       [&](const RankContext& c) {
-        if (oneshot_bytes)
-          setenv("RINGLAB_SHM_ONESHOT_BYTES", oneshot_bytes, 1);
-        if (chunk_bytes) setenv("RINGLAB_SHM_CHUNK_BYTES", chunk_bytes, 1);
-        if (stream_stores) {
-          setenv("RINGLAB_SHM_STREAM_STORES", stream_stores, 1);
-        }
+        for (const auto& [name, value] : env) setenv(name, value, 1);
         auto comm = MakeRing(c);
         Check(comm->rank() == c.rank && comm->world_size() == world,
               "rank/world_size");
@@ -107,21 +103,44 @@ TEST(ShmRingTest, ExactSumsRingOnlySmallChunks) {
   for (const char* stream : {"0", "1"}) {
     for (int world : {2, 3, 4}) {
       SCOPED_TRACE("world " + std::to_string(world) + " stream " + stream);
-      RunExactSums(world, CountsFor(world), "0", "4096", stream);
+      RunExactSums(world, CountsFor(world),
+                   {{"RINGLAB_SHM_ONESHOT_BYTES", "0"},
+                    {"RINGLAB_SHM_RING_BYTES", "0"},
+                    {"RINGLAB_SHM_CHUNK_BYTES", "4096"},
+                    {"RINGLAB_SHM_STREAM_STORES", stream}});
     }
   }
 }
 
+// Everything but count 0 through the staged allreduce, with a 64 KiB staging
+// area, so that large counts go through in many pieces and segments are
+// ragged.
+TEST(ShmRingTest, ExactSumsStagedInSmallPieces) {
+  for (int world : {2, 3, 4}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    RunExactSums(world, CountsFor(world),
+                 {{"RINGLAB_SHM_ONESHOT_BYTES", "0"},
+                  {"RINGLAB_SHM_STAGE_BYTES", "65536"},
+                  {"RINGLAB_SHM_RING_BYTES", "1073741824"}});
+  }
+}
+
 // Inputs whose sums round: the order matters, and every rank must still hold
-// the same bits (each element is reduced once, by one rank, in ring order).
+// the same bits (each element is reduced once, by one rank, in a fixed
+// order), through the ring, the staged path and the one-shot path.
 TEST(ShmRingTest, BitwiseIdenticalAcrossRanks) {
-  for (const char* oneshot : {"0", "1048576"}) {
+  const Env paths[] = {
+      {{"RINGLAB_SHM_ONESHOT_BYTES", "0"}, {"RINGLAB_SHM_RING_BYTES", "0"}},
+      {{"RINGLAB_SHM_ONESHOT_BYTES", "0"},
+       {"RINGLAB_SHM_STAGE_BYTES", "65536"}},
+      {{"RINGLAB_SHM_ONESHOT_BYTES", "1048576"}}};
+  for (const Env& env : paths) {
     const int world = 3;
     const size_t count = 100003;
     auto results = RunRanks(
         world,
         [&](const RankContext& c) {
-          setenv("RINGLAB_SHM_ONESHOT_BYTES", oneshot, 1);
+          for (const auto& [name, value] : env) setenv(name, value, 1);
           setenv("RINGLAB_SHM_CHUNK_BYTES", "8192", 1);
           auto comm = MakeRing(c);
           std::mt19937 rng(1234 + c.rank);
