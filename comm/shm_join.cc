@@ -425,8 +425,9 @@ size_t ShmRing::Layout() {
 
 void ShmRing::ChooseWaitPolicy() {
   oversubscribed_ = world_ > ncpu_;
-  spin_ = oversubscribed_ ? std::chrono::nanoseconds(2000)
-                          : std::chrono::nanoseconds(200000);
+  spin_ = std::chrono::nanoseconds(2000);
+  yield_ = oversubscribed_ ? std::chrono::nanoseconds(20000)
+                           : std::chrono::nanoseconds(100000);
   if (std::getenv("RINGLAB_SHM_DEBUG") != nullptr) {
     std::fprintf(stderr, "shm_ring: rank %d: %d ranks on %d CPUs -> %s\n",
                  rank_, world_, ncpu_,

@@ -13,6 +13,8 @@
 #ifndef RINGLAB_COMM_SHM_RING_INTERNAL_H_
 #define RINGLAB_COMM_SHM_RING_INTERNAL_H_
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -296,9 +298,10 @@ class ShmRing final : public Communicator {
   uint64_t stream_mode_ = 2;
   bool oversubscribed_ = false;  // more ranks than CPUs the ranks may use
   int ncpu_ = 1;  // CPUs in the union of the ranks' affinity masks
-  std::chrono::nanoseconds spin_{0};
-  uint64_t sent_ = 0;   // messages posted to the right neighbour
-  uint64_t recvd_ = 0;  // messages taken from the left neighbour
+  std::chrono::nanoseconds spin_{0};   // of a wait, spinning
+  std::chrono::nanoseconds yield_{0};  // of a wait, spinning or yielding
+  uint64_t sent_ = 0;                  // messages posted to the right neighbour
+  uint64_t recvd_ = 0;                 // messages taken from the left neighbour
   uint64_t bytes_sent_ = 0;
   std::string broken_;
   std::unique_ptr<ShmRegions> regions_;  // registered memory (Allocate)
@@ -325,23 +328,25 @@ void ShmRing::Guarded(Call& call, Fn fn) {
 template <typename Ready>
 void ShmRing::Wait(Call& call, std::atomic<uint32_t>* word,
                    std::atomic<uint32_t>* sleepers, int peer, Ready ready) {
-  // Spin first: with a core per rank the peer answers within microseconds,
-  // and a futex sleep and wake-up costs more than a whole 128 KiB chunk. With
-  // more ranks than cores spin only briefly: the peer may need this core.
+  // Spin briefly (spin_): a peer with a core of its own answers within
+  // microseconds, sooner than a futex wake-up. Then yield while waiting (up
+  // to yield_): sched_yield returns at once when nothing else wants this
+  // core, so with a core per rank it is still a spin; when something does
+  // (the peer, or another process that took a core), that gets the core
+  // instead of this rank burning it for hundreds of microseconds. Then sleep
+  // on the futex, checking the peer and the deadline every 5 ms.
   if (ready(word->load(std::memory_order_acquire))) return;
-  const auto spin_until = Clock::now() + spin_;
+  const auto start = Clock::now();
   do {
     for (int i = 0; i < 64; ++i) {
       if (ready(word->load(std::memory_order_acquire))) return;
       CpuRelax();
     }
-  } while (Clock::now() < spin_until);
-  if (oversubscribed_) {
-    for (int i = 0; i < 16; ++i) {
-      if (ready(word->load(std::memory_order_acquire))) return;
-      sched_yield();
-    }
-  }
+  } while (Clock::now() - start < spin_);
+  do {
+    if (ready(word->load(std::memory_order_acquire))) return;
+    sched_yield();
+  } while (Clock::now() - start < yield_);
   auto next_check = Clock::now();
   for (;;) {
     sleepers->fetch_add(1, std::memory_order_seq_cst);
