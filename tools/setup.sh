@@ -11,6 +11,7 @@ PACKAGES=(
   libopenblas-dev                                # CBLAS for the CPU backend
   libopenmpi-dev openmpi-bin                     # the mpi communicator, mpirun
   libgloo-dev                                    # the gloo communicator (PyTorch's CPU backend)
+  zlib1g-dev dataset-fashion-mnist               # gzip'd IDX files, Fashion-MNIST
   python3-torch python3-numpy python3-matplotlib # the PyTorch reference and the plots
   clang-format                                   # CI's formatting check (clang-format 14)
 )

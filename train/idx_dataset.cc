@@ -1,0 +1,124 @@
+#include "train/idx_dataset.h"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <cstring>
+
+namespace ringlab::train {
+namespace {
+
+// The whole file, decompressed when it is gzip'd (zlib reads plain files
+// as they are).
+std::vector<unsigned char> ReadAll(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    throw DataError(path + ": no such file");
+  }
+  if (S_ISDIR(st.st_mode)) throw DataError(path + ": is a directory");
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) throw DataError(path + ": cannot open");
+  std::vector<unsigned char> bytes;
+  unsigned char buffer[1 << 16];
+  for (;;) {
+    const int n = gzread(file, buffer, sizeof(buffer));
+    if (n < 0) {
+      int code = 0;
+      const std::string why = gzerror(file, &code);
+      gzclose(file);
+      throw DataError(path + ": cannot decompress (" + why + ")");
+    }
+    if (n == 0) break;
+    bytes.insert(bytes.end(), buffer, buffer + n);
+  }
+  gzclose(file);
+  return bytes;
+}
+
+uint32_t BigEndian32(const std::vector<unsigned char>& b, size_t at) {
+  return (uint32_t{b[at]} << 24) | (uint32_t{b[at + 1]} << 16) |
+         (uint32_t{b[at + 2]} << 8) | uint32_t{b[at + 3]};
+}
+
+// The dimensions of an IDX file of unsigned bytes with `rank` dimensions;
+// the data must fill the rest of the file exactly.
+std::vector<uint32_t> Dimensions(const std::vector<unsigned char>& b,
+                                 const std::string& path, int rank) {
+  const size_t header = 4 + 4 * static_cast<size_t>(rank);
+  if (b.size() < header || b[0] != 0 || b[1] != 0 || b[2] != 0x08 ||
+      b[3] != rank) {
+    throw DataError(path + ": not an IDX file of " + std::to_string(rank) +
+                    "-dimensional unsigned bytes");
+  }
+  std::vector<uint32_t> dims;
+  uint64_t elements = 1;
+  for (int d = 0; d < rank; ++d) {
+    dims.push_back(BigEndian32(b, 4 + 4 * d));
+    elements *= dims.back();
+    if (elements > (uint64_t{1} << 34)) {
+      throw DataError(path + ": dimensions too large");
+    }
+  }
+  const uint64_t have = b.size() - header;
+  if (have != elements) {
+    throw DataError(path + ": " + std::to_string(have) +
+                    " bytes of data where its header says " +
+                    std::to_string(elements) +
+                    (have < elements ? " (truncated)" : ""));
+  }
+  return dims;
+}
+
+std::string Existing(const std::string& path) {
+  struct stat st;
+  return stat((path + ".gz").c_str(), &st) == 0 ? path + ".gz" : path;
+}
+
+}  // namespace
+
+LabelledImages ReadIdxImages(const std::string& images_path,
+                             const std::string& labels_path, int num_classes) {
+  const std::vector<unsigned char> images = ReadAll(images_path);
+  const std::vector<uint32_t> dims = Dimensions(images, images_path, 3);
+  const std::vector<unsigned char> labels = ReadAll(labels_path);
+  const std::vector<uint32_t> label_dims = Dimensions(labels, labels_path, 1);
+  if (label_dims[0] != dims[0]) {
+    throw DataError(labels_path + ": " + std::to_string(label_dims[0]) +
+                    " labels for the " + std::to_string(dims[0]) +
+                    " images of " + images_path);
+  }
+  LabelledImages out;
+  out.count = dims[0];
+  out.features = int64_t{dims[1]} * dims[2];
+  out.pixels.resize(static_cast<size_t>(out.count * out.features));
+  const unsigned char* pixel = images.data() + 16;
+  for (size_t i = 0; i < out.pixels.size(); ++i) {
+    out.pixels[i] = static_cast<float>(pixel[i]) / 255.0f;
+  }
+  out.labels.resize(static_cast<size_t>(out.count));
+  for (int64_t i = 0; i < out.count; ++i) {
+    out.labels[i] = labels[8 + i];
+    if (out.labels[i] >= num_classes) {
+      throw DataError(labels_path + ": label " + std::to_string(out.labels[i]) +
+                      " of image " + std::to_string(i) + " is not below " +
+                      std::to_string(num_classes));
+    }
+  }
+  return out;
+}
+
+ImageDataSet ReadFashionMnist(const std::string& dir) {
+  ImageDataSet set;
+  set.train = ReadIdxImages(Existing(dir + "/train-images-idx3-ubyte"),
+                            Existing(dir + "/train-labels-idx1-ubyte"), 10);
+  set.test = ReadIdxImages(Existing(dir + "/t10k-images-idx3-ubyte"),
+                           Existing(dir + "/t10k-labels-idx1-ubyte"), 10);
+  if (set.train.features != set.test.features) {
+    throw DataError(
+        dir + ": training images have " + std::to_string(set.train.features) +
+        " pixels, test images " + std::to_string(set.test.features));
+  }
+  return set;
+}
+
+}  // namespace ringlab::train

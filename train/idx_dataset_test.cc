@@ -1,0 +1,123 @@
+#include "train/idx_dataset.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace ringlab::train {
+namespace {
+
+std::string TempDir() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+std::vector<unsigned char> Idx(std::vector<uint32_t> dims,
+                               const std::vector<unsigned char>& data) {
+  std::vector<unsigned char> b = {0, 0, 0x08,
+                                  static_cast<unsigned char>(dims.size())};
+  for (uint32_t d : dims) {
+    for (int s = 24; s >= 0; s -= 8) b.push_back((d >> s) & 0xff);
+  }
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
+}
+
+std::string Write(const std::string& name, const std::vector<unsigned char>& b,
+                  bool gzip) {
+  const std::string path = TempDir() + "/" + name;
+  if (gzip) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    gzwrite(f, b.data(), static_cast<unsigned>(b.size()));
+    gzclose(f);
+  } else {
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  return path;
+}
+
+// Two 2x3 images; pixel values chosen so that x / 255 is checked exactly.
+const std::vector<unsigned char> kPixels = {0,  1,  127, 128, 254, 255,
+                                            10, 20, 30,  40,  50,  60};
+
+TEST(IdxDatasetTest, ReadsGzippedAndPlainFilesAsTorchvisionDoes) {
+  for (bool gzip : {true, false}) {
+    const std::string tag = gzip ? "gz" : "plain";
+    const auto images = Write("img_" + tag, Idx({2, 2, 3}, kPixels), gzip);
+    const auto labels = Write("lab_" + tag, Idx({2}, {7, 3}), gzip);
+    const LabelledImages d = ReadIdxImages(images, labels, 10);
+    EXPECT_EQ(d.count, 2);
+    EXPECT_EQ(d.features, 6);
+    ASSERT_EQ(d.pixels.size(), kPixels.size());
+    for (size_t i = 0; i < kPixels.size(); ++i) {
+      // torchvision: img.float().div(255), one float division.
+      EXPECT_EQ(d.pixels[i], static_cast<float>(kPixels[i]) / 255.0f) << i;
+    }
+    EXPECT_EQ(d.labels, (std::vector<int64_t>{7, 3}));
+  }
+}
+
+void ExpectError(const std::string& images, const std::string& labels,
+                 const std::string& fragment) {
+  try {
+    ReadIdxImages(images, labels, 10);
+    ADD_FAILURE() << "accepted; wanted an error with '" << fragment << "'";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(IdxDatasetTest, EveryDefectIsAnErrorNamingTheFile) {
+  const auto good_images = Write("good_img", Idx({2, 2, 3}, kPixels), true);
+  const auto good_labels = Write("good_lab", Idx({2}, {7, 3}), true);
+  std::vector<unsigned char> truncated = Idx({2, 2, 3}, kPixels);
+  truncated.pop_back();
+  std::vector<unsigned char> not_idx = Idx({2, 2, 3}, kPixels);
+  not_idx[2] = 0x0d;  // floats, not bytes
+  ExpectError(TempDir() + "/missing", good_labels, "missing: no such file");
+  ExpectError(TempDir(), good_labels, "is a directory");
+  ExpectError(Write("trunc", truncated, true), good_labels, "(truncated)");
+  ExpectError(Write("trail", Idx({1, 2, 3}, kPixels), false), good_labels,
+              "bytes of data where its header says 6");
+  ExpectError(Write("notidx", not_idx, true), good_labels,
+              "not an IDX file of 3-dimensional");
+  ExpectError(good_images, Write("lab1", Idx({1}, {7}), true),
+              "1 labels for the 2 images");
+  ExpectError(good_images, Write("lab11", Idx({2}, {7, 10}), true),
+              "label 10 of image 1 is not below 10");
+  ExpectError(good_images, good_images, "not an IDX file of 1-dimensional");
+  // A gzip stream cut short.
+  std::string cut = Write("cut", Idx({2, 2, 3}, kPixels), true);
+  std::ifstream in(cut, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), bytes.size() - 12);
+  ExpectError(cut, good_labels, TempDir() + "/cut");
+}
+
+// Debian's dataset-fashion-mnist, where installed (tools/setup.sh does).
+TEST(IdxDatasetTest, DebiansFashionMnist) {
+  struct stat st;
+  if (stat(kFashionMnistDir, &st) != 0) {
+    GTEST_SKIP() << kFashionMnistDir
+                 << " missing (apt-get install dataset-fashion-mnist)";
+  }
+  const ImageDataSet set = ReadFashionMnist(kFashionMnistDir);
+  EXPECT_EQ(set.train.count, 60000);
+  EXPECT_EQ(set.test.count, 10000);
+  EXPECT_EQ(set.train.features, 784);
+  EXPECT_EQ(set.train.labels[0], 9);  // an ankle boot, as in every copy
+  EXPECT_EQ(set.test.labels[0], 9);
+  std::vector<int> per_class(10);
+  for (int64_t l : set.train.labels) ++per_class[l];
+  for (int n : per_class) EXPECT_EQ(n, 6000);  // balanced, as published
+}
+
+}  // namespace
+}  // namespace ringlab::train
