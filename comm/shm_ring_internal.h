@@ -35,6 +35,9 @@ static_assert(sizeof(std::atomic<uint32_t>) == 4 &&
                   std::atomic<uint32_t>::is_always_lock_free,
               "futex words must be plain 32-bit integers");
 
+// RINGLAB_SHM_RING_BYTES unset: the join chooses (ShmRing::ChooseWaitPolicy).
+constexpr size_t kRingBytesChosenAtJoin = size_t{1} << 41;
+
 constexpr uint64_t kMagic = 0x72696e676c616231ull;  // "ringlab1"
 constexpr size_t kPage = 4096;
 
