@@ -88,10 +88,11 @@ TEST(RankThreadPoolTest, BarrierTimesOutNamingAbsentRanks) {
 // A rank that never finishes: Run returns at its deadline, and the pool
 // refuses further jobs rather than hand out a new one under a running one.
 TEST(RankThreadPoolTest, StuckRankEndsRunAtTheDeadline) {
-  // Leaked on purpose: the stuck thread outlives the test body.
-  auto* release = new std::atomic<bool>(false);
-  auto* pool = new RankThreadPool(2, milliseconds(300));
-  auto* job = new std::function<double(int)>([release](int r) {
+  // Never freed (static, so not reported as leaks): the stuck thread
+  // outlives the test body.
+  static auto* release = new std::atomic<bool>(false);
+  static auto* pool = new RankThreadPool(2, milliseconds(300));
+  static auto* job = new std::function<double(int)>([](int r) {
     while (r == 1 && !release->load()) {
       std::this_thread::sleep_for(milliseconds(5));
     }

@@ -379,10 +379,11 @@ TEST(RankThreadsTest, FailuresAreReportedPerRank) {
 // A rank still running `grace` after another failed is reported stuck and
 // the runner returns instead of hanging.
 TEST(RankThreadsTest, StuckRanksAfterAFailureAreReportedInTime) {
-  // Leaked on purpose: the stuck thread outlives the call (see the header).
-  auto* release = new std::atomic<bool>(false);
-  auto* finished = new std::atomic<bool>(false);
-  auto* body = new std::function<void(const RankContext&)>(
+  // Never freed (static, so not reported as leaks): the stuck thread
+  // outlives the call and may still be returning from the body at the end.
+  static auto* release = new std::atomic<bool>(false);
+  static auto* finished = new std::atomic<bool>(false);
+  static auto* body = new std::function<void(const RankContext&)>(
       [release, finished](const RankContext& c) {
         if (c.rank == 0) throw CommError("rank 0 failed");
         while (!release->load()) std::this_thread::sleep_for(milliseconds(5));
