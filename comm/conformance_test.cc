@@ -1,19 +1,22 @@
 // Runs the conformance suite (comm/testing/conformance.h) over every backend
-// registered in this binary whose ranks can be forked processes: each case at
-// world sizes 1-4 (mismatches at 3), then the faults a job must survive — a
-// rank killed before, during and after joining and in the middle of a
-// collective, and a rank alive but absent — with the survivors exiting by
-// themselves within their deadline, naming it. After every job, nothing may
-// be left: no process, no ringlab segment, no listening port. Tests are
-// registered at start-up, one per backend and case, so a backend added later
-// is covered by linking it in. mpi runs the same cases under mpirun
-// (conformance_mpi_test.sh).
+// registered in this binary whose ranks are forked processes (RunRanks) or
+// threads of one process (RunThreadRanks): each case at world sizes 1-4
+// (mismatches at 3), then the faults a job must survive — a rank killed
+// before, during and after joining and in the middle of a collective (for
+// ranks as threads: a rank that leaves at those points), and a rank alive
+// but absent — with the survivors exiting by themselves within their
+// deadline, naming it. After every job, nothing may be left: no process, no
+// ringlab segment, no listening port. Tests are registered at start-up, one
+// per backend and case, so a backend added later is covered by linking it
+// in. mpi runs the same cases under mpirun (conformance_mpi_test.sh).
 #include "comm/testing/conformance.h"
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -70,7 +73,15 @@ class BackendTest : public ::testing::Test {
     if (devices_ == 0) GTEST_SKIP() << backend_ << ": no CUDA device: " << why;
   }
   bool WorldFits(int world) const {
+    if (!traits_.ranks_are_threads && world > MaxProcessRanks()) return false;
     return !traits_.one_gpu_per_rank || world <= devices_;
+  }
+  // The job, with the ranks as this backend has them.
+  std::vector<RankResult> Run(
+      int world, const std::function<void(const RankContext&)>& body,
+      milliseconds timeout) const {
+    return traits_.ranks_are_threads ? RunThreadRanks(world, body, timeout)
+                                     : RunRanks(world, body, timeout);
   }
 
   std::string backend_;
@@ -94,13 +105,14 @@ class CaseTest : public BackendTest {
     }
     if (!case_.must_name.empty() && worlds.size() > 1) worlds.resize(1);
     if (worlds.empty()) {
-      GTEST_SKIP() << backend_ << " runs " << devices_
-                   << " rank(s) on this machine's GPUs; " << case_.name
-                   << " needs " << case_.min_world;
+      GTEST_SKIP() << backend_ << " runs at most "
+                   << (traits_.one_gpu_per_rank ? devices_ : MaxProcessRanks())
+                   << " rank(s) here (GPUs, RINGLAB_TEST_MAX_PROCESS_RANKS); "
+                   << case_.name << " needs " << case_.min_world;
     }
     for (int world : worlds) {
       SCOPED_TRACE(backend_ + " world " + std::to_string(world));
-      auto results = RunRanks(
+      auto results = Run(
           world,
           [&](const RankContext& c) {
             auto comm =
@@ -163,13 +175,18 @@ void KillSelfSoon(int max_ms) {
 class FaultTest : public BackendTest {
  public:
   FaultTest(std::string backend, Fault fault, int victim)
-      : BackendTest(std::move(backend)), fault_(fault), victim_(victim) {}
+      : BackendTest(std::move(backend)),
+        fault_(fault),
+        registered_victim_(victim) {}
 
   void TestBody() override {
     if (!traits_.survives_peer_death) {
       GTEST_SKIP() << backend_ << ": a dead rank ends the whole job";
     }
-    const int world = 3;
+    // 3 ranks, or 2 where fewer processes may share the GPU (the last rank
+    // is then the victim `rank2` names).
+    const int world = WorldFits(3) ? 3 : 2;
+    const int victim = std::min(registered_victim_, world - 1);
     if (!WorldFits(world)) {
       GTEST_SKIP() << backend_ << " needs one GPU per rank: " << world
                    << " ranks, " << devices_ << " GPU(s)";
@@ -182,16 +199,16 @@ class FaultTest : public BackendTest {
     auto results = RunRanks(
         world,
         [&](const RankContext& c) {
-          const bool victim = c.rank == victim_;
-          if (victim && fault_ == Fault::kBeforeJoin) _exit(3);
-          if (victim && fault_ == Fault::kDuringJoin) KillSelfSoon(3);
+          const bool is_victim = c.rank == victim;
+          if (is_victim && fault_ == Fault::kBeforeJoin) _exit(3);
+          if (is_victim && fault_ == Fault::kDuringJoin) KillSelfSoon(3);
           auto comm = Make(backend_, c, op, join);
           auto buffer =
               MakeBuffer(comm->memory(), std::vector<float>((4 << 20), 1.0f));
           comm->Barrier();
-          if (victim && fault_ == Fault::kAfterJoin) kill(getpid(), SIGKILL);
+          if (is_victim && fault_ == Fault::kAfterJoin) kill(getpid(), SIGKILL);
           comm->AllReduce(buffer->data(), 4 << 20, ReduceOp::kSum);
-          if (victim && fault_ == Fault::kMidCollective) KillSelfSoon(10);
+          if (is_victim && fault_ == Fault::kMidCollective) KillSelfSoon(10);
           for (;;) comm->AllReduce(buffer->data(), 4 << 20, ReduceOp::kAvg);
         },
         milliseconds(90000));
@@ -202,13 +219,13 @@ class FaultTest : public BackendTest {
     EXPECT_LT(elapsed, deadlines * join + std::chrono::seconds(10))
         << Describe(results);
     if (fault_ == Fault::kBeforeJoin) {
-      EXPECT_EQ(results[victim_].exit_code, 3) << Describe(results);
+      EXPECT_EQ(results[victim].exit_code, 3) << Describe(results);
     } else {
-      EXPECT_EQ(results[victim_].term_signal, SIGKILL) << Describe(results);
+      EXPECT_EQ(results[victim].term_signal, SIGKILL) << Describe(results);
     }
-    const std::string named = "rank " + std::to_string(victim_);
+    const std::string named = "rank " + std::to_string(victim);
     for (const RankResult& r : results) {
-      if (r.rank == victim_) continue;
+      if (r.rank == victim) continue;
       // Exit 1 is the survivor's own failure; a launcher's SIGKILL would
       // show as a signal.
       EXPECT_EQ(r.exit_code, 1) << Describe(results);
@@ -221,7 +238,54 @@ class FaultTest : public BackendTest {
 
  private:
   Fault fault_;
-  int victim_;
+  int registered_victim_;  // the job's is clipped to its world
+};
+
+// Ranks as threads: a rank that stops (its thread returns, destroying its
+// communicator) before joining, after joining, or between collectives while
+// the others go on. The others fail by themselves, in time, naming it.
+class RankLeavesTest : public BackendTest {
+ public:
+  RankLeavesTest(std::string backend, Fault when)
+      : BackendTest(std::move(backend)), when_(when) {}
+
+  void TestBody() override {
+    const int world = 3, victim = 2;
+    const milliseconds join(5000), op(30000);
+    const auto start = Clock::now();
+    auto results = Run(
+        world,
+        [&](const RankContext& c) {
+          if (c.rank == victim && when_ == Fault::kBeforeJoin) return;
+          auto comm = Make(backend_, c, op, join);
+          auto buffer =
+              MakeBuffer(comm->memory(), std::vector<float>((4 << 20), 1.0f));
+          comm->Barrier();
+          if (c.rank == victim && when_ == Fault::kAfterJoin) return;
+          for (int i = 0;; ++i) {
+            if (c.rank == victim && i == 3) return;
+            comm->AllReduce(buffer->data(), 4 << 20, ReduceOp::kAvg);
+          }
+        },
+        milliseconds(60000));
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(15))
+        << Describe(results);
+    const std::string named = "rank " + std::to_string(victim);
+    for (const RankResult& r : results) {
+      if (r.rank == victim) {
+        EXPECT_EQ(r.exit_code, 0) << Describe(results);
+        continue;
+      }
+      EXPECT_EQ(r.exit_code, 1) << Describe(results);
+      EXPECT_NE(r.output.find(named), std::string::npos)
+          << "survivor " << r.rank << " does not name " << named << "\n"
+          << Describe(results);
+    }
+    ExpectNoLeftovers();
+  }
+
+ private:
+  Fault when_;
 };
 
 // A rank that joins, then never calls the collective: the survivor's call
@@ -231,7 +295,7 @@ class AbsentRankTest : public BackendTest {
   using BackendTest::BackendTest;
   void TestBody() override {
     if (!WorldFits(2)) GTEST_SKIP() << backend_ << ": needs 2 GPUs";
-    auto results = RunRanks(
+    auto results = Run(
         2,
         [&](const RankContext& c) {
           auto comm =
@@ -274,8 +338,22 @@ void RegisterBackend(const std::string& backend) {
         suite.c_str(), c.name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
         [=]() -> BackendTest* { return new CaseTest(backend, c); });
   }
+  if (TraitsOf(backend).ranks_are_threads) {
+    for (Fault f :
+         {Fault::kBeforeJoin, Fault::kAfterJoin, Fault::kMidCollective}) {
+      const std::string name =
+          std::string(f == Fault::kBeforeJoin  ? "rank_leaves_before_joining"
+                      : f == Fault::kAfterJoin ? "rank_leaves_after_joining"
+                                               : "rank_leaves_between_calls") +
+          "/rank2";
+      ::testing::RegisterTest(
+          suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+          [=]() -> BackendTest* { return new RankLeavesTest(backend, f); });
+    }
+  }
   for (Fault f : {Fault::kBeforeJoin, Fault::kDuringJoin, Fault::kAfterJoin,
                   Fault::kMidCollective}) {
+    if (TraitsOf(backend).ranks_are_threads) break;
     for (int victim : {0, 2}) {
       const std::string name =
           std::string(FaultName(f)) + "/rank" + std::to_string(victim);

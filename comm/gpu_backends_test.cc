@@ -1,18 +1,22 @@
-// The GPU backends' own tests (nccl, ipc_ring): bitwise equality with the
-// ring's and the one-shot's known orders, paths forced through ipc_ring's
-// tuning variables (pieces, chunks), its mismatch reports, NCCL's refusal of
-// two ranks on one GPU. What every backend must do — exact sums, broadcasts,
-// unaligned buffers, mismatches, dead and absent ranks — is the conformance
-// suite's (conformance_gpu_test). Ranks are forked processes (RunRanks); the
-// parent never initialises CUDA (it asks a forked child for the device count)
-// and every GPU test skips when there is no device. The host-only tests (the
-// registry, the ring's partition, creation without a device) run everywhere.
+// The GPU backends' own tests (nccl, ipc_ring with ranks as processes and as
+// threads): bitwise equality with the ring's and the one-shot's known
+// orders, paths forced through ipc_ring's tuning variables (pieces, chunks),
+// its mismatch reports, NCCL's refusal of two ranks on one GPU. What every
+// backend must do — exact sums, broadcasts, unaligned buffers, mismatches,
+// dead and absent ranks — is the conformance suite's (conformance_gpu_test).
+// Ranks are forked processes (RunRanks) or threads of one forked process
+// (RunThreadRanks); the parent never initialises CUDA (it asks a forked child
+// for the device count) and every GPU test skips when there is no device.
+// The host-only tests (the registry, the ring's partition, the descriptors'
+// words, creation without a device or across processes) run everywhere.
 #include <cuda_runtime_api.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
@@ -36,8 +40,22 @@ using std::chrono::milliseconds;
 using testing::CheckExactAllReduce;
 using testing::Describe;
 using testing::ExactSumInput;
+using testing::MaxProcessRanks;
 using testing::RankResult;
 using testing::RunRanks;
+using testing::RunThreadRanks;
+using testing::TraitsOf;
+
+// Whether the nccl backend is linked in: it is not where cuda_configure.bzl
+// found no NCCL (the toolkit does not ship it).
+#ifdef RINGLAB_WITH_NCCL
+constexpr bool kNcclBuilt = true;
+#else
+constexpr bool kNcclBuilt = false;
+#endif
+constexpr char kNoNccl[] =
+    "nccl is not built here: NCCL was not found when CUDA was configured "
+    "(tools/cuda/cuda_configure.bzl; set NCCL_HOME)";
 
 // Asked once, of a forked child (see cuda_device.h).
 int Devices(std::string* why = nullptr) {
@@ -56,6 +74,36 @@ int Devices(std::string* why = nullptr) {
 void Check(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
 }
+
+// The job, with the ranks as the backend has them (threads or processes).
+std::vector<RankResult> RunJob(
+    const std::string& backend, int world,
+    const std::function<void(const RankContext&)>& body, milliseconds timeout) {
+  return TraitsOf(backend).ranks_are_threads
+             ? RunThreadRanks(world, body, timeout)
+             : RunRanks(world, body, timeout);
+}
+
+// Sets variables in this (the test's) process for one job: its ranks, forked
+// processes or threads of a forked child, inherit them. Never setenv inside
+// rank threads: other threads may be reading the environment.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(
+      const std::vector<std::pair<const char*, const char*>>& vars) {
+    for (const auto& [name, value] : vars) {
+      if (value == nullptr) continue;
+      setenv(name, value, 1);
+      names_.push_back(name);
+    }
+  }
+  ~ScopedEnv() {
+    for (const char* name : names_) unsetenv(name);
+  }
+
+ private:
+  std::vector<const char*> names_;
+};
 
 // The caller's buffer, in device memory as memory() == kDevice asks.
 std::unique_ptr<testing::RankBuffer> Device(const std::vector<float>& host) {
@@ -90,11 +138,14 @@ std::vector<size_t> CountsFor(int world, bool large = true) {
 }
 
 // The world sizes a backend can run here: NCCL refuses two ranks on one GPU,
-// so it runs up to the device count; ipc_ring shares GPUs between ranks.
+// so it runs up to the device count; ipc_ring shares GPUs between ranks (as
+// processes up to RINGLAB_TEST_MAX_PROCESS_RANKS, see conformance.h).
 std::vector<int> Worlds(const std::string& backend) {
   std::vector<int> worlds;
   for (int w : {1, 2, 3, 4}) {
-    if (backend != "nccl" || w <= Devices()) worlds.push_back(w);
+    if (backend == "nccl" && w > Devices()) continue;
+    if (!TraitsOf(backend).ranks_are_threads && w > MaxProcessRanks()) continue;
+    worlds.push_back(w);
   }
   if (backend == "nccl" && Devices() < 4) {
     std::cout << "[   INFO   ] nccl: " << Devices()
@@ -111,10 +162,10 @@ std::vector<int> Worlds(const std::string& backend) {
 void RunExactSums(const std::string& backend, int world,
                   const std::vector<size_t>& counts,
                   const std::vector<std::pair<const char*, const char*>>& env) {
-  auto results = RunRanks(
-      world,
+  ScopedEnv scoped(env);
+  auto results = RunJob(
+      backend, world,
       [&](const RankContext& c) {
-        for (const auto& [name, value] : env) setenv(name, value, 1);
         auto comm = Make(backend, c);
         for (size_t count : counts) {
           for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
@@ -136,10 +187,71 @@ void RunExactSums(const std::string& backend, int world,
 // ----------------------------------------------------------------------------
 // Host-only: these run on machines without a GPU too.
 
-TEST(GpuBackendsHostTest, BothBackendsAreRegistered) {
+TEST(GpuBackendsHostTest, BackendsAreRegistered) {
   auto names = RegisteredCommunicators();
-  EXPECT_NE(std::find(names.begin(), names.end(), "nccl"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "nccl") != names.end(),
+            kNcclBuilt);
+  if (!kNcclBuilt) std::cout << "[   INFO   ] " << kNoNccl << "\n";
   EXPECT_NE(std::find(names.begin(), names.end(), "ipc_ring"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "ipc_ring_threads"),
+            names.end());
+}
+
+// The kernels' descriptors speak the words every backend's mismatch reports
+// use (the conformance suite looks for "count=", "op=", "root="), and differ
+// when the call history (the base) does.
+TEST(GpuBackendsHostTest, DescriptorsNameCountOpAndRoot) {
+  IpcRingLaunch launch;
+  launch.kind = IpcRingKind::kOneShot;
+  launch.count = 1021;
+  launch.average = true;
+  EXPECT_EQ(IpcRingDescriptorText(IpcRingDescribe(launch)),
+            "AllReduce(count=1021, op=avg; one-shot)");
+  launch.kind = IpcRingKind::kRing;
+  launch.average = false;
+  EXPECT_EQ(IpcRingDescriptorText(IpcRingDescribe(launch)),
+            "AllReduce(count=1021, op=sum; ring)");
+  launch.kind = IpcRingKind::kBroadcast;
+  launch.root = 3;
+  EXPECT_EQ(IpcRingDescriptorText(IpcRingDescribe(launch)),
+            "Broadcast(count=1021, root=3)");
+  launch.kind = IpcRingKind::kBarrier;
+  EXPECT_EQ(IpcRingDescriptorText(IpcRingDescribe(launch)), "Barrier");
+  IpcRingLaunch later = launch;
+  later.base = launch.base + IpcRingUnits(launch);
+  EXPECT_NE(IpcRingDescribe(later).word[0], IpcRingDescribe(launch).word[0]);
+  // Every kind publishes an entry unit before its last one: the entry check
+  // of the descriptors must come before any rank's last unit.
+  for (IpcRingKind kind : {IpcRingKind::kRing, IpcRingKind::kOneShot,
+                           IpcRingKind::kBroadcast, IpcRingKind::kBarrier}) {
+    launch.kind = kind;
+    launch.world_size = 3;
+    EXPECT_GE(IpcRingUnits(launch), 2u);
+  }
+}
+
+// ipc_ring_threads launched one process per rank is refused at once, naming
+// the processes, before any CUDA call (so also here, without a GPU).
+TEST(GpuBackendsHostTest, ThreadsModeRefusesRanksInSeparateProcesses) {
+  auto results = RunRanks(
+      2,
+      [&](const RankContext& c) {
+        CommOptions options;
+        options.join_timeout = milliseconds(30000);
+        try {
+          CreateCommunicator("ipc_ring_threads", c, options);
+        } catch (const CommError& e) {
+          Check(std::string(e.what()).find("different processes") !=
+                    std::string::npos,
+                std::string("unexpected message: ") + e.what());
+          return;
+        }
+        throw std::runtime_error("created across processes");
+      },
+      milliseconds(60000));
+  for (const RankResult& r : results) {
+    EXPECT_EQ(r.exit_code, 0) << Describe(results);
+  }
 }
 
 // Every element belongs to exactly one (segment, chunk, block) slice, and
@@ -176,12 +288,15 @@ TEST(GpuBackendsHostTest, RingSlicesPartitionTheBuffer) {
 }
 
 // Without a device, creation fails with a CommError that says so (the
-// factory is what --comm=nccl|ipc_ring reaches on a CPU-only machine).
+// factory is what --comm=nccl|ipc_ring|ipc_ring_threads reaches on a
+// CPU-only machine); for the threads mode on every rank of two.
 TEST(GpuBackendsHostTest, CreationWithoutDeviceFailsClearly) {
   if (Devices() > 0) GTEST_SKIP() << "a CUDA device is present";
-  for (const char* backend : {"nccl", "ipc_ring"}) {
-    auto results = RunRanks(
-        1,
+  for (const char* backend : {"nccl", "ipc_ring", "ipc_ring_threads"}) {
+    if (std::string(backend) == "nccl" && !kNcclBuilt) continue;
+    const int world = TraitsOf(backend).ranks_are_threads ? 2 : 1;
+    auto results = RunJob(
+        backend, world,
         [&](const RankContext& c) {
           try {
             Make(backend, c);
@@ -194,7 +309,9 @@ TEST(GpuBackendsHostTest, CreationWithoutDeviceFailsClearly) {
           throw std::runtime_error("created without a device");
         },
         milliseconds(60000));
-    EXPECT_EQ(results[0].exit_code, 0) << backend << "\n" << Describe(results);
+    for (const RankResult& r : results) {
+      EXPECT_EQ(r.exit_code, 0) << backend << "\n" << Describe(results);
+    }
   }
 }
 
@@ -203,7 +320,10 @@ TEST(GpuBackendsHostTest, CreationWithoutDeviceFailsClearly) {
 
 class GpuBackendTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { SKIP_WITHOUT_GPU(); }
+  void SetUp() override {
+    if (backend() == "nccl" && !kNcclBuilt) GTEST_SKIP() << kNoNccl;
+    SKIP_WITHOUT_GPU();
+  }
   const std::string& backend() const { return GetParam(); }
 };
 
@@ -219,14 +339,15 @@ TEST_P(GpuBackendTest, BitwiseIdenticalAcrossRanks) {
     for (bool ring : {true, false}) {
       SCOPED_TRACE("world " + std::to_string(world) +
                    (ring ? " ring" : " one-shot"));
-      auto results = RunRanks(
-          world,
+      const bool ipc = backend() != "nccl";
+      ScopedEnv env(
+          {{"RINGLAB_IPC_RING_ONESHOT_BYTES", !ipc   ? nullptr
+                                              : ring ? "0"
+                                                     : "1000000000"},
+           {"RINGLAB_IPC_RING_BUFFER_BYTES", ipc ? "8388608" : nullptr}});
+      auto results = RunJob(
+          backend(), world,
           [&](const RankContext& c) {
-            if (backend() == "ipc_ring") {
-              setenv("RINGLAB_IPC_RING_ONESHOT_BYTES",
-                     ring ? "0" : "1000000000", 1);
-              setenv("RINGLAB_IPC_RING_BUFFER_BYTES", "8388608", 1);
-            }
             auto comm = Make(backend(), c);
             for (size_t count : counts) {
               std::vector<std::vector<float>> in(world,
@@ -253,7 +374,7 @@ TEST_P(GpuBackendTest, BitwiseIdenticalAcrossRanks) {
                       "count " + std::to_string(count) + ": rank " +
                           std::to_string(r) + " holds different bits");
               }
-              if (backend() != "ipc_ring") continue;
+              if (!ipc) continue;
               // Pieces of at most 8 MiB / 4 floats, each its own ring.
               const size_t cap = 8388608 / sizeof(float);
               for (size_t off = 0; off < count; off += cap) {
@@ -280,30 +401,40 @@ TEST_P(GpuBackendTest, BitwiseIdenticalAcrossRanks) {
       for (const RankResult& r : results) {
         EXPECT_EQ(r.exit_code, 0) << Describe(results);
       }
-      if (backend() != "ipc_ring") break;  // NCCL picks its own algorithm
+      if (!ipc) break;  // NCCL picks its own algorithm
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GpuBackendTest,
-                         ::testing::Values("nccl", "ipc_ring"),
+                         ::testing::Values("nccl", "ipc_ring",
+                                           "ipc_ring_threads"),
                          [](const auto& info) { return info.param; });
 
 // ----------------------------------------------------------------------------
-// ipc_ring only.
+// ipc_ring only, with the ranks as processes and as threads.
 
-class IpcRingTest : public ::testing::Test {
+class IpcRingTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { SKIP_WITHOUT_GPU(); }
+  const std::string& backend() const { return GetParam(); }
+  // 2..4, as far as the mode allows here.
+  std::vector<int> Worlds2To4() const {
+    std::vector<int> worlds;
+    for (int w : Worlds(backend())) {
+      if (w >= 2) worlds.push_back(w);
+    }
+    return worlds;
+  }
 };
 
 // Everything through the ring with 4 KiB chunks (many chunks per segment:
 // the pipeline's counters) and a 64 KiB registered buffer (counts above it go
 // through in pieces, each its own ring).
-TEST_F(IpcRingTest, ExactSumsRingOnlySmallChunksInPieces) {
-  for (int world : {2, 3, 4}) {
+TEST_P(IpcRingTest, ExactSumsRingOnlySmallChunksInPieces) {
+  for (int world : Worlds2To4()) {
     SCOPED_TRACE("world " + std::to_string(world));
-    RunExactSums("ipc_ring", world, CountsFor(world, false),
+    RunExactSums(backend(), world, CountsFor(world, false),
                  {{"RINGLAB_IPC_RING_ONESHOT_BYTES", "0"},
                   {"RINGLAB_IPC_RING_CHUNK_BYTES", "4096"},
                   {"RINGLAB_IPC_RING_BUFFER_BYTES", "65536"}});
@@ -311,10 +442,10 @@ TEST_F(IpcRingTest, ExactSumsRingOnlySmallChunksInPieces) {
 }
 
 // Everything that fits through the one-shot kernel.
-TEST_F(IpcRingTest, ExactSumsOneShotOnly) {
-  for (int world : {2, 3, 4}) {
+TEST_P(IpcRingTest, ExactSumsOneShotOnly) {
+  for (int world : Worlds2To4()) {
     SCOPED_TRACE("world " + std::to_string(world));
-    RunExactSums("ipc_ring", world, {0, 1, 2, 3, 5, 17, 1021, 65537, 262147},
+    RunExactSums(backend(), world, {0, 1, 2, 3, 5, 17, 1021, 65537, 262147},
                  {{"RINGLAB_IPC_RING_ONESHOT_BYTES", "1073741824"}});
   }
 }
@@ -322,14 +453,15 @@ TEST_F(IpcRingTest, ExactSumsOneShotOnly) {
 // A broadcast larger than the registered buffer (64 KiB here) goes through
 // in pieces, each its own broadcast; every element must come from the root,
 // also at the pieces' seams, with an unaligned end.
-TEST_F(IpcRingTest, BroadcastLargerThanBufferGoesInPieces) {
-  for (int world : {2, 3}) {
+TEST_P(IpcRingTest, BroadcastLargerThanBufferGoesInPieces) {
+  for (int world : Worlds2To4()) {
+    if (world > 3) break;
     SCOPED_TRACE("world " + std::to_string(world));
-    auto results = RunRanks(
-        world,
+    ScopedEnv env({std::make_pair("RINGLAB_IPC_RING_BUFFER_BYTES", "65536")});
+    auto results = RunJob(
+        backend(), world,
         [&](const RankContext& c) {
-          setenv("RINGLAB_IPC_RING_BUFFER_BYTES", "65536", 1);
-          auto comm = Make("ipc_ring", c);
+          auto comm = Make(backend(), c);
           const size_t count = 5 * (65536 / sizeof(float)) + 3;
           for (int root = 0; root < world; ++root) {
             std::vector<float> x(count);
@@ -351,9 +483,9 @@ TEST_F(IpcRingTest, BroadcastLargerThanBufferGoesInPieces) {
   }
 }
 
-// Ranks in different collectives fail (none hangs), and the rank that sees
-// the other's call names both, as shm_ring does.
-TEST_F(IpcRingTest, MismatchedCallsAreReported) {
+// Ranks in different collectives fail (none hangs), and each, having checked
+// every peer's descriptor on entry, says "mismatched".
+TEST_P(IpcRingTest, MismatchedCallsAreReported) {
   struct Case {
     const char* name;
     const char* oneshot_bytes;
@@ -364,13 +496,12 @@ TEST_F(IpcRingTest, MismatchedCallsAreReported) {
                         Case{"ring counts", "0", 100000, 100001, false},
                         Case{"kinds", nullptr, 10, 10, true}}) {
     SCOPED_TRACE(k.name);
-    auto results = RunRanks(
-        2,
+    ScopedEnv env(
+        {std::make_pair("RINGLAB_IPC_RING_ONESHOT_BYTES", k.oneshot_bytes)});
+    auto results = RunJob(
+        backend(), 2,
         [&](const RankContext& c) {
-          if (k.oneshot_bytes) {
-            setenv("RINGLAB_IPC_RING_ONESHOT_BYTES", k.oneshot_bytes, 1);
-          }
-          auto comm = Make("ipc_ring", c, milliseconds(20000));
+          auto comm = Make(backend(), c, milliseconds(20000));
           const size_t count = c.rank == 0 ? k.count0 : k.count1;
           auto d = Device(std::vector<float>(count, 1.0f));
           if (c.rank == 0 && k.broadcast0) {
@@ -380,20 +511,24 @@ TEST_F(IpcRingTest, MismatchedCallsAreReported) {
           }
         },
         milliseconds(120000));
-    bool named = false;
     for (const RankResult& r : results) {
       EXPECT_EQ(r.exit_code, 1) << Describe(results);
-      named = named || r.output.find("mismatched") != std::string::npos;
+      EXPECT_NE(r.output.find("mismatched"), std::string::npos)
+          << Describe(results);
     }
-    EXPECT_TRUE(named) << Describe(results);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, IpcRingTest,
+                         ::testing::Values("ipc_ring", "ipc_ring_threads"),
+                         [](const auto& info) { return info.param; });
 
 // ----------------------------------------------------------------------------
 // nccl only.
 
 // On a one-GPU machine NCCL cannot run two ranks; it must say so, not hang.
 TEST(NcclTest, TwoRanksOnOneGpuFailWithAClearMessage) {
+  if (!kNcclBuilt) GTEST_SKIP() << kNoNccl;
   SKIP_WITHOUT_GPU();
   if (Devices() != 1) GTEST_SKIP() << "needs exactly one GPU";
   auto results = RunRanks(

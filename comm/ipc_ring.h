@@ -17,11 +17,16 @@
 // than hang or corrupt each other's data, as in shm_ring.
 //
 // Works with one GPU per rank (LOCAL_RANK) and with several ranks sharing one
-// GPU (kernels of different processes then time-slice: correct, not fast), so
-// it can be tested on a one-GPU machine. Waits have the CommOptions deadline
+// GPU (kernels of different processes then time-slice: correct, not fast;
+// each collective costs at least a time slice). ipc_ring_threads runs the
+// same kernels with the ranks as threads of one process, side by side on one
+// GPU. Waits have the CommOptions deadline
 // on the device (a spinning kernel gives up and says why) and on the host,
 // which also watches peers' processes and stops the kernel when one exits.
-// Mappings, handles and device memory are released on every exit path.
+// Mappings, handles and device memory are released on every exit path; a
+// region a peer may still map (it did not say it unmapped it by the
+// deadline) is leaked rather than freed. The collectives themselves are
+// IpcRingCore's (ipc_ring_core.h).
 //
 // Tuning (read by rank 0 at creation, used by all):
 // RINGLAB_IPC_RING_ONESHOT_BYTES (the one-shot threshold),
@@ -38,13 +43,6 @@
 
 namespace ringlab::comm {
 
-// Not yet measured on a GPU: bench/allreduce_bench with --backends=ipc_ring
-// and RINGLAB_IPC_RING_ONESHOT_BYTES=0 (ring only) against a large value
-// (one-shot only) gives the crossover that should replace this guess.
-inline constexpr size_t kIpcRingDefaultOneShotBytes = 256 << 10;
-inline constexpr size_t kIpcRingDefaultChunkBytes = 1 << 20;
-inline constexpr size_t kIpcRingDefaultBufferBytes = 64 << 20;
-
 // The store in context is required when world_size > 1. Data pointers are
 // device pointers on the rank's device (memory() == kDevice), of any
 // alignment (unaligned ones take a scalar path). Collectives run on the
@@ -52,7 +50,9 @@ inline constexpr size_t kIpcRingDefaultBufferBytes = 64 << 20;
 // finished writing the buffer (synchronised its stream, as CudaMlp does before
 // returning) before the call; the result is complete when the call returns.
 // Needs one process per rank (CUDA IPC cannot map a process's own memory):
-// two ranks in one process fail with a CommError saying so. Throws CommError
+// two ranks in one process fail with a CommError saying so (and naming
+// ipc_ring_threads). Creation waits join_timeout for peers, collectives
+// timeout. Throws CommError
 // when a device, a mapping or a peer is missing.
 std::unique_ptr<Communicator> CreateIpcRing(const RankContext& context,
                                             const CommOptions& options);

@@ -36,9 +36,8 @@ __host__ __device__ inline uint64_t Units(const IpcRingLaunch& launch) {
       return 2 + 2 * uint64_t(launch.world_size - 1) * launch.chunks;
     case IpcRingKind::kOneShot:
     case IpcRingKind::kBroadcast:
-      return 2;
     case IpcRingKind::kBarrier:
-      return 1;
+      return 2;
   }
   return 0;
 }
@@ -87,14 +86,23 @@ __device__ inline uint64_t* DescriptorOf(uint64_t* progress) {
   return progress + kIpcRingBlocks + 2 * blockIdx.x;
 }
 
-// Records the first failure this rank sees, then poisons this block's
-// counter so that peers waiting on it give up at once.
-__device__ void Fail(Ctx& c, int code, int peer, int phase, int step) {
+// Records the first failure this rank sees in this launch (the block that
+// wins the claim word in device memory: atomics on host-mapped memory are
+// not atomic on every machine), then poisons this block's counter so that
+// peers waiting on it give up at once. `theirs`: a mismatched peer's
+// descriptor.
+__device__ void Fail(Ctx& c, int code, int peer, int phase, int step,
+                     uint64_t theirs0 = 0, uint64_t theirs1 = 0) {
   IpcRingStatus* s = c.p.status;
-  if (s->code == kIpcRingOk) {
+  auto* claim = reinterpret_cast<unsigned long long*>(
+      c.peers.progress[c.p.rank] + kIpcRingClaimWord);
+  const unsigned long long mark = c.p.base + 1;  // unique per launch
+  if (atomicMax(claim, mark) < mark) {
     s->peer = peer;
     s->phase = phase;
     s->step = step;
+    s->theirs[0] = theirs0;
+    s->theirs[1] = theirs1;
     __threadfence_system();
     s->code = code;
   }
@@ -137,16 +145,16 @@ __device__ bool WaitFor(Ctx& c, int peer, uint64_t target, int phase, int step,
       }
     }
     __threadfence();
+    uint64_t t0 = 0, t1 = 0;
     if (result == kIpcRingOk && check) {
       const volatile uint64_t* theirs = DescriptorOf(c.peers.progress[peer]);
-      const uint64_t t0 = theirs[0], t1 = theirs[1];
+      t0 = theirs[0];
+      t1 = theirs[1];
       if (t0 != c.mine.word[0] || t1 != c.mine.word[1]) {
-        c.p.status->theirs[0] = t0;
-        c.p.status->theirs[1] = t1;
         result = kIpcRingMismatch;
       }
     }
-    if (result != kIpcRingOk) Fail(c, result, peer, phase, step);
+    if (result != kIpcRingOk) Fail(c, result, peer, phase, step, t0, t1);
     ok = result == kIpcRingOk;
   }
   __syncthreads();
@@ -155,13 +163,30 @@ __device__ bool WaitFor(Ctx& c, int peer, uint64_t target, int phase, int step,
   return passed;
 }
 
-// Publishes that this block has finished `units` of the launch: every
-// thread's writes are made visible system-wide first.
+// Publishes that this block has finished `units` of the launch. The barrier
+// orders every thread's writes before thread 0's; its one system-scope fence
+// and release store then make them all visible to the peers (one fence per
+// publish, not one per thread).
 __device__ void Publish(Ctx& c, uint64_t units) {
-  __threadfence_system();
   __syncthreads();
-  if (threadIdx.x == 0) StoreReleaseSys(c.my_progress, c.p.base + units);
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    StoreReleaseSys(c.my_progress, c.p.base + units);
+  }
   c.units_done = units;
+}
+
+// Every peer has its input in place (its first unit) and is in this very
+// collective (its descriptor equals ours). Safe to read the descriptors
+// here: no peer can start its next collective before this rank publishes
+// its last unit of this one.
+__device__ bool WaitForEveryPeersEntry(Ctx& c) {
+  for (int q = 0; q < c.p.world_size; ++q) {
+    if (q != c.p.rank && !WaitFor(c, q, 1, kIpcRingEntry, 0, true)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // dst[i] = src[i] over [begin, end); src may be a peer's buffer (uncached).
@@ -236,6 +261,7 @@ __device__ void RingAllReduce(Ctx& c) {
     }
   }
   Publish(c, 1);
+  if (!WaitForEveryPeersEntry(c)) return;
 
   const float scale = p.average ? static_cast<float>(n) : 1.0f;
   for (int step = 0; step < 2 * (n - 1); ++step) {
@@ -249,8 +275,7 @@ __device__ void RingAllReduce(Ctx& c) {
       const uint64_t need =
           step == 0 ? 1 : 1 + uint64_t(step - 1) * chunks + k + 1;
       if (!WaitFor(c, left, need,
-                   rs ? kIpcRingReduceScatter : kIpcRingAllGather, s,
-                   step == 0 && k == 0)) {
+                   rs ? kIpcRingReduceScatter : kIpcRingAllGather, s)) {
         return;
       }
       IpcRingRange rg = Slice(p.count, n, chunks, seg, k, b);
@@ -283,9 +308,7 @@ __device__ void OneShotAllReduce(Ctx& c) {
   float* mine = c.peers.data[r];
   Copy(mine, p.in, rg.begin, rg.end, false);
   Publish(c, 1);
-  for (int q = 0; q < n; ++q) {
-    if (q != r && !WaitFor(c, q, 1, kIpcRingEntry, 0, true)) return;
-  }
+  if (!WaitForEveryPeersEntry(c)) return;
   const float scale = static_cast<float>(n);
   for (size_t i = rg.begin + threadIdx.x; i < rg.end; i += blockDim.x) {
     float sum = 0.0f;
@@ -302,15 +325,17 @@ __device__ void OneShotAllReduce(Ctx& c) {
 }
 
 // Every rank reads the root's buffer directly (one hop over NVLink/PCIe).
-// Units as the one-shot.
+// Units as the one-shot. Every rank, the root too, checks every peer's
+// descriptor: ranks that disagree on the root would otherwise each copy from
+// a root of their own and return without noticing.
 __device__ void Broadcast(Ctx& c) {
   const IpcRingLaunch& p = c.p;
   const int n = p.world_size, r = p.rank;
   const IpcRingRange rg = Slice(p.count, 1, 1, 0, 0, blockIdx.x);
   if (r == p.root) Copy(c.peers.data[r], p.in, rg.begin, rg.end, false);
   Publish(c, 1);
+  if (!WaitForEveryPeersEntry(c)) return;
   if (r != p.root) {
-    if (!WaitFor(c, p.root, 1, kIpcRingEntry, 0, true)) return;
     Copy(p.out, c.peers.data[p.root], rg.begin, rg.end, true);
   }
   Publish(c, 2);
@@ -319,10 +344,14 @@ __device__ void Broadcast(Ctx& c) {
   }
 }
 
+// Two rounds: entry (with the descriptor check, safe only before this
+// rank's last unit), then the barrier proper.
 __device__ void Barrier(Ctx& c) {
   Publish(c, 1);
+  if (!WaitForEveryPeersEntry(c)) return;
+  Publish(c, 2);
   for (int q = 0; q < c.p.world_size; ++q) {
-    if (q != c.p.rank && !WaitFor(c, q, 1, kIpcRingExitBarrier, 0)) return;
+    if (q != c.p.rank && !WaitFor(c, q, 2, kIpcRingExitBarrier, 0)) return;
   }
 }
 
@@ -362,16 +391,16 @@ IpcRingDescriptor IpcRingDescribe(const IpcRingLaunch& launch) {
 
 std::string IpcRingDescriptorText(const IpcRingDescriptor& d) {
   const auto kind = static_cast<IpcRingKind>(d.word[0] & 15);
-  const std::string floats = " of " + std::to_string(d.word[1]) + " floats";
-  const char* op = (d.word[0] >> 4) & 1 ? "avg" : "sum";
+  const std::string count = "count=" + std::to_string(d.word[1]);
+  const std::string op = (d.word[0] >> 4) & 1 ? "op=avg" : "op=sum";
   switch (kind) {
     case IpcRingKind::kRing:
-      return std::string("AllReduce(") + op + ", ring)" + floats;
+      return "AllReduce(" + count + ", " + op + "; ring)";
     case IpcRingKind::kOneShot:
-      return std::string("AllReduce(") + op + ", one-shot)" + floats;
+      return "AllReduce(" + count + ", " + op + "; one-shot)";
     case IpcRingKind::kBroadcast:
-      return "Broadcast from rank " + std::to_string((d.word[0] >> 8) & 0xff) +
-             floats;
+      return "Broadcast(" + count +
+             ", root=" + std::to_string((d.word[0] >> 8) & 0xff) + ")";
     case IpcRingKind::kBarrier:
       return "Barrier";
   }
@@ -391,6 +420,7 @@ IpcRingRange IpcRingSlice(size_t count, int world_size, int chunks, int segment,
 
 cudaError_t LaunchIpcRing(const IpcRingPeers& peers,
                           const IpcRingLaunch& launch, cudaStream_t stream) {
+  (void)cudaGetLastError();  // an older, non-sticky error is not this launch's
   IpcRingKernel<<<kIpcRingBlocks,
                   launch.kind == IpcRingKind::kBarrier ? 32 : kIpcRingThreads,
                   0, stream>>>(peers, launch);

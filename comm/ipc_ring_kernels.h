@@ -1,20 +1,25 @@
-// Device side of the ipc_ring backend: the kernels that run one collective
+// Device side of the ipc_ring backends: the kernels that run one collective
 // between the registered buffers of all ranks (mapped into this process with
-// CUDA IPC), and the plan that cuts a buffer into segments, chunks and
-// per-block slices. Host code (ipc_ring.cc) owns the buffers and waits; this
-// file only knows pointers.
+// CUDA IPC by ipc_ring, plain device pointers of one process's threads for
+// ipc_ring_threads), and the plan that cuts a buffer into segments, chunks
+// and per-block slices. Host code (ipc_ring_core.cc) owns the buffers and
+// waits; this file only knows pointers.
 //
 // Synchronisation is pull-based: every rank writes only its own buffer and
 // its own progress counters, and reads its peers'. Each of the kBlocks thread
 // blocks owns the same slice of every chunk on every rank and a progress
-// counter per rank: a producer block writes its slice, then its counter with
-// st.release.sys; the consumer block on the next rank spins on that counter
-// with ld.acquire.sys, then reads the slice (uncached loads). Counters only
-// grow (the host adds the units each collective uses to a common base), so
-// they never need resetting. A spinning block gives up at a deadline
-// (%globaltimer) or when the host raises the abort word, records why in a
-// host-mapped status, and poisons its own counter so that waiting peers stop
-// at once instead of at their own deadline.
+// counter per rank: a producer block's threads write their slice, meet at a
+// barrier, and one thread fences and writes the counter with st.release.sys;
+// the consumer block on the next rank spins on that counter with
+// ld.acquire.sys, then reads the slice (uncached loads). Counters only grow
+// (the host adds the units each collective uses to a common base), so they
+// never need resetting. Every rank checks, on entry, that every peer is in
+// the same collective (its published descriptor), before it publishes
+// anything a peer could take for the end of the call. A spinning block gives
+// up at a deadline (%globaltimer) or when the host raises the abort word,
+// records why in a host-mapped status (the first failing block of the launch
+// only), and poisons its own counter so that waiting peers stop at once
+// instead of at their own deadline.
 #ifndef RINGLAB_COMM_IPC_RING_KERNELS_H_
 #define RINGLAB_COMM_IPC_RING_KERNELS_H_
 
@@ -29,18 +34,30 @@ namespace ringlab::comm {
 inline constexpr int kIpcRingMaxRanks = 16;
 inline constexpr int kIpcRingBlocks = 16;
 inline constexpr int kIpcRingThreads = 512;
+// Tuning defaults of both ipc_ring modes (RINGLAB_IPC_RING_ONESHOT_BYTES,
+// _CHUNK_BYTES, _BUFFER_BYTES override them). Not yet measured on a GPU:
+// bench/allreduce_threads_bench (or allreduce_bench with ipc_ring) with the
+// one-shot threshold at 0 (ring only) against a large value (one-shot only)
+// gives the crossover that should replace this guess.
+inline constexpr size_t kIpcRingDefaultOneShotBytes = 256 << 10;
+inline constexpr size_t kIpcRingDefaultChunkBytes = 1 << 20;
+inline constexpr size_t kIpcRingDefaultBufferBytes = 64 << 20;
 // A progress counter with this bit set means "its owner failed".
 inline constexpr uint64_t kIpcRingPoison = 1ull << 63;
 
 // Pointers into every rank's registered allocation, valid in this process
-// (own ones directly, peers' through cudaIpcOpenMemHandle).
+// (own ones directly; peers' through cudaIpcOpenMemHandle between processes,
+// as they are between threads of one process).
 // progress[q] points to rank q's kIpcRingBlocks counters, followed by
-// kIpcRingBlocks call descriptors of 2 words (IpcRingDescriptor).
+// kIpcRingBlocks call descriptors of 2 words (IpcRingDescriptor), then the
+// claim word: the first of this rank's blocks to fail in a launch records
+// why (atomicMax of base + 1, so that it never needs resetting).
 struct IpcRingPeers {
   float* data[kIpcRingMaxRanks];
   uint64_t* progress[kIpcRingMaxRanks];
 };
-inline constexpr size_t kIpcRingControlWords = 3 * kIpcRingBlocks;
+inline constexpr size_t kIpcRingClaimWord = 3 * kIpcRingBlocks;
+inline constexpr size_t kIpcRingControlWords = kIpcRingClaimWord + 1;
 
 enum IpcRingCode : int {
   kIpcRingOk = 0,
@@ -59,7 +76,8 @@ enum IpcRingPhase : int {
 
 // In host memory mapped into the device (cudaHostAllocMapped): the host
 // clears it before a launch and reads it after; the device writes it only on
-// failure, and reads `abort`.
+// failure (one block per launch: the one that won the claim word), and reads
+// `abort`.
 struct IpcRingStatus {
   volatile int code;
   volatile int peer;
@@ -94,7 +112,9 @@ struct IpcRingDescriptor {
   uint64_t word[2];
 };
 IpcRingDescriptor IpcRingDescribe(const IpcRingLaunch& launch);
-// "AllReduce(avg) of 1021 floats", "Broadcast from rank 1 of 5 floats", …
+// In the words of every backend's mismatch reports (the conformance suite
+// looks for them): "AllReduce(count=1021, op=avg; one-shot)",
+// "Broadcast(count=5, root=1)", "Barrier".
 std::string IpcRingDescriptorText(const IpcRingDescriptor& descriptor);
 
 // Counter increments one launch makes (the same on every rank and block).
@@ -114,7 +134,10 @@ struct IpcRingRange {
 IpcRingRange IpcRingSlice(size_t count, int world_size, int chunks, int segment,
                           int chunk, int block);
 
-// Enqueues one collective on `stream`; returns the launch error, if any.
+// Enqueues one collective on `stream`; returns the launch's error, if any:
+// the error state is cleared first, so that an older error is not taken for
+// this launch's (the caller must still treat the kernel as possibly running
+// until the stream says otherwise).
 cudaError_t LaunchIpcRing(const IpcRingPeers& peers,
                           const IpcRingLaunch& launch, cudaStream_t stream);
 

@@ -62,7 +62,7 @@ class NcclCommunicator : public Communicator {
     Issue(what, ncclAllReduce(data, data, count, ncclFloat,
                               op == ReduceOp::kAvg ? ncclAvg : ncclSum, comm_,
                               stream_));
-    Wait(what);
+    Wait(what, timeout_);
     bytes_sent_ += AllReduceBusBytes(count, world_size_);
   }
 
@@ -80,7 +80,7 @@ class NcclCommunicator : public Communicator {
                              " floats from rank " + std::to_string(root);
     Issue(what,
           ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_));
-    Wait(what);
+    Wait(what, timeout_);
     bytes_sent_ += BroadcastBusBytes(count, world_size_);
   }
 
@@ -90,7 +90,7 @@ class NcclCommunicator : public Communicator {
     // entered it.
     Issue("Barrier", ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum,
                                    comm_, stream_));
-    Wait("Barrier");
+    Wait("Barrier", timeout_);
   }
 
  private:
@@ -129,8 +129,10 @@ class NcclCommunicator : public Communicator {
       comm_ = nullptr;
       NcclCheck(result, "ncclCommInitRankConfig");
     }
+    // Creation's own deadline, not the collectives' (often much shorter).
     Wait("ncclCommInitRank (all " + std::to_string(world_size_) +
-         " ranks joining)");
+             " ranks joining)",
+         join_timeout_);
   }
 
   // NCCL refuses two ranks on one GPU with a terse "Duplicate GPU detected";
@@ -192,12 +194,11 @@ class NcclCommunicator : public Communicator {
     NcclCheck(result, what, detail);
   }
 
-  // The watchdog: waits for the communicator and the stream until the
-  // deadline (PollPacer's rhythm); aborts on a timeout, an NCCL error or a
-  // dead peer.
-  void Wait(const std::string& what) {
+  // The watchdog: waits for the communicator and the stream for `limit`
+  // (PollPacer's rhythm); aborts on a timeout, an NCCL error or a dead peer.
+  void Wait(const std::string& what, std::chrono::milliseconds limit) {
     const auto start = Clock::now();
-    const auto deadline = start + timeout_;
+    const auto deadline = start + limit;
     bool enqueued = false;  // the collective's kernels are on the stream
     PollPacer pacer;
     for (;; pacer.Pause()) {
@@ -239,7 +240,7 @@ class NcclCommunicator : public Communicator {
         const std::string detail = Abort();
         throw CommError(
             "nccl: timed out after " +
-            std::to_string(std::chrono::duration<double>(timeout_).count()) +
+            std::to_string(std::chrono::duration<double>(limit).count()) +
             " s on rank " + std::to_string(rank_) + " waiting for " + what +
             " (a peer did not arrive or is stuck); communicator aborted" +
             (detail.empty() ? "" : " (" + detail + ")"));
@@ -271,7 +272,7 @@ class NcclCommunicator : public Communicator {
       ncclResult_t result = ncclCommFinalize(comm_);
       if (result == ncclSuccess || result == ncclInProgress) {
         try {
-          Wait("ncclCommFinalize");
+          Wait("ncclCommFinalize", timeout_);
         } catch (...) {  // Wait() aborted the communicator
         }
       } else {

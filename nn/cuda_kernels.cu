@@ -1,9 +1,11 @@
+#include "nn/cuda_kernel_math.h"
 #include "nn/cuda_kernels.h"
 
 namespace ringlab::nn::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+static_assert(kMeanLossThreads == kThreads, "MeanLoss runs one block");
 
 int Blocks(int64_t n) {
   int64_t b = (n + kThreads - 1) / kThreads;
@@ -15,24 +17,21 @@ __global__ void AddBiasKernel(float* y, const float* b, int64_t n, int cols,
                               bool relu) {
   for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < n;
        k += int64_t{blockDim.x} * gridDim.x) {
-    float v = y[k] + b[k % cols];
-    y[k] = relu ? (v < 0.0f ? 0.0f : v) : v;
+    y[k] = AddBiasOne(y[k], b[k % cols], relu);
   }
 }
 
 __global__ void ReluBackwardKernel(const float* h, float* dh, int64_t n) {
   for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < n;
        k += int64_t{blockDim.x} * gridDim.x) {
-    if (!(h[k] > 0.0f)) dh[k] = 0.0f;
+    dh[k] = ReluBackwardOne(h[k], dh[k]);
   }
 }
 
 __global__ void BiasGradKernel(const float* dy, float* db, int rows, int cols) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < cols;
        i += blockDim.x * gridDim.x) {
-    float s = 0.0f;
-    for (int j = 0; j < rows; ++j) s += dy[static_cast<int64_t>(j) * cols + i];
-    db[i] = s;
+    db[i] = BiasGradColumn(dy, rows, cols, i);
   }
 }
 
@@ -41,19 +40,8 @@ __global__ void SoftmaxCeKernel(const float* z, const int64_t* labels, int rows,
   const float inv = 1.0f / rows;
   for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < rows;
        j += blockDim.x * gridDim.x) {
-    const float* zj = z + static_cast<int64_t>(j) * cols;
-    float* dj = dz + static_cast<int64_t>(j) * cols;
-    float mx = zj[0];
-    for (int k = 1; k < cols; ++k) mx = fmaxf(mx, zj[k]);
-    float s = 0.0f;
-    for (int k = 0; k < cols; ++k) s += expf(zj[k] - mx);
-    const float lse = logf(s);
-    const int64_t y = labels[j];
-    row_loss[j] = -((zj[y] - mx) - lse);
-    for (int k = 0; k < cols; ++k) {
-      const float p = expf((zj[k] - mx) - lse);
-      dj[k] = (p - (k == y ? 1.0f : 0.0f)) * inv;
-    }
+    SoftmaxCeRow(z + static_cast<int64_t>(j) * cols, labels[j], cols, inv,
+                 &row_loss[j], dz + static_cast<int64_t>(j) * cols);
   }
 }
 
@@ -75,14 +63,8 @@ __global__ void SgdKernel(float* p, const float* g, float* buf, int64_t n,
                           bool nesterov, bool first) {
   for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < n;
        k += int64_t{blockDim.x} * gridDim.x) {
-    float d = g[k];
-    if (wd != 0.0f) d = fmaf(p[k], wd, d);
-    if (momentum != 0.0f) {
-      const float b = first ? d : fmaf(d, keep, buf[k] * momentum);
-      buf[k] = b;
-      d = nesterov ? fmaf(b, momentum, d) : b;
-    }
-    p[k] = fmaf(d, neg_lr, p[k]);
+    p[k] = SgdOne(p[k], g[k], momentum != 0.0f ? &buf[k] : nullptr, neg_lr,
+                  momentum, keep, wd, nesterov, first);
   }
 }
 
@@ -92,6 +74,7 @@ cudaError_t AddBias(float* y, const float* b, int rows, int cols, bool relu,
                     cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(rows) * cols;
   if (n == 0) return cudaSuccess;
+  (void)cudaGetLastError();  // an older error is not this launch's
   AddBiasKernel<<<Blocks(n), kThreads, 0, stream>>>(y, b, n, cols, relu);
   return cudaGetLastError();
 }
@@ -99,6 +82,7 @@ cudaError_t AddBias(float* y, const float* b, int rows, int cols, bool relu,
 cudaError_t ReluBackward(const float* h, float* dh, int64_t n,
                          cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
+  (void)cudaGetLastError();
   ReluBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(h, dh, n);
   return cudaGetLastError();
 }
@@ -106,6 +90,7 @@ cudaError_t ReluBackward(const float* h, float* dh, int64_t n,
 cudaError_t BiasGrad(const float* dy, float* db, int rows, int cols,
                      cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
+  (void)cudaGetLastError();
   BiasGradKernel<<<Blocks(cols), kThreads, 0, stream>>>(dy, db, rows, cols);
   return cudaGetLastError();
 }
@@ -114,6 +99,7 @@ cudaError_t SoftmaxCrossEntropy(const float* logits, const int64_t* labels,
                                 int rows, int cols, float* row_loss,
                                 float* dlogits, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
+  (void)cudaGetLastError();
   SoftmaxCeKernel<<<Blocks(rows), kThreads, 0, stream>>>(
       logits, labels, rows, cols, row_loss, dlogits);
   return cudaGetLastError();
@@ -121,6 +107,7 @@ cudaError_t SoftmaxCrossEntropy(const float* logits, const int64_t* labels,
 
 cudaError_t MeanLoss(const float* row_loss, int rows, float* out,
                      cudaStream_t stream) {
+  (void)cudaGetLastError();
   MeanLossKernel<<<1, kThreads, 0, stream>>>(row_loss, rows, out);
   return cudaGetLastError();
 }
@@ -130,6 +117,7 @@ cudaError_t Sgd(float* params, const float* grads, float* buf, int64_t n,
                 bool nesterov, bool first, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const float keep = static_cast<float>(1.0 - dampening);
+  (void)cudaGetLastError();
   SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(params, grads, buf, n, -lr,
                                                 momentum, keep, weight_decay,
                                                 nesterov, first);

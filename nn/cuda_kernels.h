@@ -2,7 +2,9 @@
 // host-side launchers callable from ordinary C++: bias add (+ReLU), ReLU
 // backward, bias gradient, softmax cross-entropy (loss rows + logit gradient),
 // the loss mean, and SGD. Each launches on the given stream and returns the
-// launch's cudaError_t, which the caller checks.
+// launch's cudaError_t, which the caller checks (the error state is cleared
+// first, so that an older error is not reported as this launch's). Their
+// arithmetic is cuda_kernel_math.h's, which the tests also run on the CPU.
 #ifndef RINGLAB_NN_CUDA_KERNELS_H_
 #define RINGLAB_NN_CUDA_KERNELS_H_
 

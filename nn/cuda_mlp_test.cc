@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,14 +45,38 @@ class CudaMlpTest : public ::testing::Test {
 // cuBLAS (FP32, no TF32) and the CPU backend sum in different orders: values
 // agree to float rounding. Tolerance 1e-4 relative to max(1, |value|), about
 // 100x the expected rounding for dot products of length <= 256 with O(1)
-// terms; a wrong index or transpose gives O(1) errors.
+// terms; a wrong index or transpose gives O(1) errors. Prints the largest
+// difference of every comparison ("[ max diff ]"), so that a run on a GPU
+// shows how close it was, not only that it passed. The kernels one by one:
+// cuda_kernels_test.
 void ExpectClose(const std::vector<float>& a, const std::vector<float>& b,
-                 float tol, const char* what) {
+                 float tol, const std::string& what) {
   ASSERT_EQ(a.size(), b.size());
+  double worst = -1, worst_scaled = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double diff = std::fabs(double(a[i]) - b[i]);
+    if (diff > worst) {
+      worst = diff;
+      worst_scaled = diff / std::max(1.0f, std::fabs(b[i]));
+      at = i;
+    }
+  }
+  std::printf(
+      "[ max diff ] %s: max |cuda - cpu| = %.3g at %zu (%.3g of max(1, "
+      "|cpu|); tolerance %.0e)\n",
+      what.c_str(), worst, at, worst_scaled, tol);
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_NEAR(a[i], b[i], tol * std::max(1.0f, std::fabs(b[i])))
         << what << "[" << i << "]";
   }
+}
+
+std::string Name(const SgdOptions& o) {
+  char text[96];
+  std::snprintf(text, sizeof(text), "sgd(lr=%g,momentum=%g,wd=%g%s)", o.lr,
+                o.momentum, o.weight_decay, o.nesterov ? ",nesterov" : "");
+  return text;
 }
 
 TEST_F(CudaMlpTest, MatchesCpu) {
@@ -77,7 +102,7 @@ TEST_F(CudaMlpTest, MatchesCpu) {
     std::vector<float> lc(batch * layout.num_classes()), lg(lc.size());
     cpu->Forward(x.data(), batch, lc.data());
     gpu->Forward(x.data(), batch, lg.data());
-    ExpectClose(lg, lc, 1e-4f, "logits");
+    ExpectClose(lg, lc, 1e-4f, std::string("logits ") + widths);
 
     for (const SgdOptions& o :
          {SgdOptions{0.1f}, SgdOptions{0.05f, 0.9f, 0.1f, 1e-3f, false},
@@ -89,19 +114,22 @@ TEST_F(CudaMlpTest, MatchesCpu) {
       for (int step = 0; step < 3; ++step) {
         const float loss_c = c->ForwardBackward(x.data(), y.data(), batch);
         const float loss_g = g->ForwardBackward(x.data(), y.data(), batch);
-        EXPECT_NEAR(loss_g, loss_c, 1e-4f * std::max(1.0f, loss_c))
-            << widths << " step " << step;
+        const std::string where = std::string(widths) + " " + Name(o) +
+                                  " step " + std::to_string(step);
+        ExpectClose({loss_g}, {loss_c}, 1e-4f, "loss " + where);
         std::vector<float> gc(p.size()), gg(p.size());
         c->GetGrads(gc.data());
         g->GetGrads(gg.data());
-        ExpectClose(gg, gc, 1e-4f, "grads");
+        ExpectClose(gg, gc, 1e-4f, "grads " + where);
         c->SgdStep(o);
         g->SgdStep(o);
       }
       std::vector<float> pc(p.size()), pg(p.size());
       c->GetParams(pc.data());
       g->GetParams(pg.data());
-      ExpectClose(pg, pc, 1e-4f, "params");
+      ExpectClose(
+          pg, pc, 1e-4f,
+          std::string("params ") + widths + " " + Name(o) + " after 3 steps");
     }
   }
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds, here (with Bazel and the CUDA toolkit, no GPU needed), the GPU test
-# and benchmark binaries that tools/gpu_check.sh runs on a GPU machine without
-# Bazel, and copies them into gpu_bin/ (ignored by git through its own
-# .gitignore) so that they can be carried there with the working tree.
+# and benchmark binaries, the trainer and the probe that tools/gpu_check.sh
+# runs on a GPU machine without Bazel, and copies them into gpu_bin/ (ignored
+# by git through its own .gitignore) so that they can be carried there with
+# the working tree (carry: ["gpu_bin"]).
 #   tools/gpu_bundle.sh [OUT_DIR]      (default: gpu_bin)
 # The GPU machine has neither Bazel nor this machine's Debian libraries
 # (OpenBLAS, OpenMPI, Google Benchmark, gflags...): every library a binary
@@ -23,18 +24,26 @@ out=${1:-gpu_bin}
 max_bytes=$((48 << 20))  # leaves room in the 64 MiB carry for the tree
 gzip_over=$((4 << 20))
 
+# What tools/gpu_check.sh runs (its plan names each).
 targets=(
+  //tools:gpu_probe
   //comm:conformance_gpu_test
   //comm:gpu_backends_test
+  //nn:cuda_kernels_test
   //nn:cuda_mlp_test
   //bench:allreduce_bench
+  //bench:allreduce_threads_bench
   //bench:train_step_bench
+  //train:train
 )
 
 # Provided by the GPU machine: glibc, the compiler's runtime, the driver and
-# CUDA (from the torch wheels, or a toolkit).
-system_lib='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|libresolv\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libnvrtc|libnvJitLink|libcurand|libcusparse|libcufft|libnvidia-)'
-cuda_lib='^(libcuda\.so|libcudart|libcublas|libnccl|libnvrtc|libnvJitLink|libcurand|libcusparse|libcufft|libnvidia-)'
+# CUDA's big libraries (from the torch wheels, or a toolkit). The CUDA runtime
+# (libcudart, under 1 MiB) is bundled too, as a fallback where the machine's
+# wheels bring another major version; gpu_check puts the bundle's libraries
+# after the machine's.
+system_lib='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|libresolv\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libnvrtc|libnvJitLink|libcurand|libcusparse|libcufft|libnvidia-)'
+cuda_lib='^(libcuda\.so|libcublas|libnccl|libnvrtc|libnvJitLink|libcurand|libcusparse|libcufft|libnvidia-)'
 
 mkdir -p "$out"
 printf '*\n' >"$out/.gitignore"
@@ -52,6 +61,11 @@ for t in "${targets[@]}"; do
   # under bazel-bin/_solib (which would not travel); CUDA stays dynamic.
   if bazel build -c opt --dynamic_mode=off "$t" >>"$out/.build.log" 2>&1; then
     built+=("$t")
+    # A Fashion-MNIST configuration, once the tree has one, travels as the
+    # trainer's flags (gpu_check runs it when this file exists).
+    if [[ $t == //train:train && -f experiments/fashion_mnist/gpu_check.args ]]; then
+      cp experiments/fashion_mnist/gpu_check.args "$out/fashion_mnist.args"
+    fi
   else
     echo "gpu_bundle: skipped $t (no such target, or it failed to build:" \
       "see $out/.build.log)" >&2

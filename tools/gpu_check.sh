@@ -1,216 +1,192 @@
 #!/usr/bin/env bash
-# One call on a GPU machine that has no Bazel: runs the test and benchmark
-# binaries that tools/gpu_bundle.sh built elsewhere and carried here (with the
-# libraries they need in BIN_DIR/lib), and ends with one summary (tests
-# passed/failed/skipped per binary, benchmark exit codes), printed last so
-# that a tool that keeps only the tail of the output keeps it.
-#   tools/gpu_check.sh [BIN_DIR]        (default: ./gpu_bin)
-# Logs (7 files: one per step, and gpu_check.txt, all of this output) go to
-# $OUT when set (the device tool brings that folder back), else a temporary
-# folder. The CUDA runtime, cuBLAS and NCCL come from PyTorch's wheels
-# (site-packages/nvidia/*/lib, e.g. nvidia/cu13/lib, of a python3 that has
-# torch), a CUDA toolkit under /usr/local/cuda* being the fallback; BIN_DIR/lib
-# comes after them on LD_LIBRARY_PATH. Worst case about 5 minutes: every step
-# has its own timeout (STEP_TIMEOUT overrides them all). Environment: PYTHON
-# (the python3 to ask first), ALLREDUCE_ARGS (more allreduce_bench flags).
+# Everything GPU-side, in one call that fits a short loan of one GPU machine
+# (an H200 without Bazel): the binaries tools/gpu_bundle.sh built elsewhere
+# and carried here, each step under a time budget computed from its
+# iteration caps, the environment printed first, a summary table last.
+#   tools/gpu_check.sh [BIN_DIR]            (default: ./gpu_bin)
+#   tools/gpu_check.sh --dry-run [BIN_DIR]  the plan: every step, its caps,
+#                                           its budget and the total (<= 8
+#                                           min); runs nothing, needs no GPU
+# Steps: the cuBLAS MLP against the CPU backend and the kernels one by one;
+# the conformance suite over nccl (world 1), ipc_ring with ranks as threads
+# (all of it) and as processes (a subset: on one GPU their kernels
+# time-slice, each wait costing a time slice); gpu_backends_test; the
+# benchmarks (nccl, ipc_ring, ranks as threads against the device floor,
+# the CUDA training step); the seed configuration trained with --device=cuda
+# three ways and on the CPU, compared; Fashion-MNIST's once it exists.
+# A machine where no GPU can be used fails ("nothing ran on a GPU"), as does
+# any GPU case skipped for want of a device, a wrong element, a step over its
+# budget or a step that could not run. Everything goes to one folder: $OUT
+# when set (the device tool brings it back), else a temporary one: the plan,
+# the environment, each step's complete output (and benchmark JSON, training
+# outputs), summary.txt and gpu_check.txt (all of this output).
+# The CUDA runtime, cuBLAS and NCCL come from PyTorch's wheels
+# (site-packages/nvidia/*/lib, of a python3 that has torch), a toolkit under
+# /usr/local/cuda* being the fallback, then BIN_DIR/lib.
+# Environment: PYTHON (the python3 to ask first); GPU_CHECK_BUDGET_SCALE
+# (multiplies every budget; for testing this script).
 set -u
+limit_s=480  # the whole check, on one H200
+dry_run=0
+if [[ "${1:-}" == "--dry-run" ]]; then
+  dry_run=1
+  shift
+fi
+if [[ "${1:-}" == -* ]]; then
+  echo "usage: $0 [--dry-run] [BIN_DIR]" >&2
+  exit 2
+fi
 bin=${1:-./gpu_bin}
+here=$(cd "$(dirname "$0")" && pwd)
 log=${OUT:-$(mktemp -d /tmp/gpu_check.XXXXXX)}
 mkdir -p "$log"
 cd "$(dirname "$0")/.." 2>/dev/null || true  # tests read paths from the repo root
+[[ -d "$bin" ]] || [[ ! -d "$OLDPWD/$bin" ]] || bin="$OLDPWD/$bin"
+[[ -d "$bin" ]] && bin=$(cd "$bin" && pwd)
 
-# Everything below goes through tee into gpu_check.txt (main is not indented:
-# it holds a here-document).
-main() {
-[[ -d "$bin" ]] || bin="$OLDPWD/$bin"
-if [[ ! -d "$bin" ]]; then
-  echo "error: no binaries in $bin (build them with tools/gpu_bundle.sh)"
-  return 2
-fi
-bin=$(cd "$bin" && pwd)
+# --- budgets -----------------------------------------------------------------
+# A step's budget is its work under these per-unit costs, x1.5, rounded up to
+# 5 s (at least 5 s), each assumption a worst case on one H200:
+job_s=1           # a process starting and creating its CUDA context
+lib_job_s=2       # the same loading NCCL or cuBLAS (and making a handle)
+proc_coll_ms=40   # a collective of ranks as processes sharing the GPU
+                  # (their spinning kernels time-slice: <= 20 slices of 2 ms)
+thr_coll_ms=1     # a collective of ranks as threads (side by side: us each)
+kill_grace_s=2    # timeout's SIGKILL after SIGTERM, per step
+scale=${GPU_CHECK_BUDGET_SCALE:-1}
 
-section() { printf '\n===== %s =====\n' "$*"; }
+# budget JOBS LIB_JOBS PROC_COLLECTIVES THREAD_COLLECTIVES FIXED_S
+budget() {
+  awk -v j="$1" -v jn="$2" -v p="$3" -v t="$4" -v f="$5" -v js="$job_s" \
+    -v njs="$lib_job_s" -v pm="$proc_coll_ms" -v tm="$thr_coll_ms" -v k="$scale" '
+    BEGIN { s = 1.5 * (j * js + jn * njs + p * pm / 1000 + t * tm / 1000 + f);
+            s = 5 * int((s + 4.999) / 5); if (s < 5) s = 5;
+            s = s * k; if (s < 1) s = 1; printf "%d", s }'
+}
 
-section "machine"
-echo "kernel: $(uname -r)"
-if command -v nvidia-smi >/dev/null 2>&1; then
-  timeout 30 nvidia-smi -L 2>&1 | sed 's/^/gpu: /'
-  timeout 30 nvidia-smi --query-gpu=index,name,driver_version,memory.total \
-    --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
-  gpus=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-else
-  echo "gpu: nvidia-smi not found"
-  gpus=0
-fi
+# IterationsFor (bench/rank_thread_pool.h) summed over a sweep: the
+# iterations of one row per size from MIN to MAX bytes, capped at CAP.
+sweep_iterations() {
+  awk -v lo="$1" -v hi="$2" -v cap="$3" 'BEGIN {
+    for (b = lo; b <= hi; b *= 4) {
+      it = int(int(268435456 / b) / 4); if (it < 5) it = 5; if (it > cap) it = cap;
+      if (it < 1) it = 1; n += it }
+    print n }'
+}
 
-# --- CUDA libraries: the torch wheels' folders (found without importing
-# torch, which takes seconds), then a toolkit, then the bundle's own --------
-section "environment"
-libdirs=""
-for c in ${PYTHON:-} python3 /usr/bin/python3 /usr/local/bin/python3 \
-  /opt/conda/bin/python3 /opt/*/bin/python3 "$HOME"/.venv/bin/python3 \
-  "$HOME"/venv/bin/python3 /workspace/.venv/bin/python3 /venv/bin/python3; do
-  [[ -n "$c" ]] || continue
-  command -v "$c" >/dev/null 2>&1 || [[ -x "$c" ]] || continue
-  info=$(timeout 30 "$c" - <<'PY' 2>/dev/null
-import glob, importlib.metadata, importlib.util, os, site, sys
-spec = importlib.util.find_spec("torch")
-if spec is None:
-    sys.exit(1)
-roots = set(site.getsitepackages() + [site.getusersitepackages()])
-roots.add(os.path.dirname(os.path.dirname(spec.origin)))
-dirs = set()
-for r in roots:
-    for pattern in ("nvidia/*/lib", "nvidia/*/lib64", "nvidia/*/*/lib"):
-        dirs.update(d for d in glob.glob(os.path.join(r, pattern)) if os.path.isdir(d))
-print(":".join(sorted(dirs)))
-print("torch %s, %s" % (importlib.metadata.version("torch"), sys.executable))
-PY
-  ) || continue
-  libdirs=$(sed -n 1p <<<"$info")
-  echo "python: $(sed -n 2p <<<"$info")"
-  break
-done
-[[ -n "$libdirs" ]] || echo "python: none with torch's CUDA wheels (tried \$PYTHON, python3, /usr, /opt, ~/.venv)"
-for d in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64; do
-  [[ -d "$d" ]] && libdirs="${libdirs:+$libdirs:}$d"
-done
-# The bundle's libraries: big ones travel gzipped; unpack them outside the
-# bundle (which must stay small enough to carry again).
-lib="$bin/lib"
-[[ -d "$lib" ]] && libdirs="${libdirs:+$libdirs:}$lib"
-if compgen -G "$lib/*.gz" >/dev/null; then
-  unpacked=$(mktemp -d /tmp/gpu_lib.XXXXXX)
-  for z in "$lib"/*.gz; do
-    u="$unpacked/$(basename "${z%.gz}")"
-    gunzip -c "$z" >"$u" || echo "error: cannot unpack $z"
+# --- the plan ------------------------------------------------------------------
+names=() budgets=() caps=() cmds=() kinds=()
+# add_step NAME KIND BUDGET CAPS COMMAND. KIND: gtest, bench, train, check,
+# env, optional-* (absent is not a failure).
+add_step() {
+  names+=("$1")
+  kinds+=("$2")
+  budgets+=("$3")
+  caps+=("$4")
+  cmds+=("$5")
+}
+
+g="--gtest_color=no"
+json() { echo "--benchmark_out=$log/$1.json --benchmark_out_format=json"; }
+proc_conformance="Conformance/ipc_ring.exact_sums:Conformance/ipc_ring.unaligned_buffers"
+proc_conformance+=":Conformance/ipc_ring.bitwise_identical_across_ranks"
+proc_conformance+=":Conformance/ipc_ring.broadcast_from_every_root:Conformance/ipc_ring.bus_bytes"
+proc_conformance+=":Conformance/ipc_ring.argument_errors:Conformance/ipc_ring.mismatched_count_ring"
+proc_conformance+=":Conformance/ipc_ring.mismatched_op_one_shot:Conformance/ipc_ring.mismatched_root_inline"
+proc_conformance+=":Conformance/ipc_ring.rank_killed_mid_collective/rank0"
+proc_conformance+=":Conformance/ipc_ring.absent_rank_times_out_naming_it"
+threads_args="--ranks=4 --variants=ipc_ring,ipc_ring:oneshot=0,ipc_ring:oneshot=1073741824"
+threads_args+=" --min_bytes=4 --max_bytes=67108864 --iters_cap=200 --timeout_s=30"
+threads_rows=$(sweep_iterations 4 67108864 200)  # per variant, and the floor
+threads_coll=$((threads_rows * 3 * 2 + threads_rows))  # barrier + op; floor
+nccl_iters=$(sweep_iterations 65536 67108864 2000)
+ipc_iters=$(sweep_iterations 1048576 67108864 2000)
+seed="--quiet --epochs=10"
+
+add_step environment env 30 \
+  "kernel, driver, compute/persistence mode, MPS, ldd, gpu_probe; bounded by its timeouts (nvidia-smi 3x3 s, python 2x6 s, probe 8 s)" \
+  ":"
+add_step cuda_kernels_test gtest "$(budget 1 0 0 0 10)" \
+  "1 process; 6 kernels, shapes to 65536x257 and 16.8M elements (past one 65535x256 grid); CPU references ~7 s (6 s on a 2-core VM)" \
+  "$bin/cuda_kernels_test $g"
+add_step cuda_mlp_test gtest "$(budget 0 1 0 0 2)" \
+  "1 process; nets 10,5,2 64,256,128,10 7,33,1 at batch 37, 3 SGD variants x 3 steps" \
+  "$bin/cuda_mlp_test $g"
+add_step conformance_nccl gtest "$(budget 0 6 0 400 2)" \
+  "nccl at world 1 only (NCCL needs one GPU per rank): 6 jobs of 1 process, ~400 collectives" \
+  "$bin/conformance_gpu_test $g --gtest_filter=Conformance/nccl.*"
+add_step conformance_ipc_ring_threads gtest "$(budget 40 0 0 1200 12)" \
+  "ranks as threads, worlds 1-4, the whole suite: 40 jobs (27 cases, 9 mismatches, 3 leaving ranks, 1 absent), ~1200 collectives per rank; 5 s join + 1 s op deadlines waited out" \
+  "$bin/conformance_gpu_test $g --gtest_filter=Conformance/ipc_ring_threads.*"
+add_step conformance_ipc_ring gtest "$(budget 16 0 81 0 6)" \
+  "ranks as processes, world <= 2 (RINGLAB_TEST_MAX_PROCESS_RANKS=2), 11 of the cases (the rest runs as threads): 16 jobs, ~81 time-sliced collectives, 1 killed and 1 absent rank" \
+  "env RINGLAB_TEST_MAX_PROCESS_RANKS=2 $bin/conformance_gpu_test $g --gtest_filter=$proc_conformance"
+add_step gpu_backends_threads gtest "$(budget 17 0 0 300 5)" \
+  "ipc_ring_threads, worlds 2-4: ring and one-shot orders bit for bit, pieces, 4 KiB chunks, mismatches: 17 jobs, ~300 collectives" \
+  "$bin/gpu_backends_test $g --gtest_filter=*/ipc_ring_threads"
+add_step gpu_backends_ipc_ring gtest "$(budget 8 0 103 0 3)" \
+  "ipc_ring as processes, world 2 (RINGLAB_TEST_MAX_PROCESS_RANKS=2): the same checks, 8 jobs, ~103 time-sliced collectives" \
+  "env RINGLAB_TEST_MAX_PROCESS_RANKS=2 $bin/gpu_backends_test $g --gtest_filter=*/ipc_ring"
+add_step gpu_backends_other gtest "$(budget 1 1 0 0 2)" \
+  "host checks, nccl (two ranks on one GPU refused): 2 jobs" \
+  "$bin/gpu_backends_test $g --gtest_filter=-*/ipc_ring:*/ipc_ring_threads"
+add_step allreduce_nccl bench "$(budget 0 1 0 $((nccl_iters * 2)) 3)" \
+  "nccl, world 1, 64 KiB..64 MiB, $nccl_iters iterations (allreduce_bench's counts), a barrier and an allreduce each" \
+  "$bin/allreduce_bench --nprocs=1 --backends=shm_ring,nccl --min_bytes=65536 --max_bytes=67108864 --timeout_s=30 --floor=false --benchmark_filter=allreduce/nccl/ $(json allreduce_nccl)"
+add_step allreduce_ipc_ring bench "$(budget 2 0 $((ipc_iters * 2 + 4)) 0 2)" \
+  "ipc_ring, 2 processes time-slicing the GPU, 1..64 MiB only, $ipc_iters iterations" \
+  "$bin/allreduce_bench --nprocs=2 --backends=shm_ring,ipc_ring --min_bytes=1048576 --max_bytes=67108864 --timeout_s=30 --floor=false --benchmark_filter=allreduce/ipc_ring/ $(json allreduce_ipc_ring)"
+add_step allreduce_threads bench "$(budget 1 0 0 "$threads_coll" 8)" \
+  "4 ranks as threads, 3 variants (default, ring only, one-shot only) and the device floor, 4 B..64 MiB, at most 200 iterations per size: $threads_rows per row, $threads_coll collectives" \
+  "$bin/allreduce_threads_bench $threads_args $(json allreduce_threads)"
+add_step train_step_cuda bench "$(budget 0 1 0 0 3)" \
+  "2 CUDA rows (10,5,2 at batch 50; 1024,4096,4096,10 at batch 256), 0.2 s each" \
+  "$bin/train_step_bench --benchmark_filter=BM_CudaStep --benchmark_min_time=0.2 $(json train_step_cuda)"
+add_step train_seed_cpu train "$(budget 0 0 0 0 4)" \
+  "the seed configuration (10,5,2, 10 epochs) on the CPU over shm_ring, 2 ranks and 1 (the nccl run's world): the references" \
+  "$bin/train $seed --device=cpu --comm=shm_ring --nprocs=2 --out_dir=$log/train_seed_cpu && $bin/train $seed --device=cpu --comm=shm_ring --nprocs=1 --out_dir=$log/train_seed_cpu_1rank"
+add_step train_seed_threads train "$(budget 0 1 0 12 2)" \
+  "the same, --device=cuda, 2 ranks as threads (ipc_ring_threads): 12 collectives" \
+  "$bin/train $seed --device=cuda --comm=ipc_ring_threads --nprocs=2 --out_dir=$log/train_seed_threads"
+add_step train_seed_ipc_ring train "$(budget 0 2 12 0 2)" \
+  "the same, 2 ranks as processes (ipc_ring): 12 time-sliced collectives" \
+  "$bin/train $seed --device=cuda --comm=ipc_ring --nprocs=2 --out_dir=$log/train_seed_ipc_ring"
+add_step train_seed_nccl train "$(budget 0 1 0 12 2)" \
+  "the same at world 1 over nccl (one GPU)" \
+  "$bin/train $seed --device=cuda --comm=nccl --nprocs=1 --out_dir=$log/train_seed_nccl"
+add_step train_seed_compare check 5 \
+  "losses of the three CUDA runs against the CPU run's, within 1e-4 relative (cuda_mlp_test's tolerance); ranks bitwise equal" \
+  "compare_seed_runs"
+add_step train_fashion_mnist optional-train "$(budget 0 1 0 0 21)" \
+  "the Fashion-MNIST configuration, short, once it exists (BIN_DIR/fashion_mnist.args: train's flags; at most ~20 s of training)" \
+  "$bin/train \$(cat $bin/fashion_mnist.args) --device=cuda --out_dir=$log/train_fashion_mnist"
+
+total=5  # the summary's own work
+for i in "${!names[@]}"; do total=$((total + budgets[i] + kill_grace_s)); done
+
+print_plan() {
+  echo "gpu_check plan: ${#names[@]} steps; per-unit worst cases: process start" \
+    "${job_s} s (${lib_job_s} s with NCCL or cuBLAS), collective ${proc_coll_ms} ms as processes" \
+    "sharing a GPU, ${thr_coll_ms} ms as threads; budget = 1.5 x work, in 5 s steps" \
+    "(scale $scale)"
+  for i in "${!names[@]}"; do
+    printf 'step %-30s budget %4d s  kind %-14s caps: %s\n' "${names[i]}" \
+      "${budgets[i]}" "${kinds[i]}" "${caps[i]}"
+    printf '     %-30s command: %s\n' "" "${cmds[i]}"
   done
-  libdirs="$libdirs:$unpacked"
+  echo "total budget: $total s (steps + ${kill_grace_s} s kill grace each + 5 s), limit $limit_s s"
+}
+
+if ((dry_run)); then
+  print_plan | tee "$log/plan.txt"
+  if ((total > limit_s)); then
+    echo "gpu_check: the plan needs $total s, more than the $limit_s s limit"
+    exit 1
+  fi
+  exit 0
 fi
-export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-[[ -f "$bin/MANIFEST" ]] && grep '^#' "$bin/MANIFEST" | head -3 | sed 's/^/bundle: /'
 
-# Libraries a binary needs that the loader cannot find (e.g. libcudart.so.13
-# where the torch wheels bring CUDA 12's libcudart.so.12).
-missing_libs() { ldd "$1" 2>/dev/null | awk '/not found/ {print $1}' | sort -u | tr '\n' ' '; }
-
-declare -A result
-steps=()
-run_step() {  # name, timeout (s), then the command
-  local name=$1 limit=${STEP_TIMEOUT:-$2}
-  shift 2
-  steps+=("$name")
-  local exe=$1
-  if [[ ! -x "$exe" ]]; then
-    result[$name]="absent"
-    return
-  fi
-  local miss
-  miss=$(missing_libs "$exe")
-  if [[ -n "$miss" ]]; then
-    result[$name]="NOT RUN: missing $miss"
-    return
-  fi
-  echo "$(date -u +%T) $name (timeout ${limit}s) ..."
-  local t0=$SECONDS
-  timeout -k 10 "$limit" "$@" >"$log/$name.out" 2>&1
-  local rc=$?
-  if ((rc == 124 || rc == 137)); then
-    result[$name]="TIMED OUT after ${limit}s"
-  else
-    result[$name]="exit $rc in $((SECONDS - t0))s"
-  fi
-}
-
-# gtest's own counts: "[  PASSED  ] 3 tests." etc.
-gtest_counts() {
-  local f=$1 p s fl ok
-  p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$f" | tail -1 | grep -oE '[0-9]+$')
-  s=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$f" | tail -1 | grep -oE '[0-9]+')
-  fl=$(grep -oE '^\[  FAILED  \] [0-9]+ test' "$f" | tail -1 | grep -oE '[0-9]+')
-  # A run cut short prints no totals: count the finished tests instead.
-  ok=$(grep -cE '^\[       OK \]' "$f")
-  if [[ -z "$p" ]]; then
-    echo "cut short: ${ok} tests finished OK"
-  else
-    echo "passed $p, skipped ${s:-0}, failed ${fl:-0}"
-  fi
-}
-
-section "running"
-gtest=(--gtest_color=no)
-ipc_filter='*ipc_ring*:IpcRingTest.*'
-run_step gpu_backends_test_ipc 100 "$bin/gpu_backends_test" "${gtest[@]}" \
-  --gtest_filter="$ipc_filter"
-run_step gpu_backends_test_rest 60 "$bin/gpu_backends_test" "${gtest[@]}" \
-  --gtest_filter="-$ipc_filter"
-run_step cuda_mlp_test 40 "$bin/cuda_mlp_test" "${gtest[@]}"
-# The conformance suite over nccl and ipc_ring (every backend's checks).
-run_step conformance_gpu_test 120 "$bin/conformance_gpu_test" "${gtest[@]}"
-# ipc_ring shares GPUs between ranks, NCCL needs one per rank: on a one-GPU
-# machine NCCL runs at world size 1 (and the summary says so). Times go
-# through a host backend, so shm_ring runs alongside.
-ranks=$((gpus >= 2 ? (gpus < 4 ? gpus : 4) : 2))
-nccl_ranks=$((gpus >= 1 ? (gpus < ranks ? gpus : ranks) : 1))
-bench=(--max_bytes=$((64 << 20)) --timeout_s=30 ${ALLREDUCE_ARGS:-})
-run_step allreduce_bench 45 "$bin/allreduce_bench" --nprocs="$ranks" \
-  --backends=shm_ring,ipc_ring "${bench[@]}"
-run_step allreduce_bench_nccl 30 "$bin/allreduce_bench" --nprocs="$nccl_ranks" \
-  --backends=shm_ring,nccl "${bench[@]}"
-run_step train_step_bench 30 "$bin/train_step_bench" --benchmark_min_time=0.1
-
-# --- details first, the summary last ----------------------------------------
-for t in allreduce_bench allreduce_bench_nccl train_step_bench; do
-  if [[ -f "$log/$t.out" ]]; then
-    section "$t"
-    # Google Benchmark's table (and the binary's own summary), not its banner.
-    sed 's/^\[rank 0\] //' "$log/$t.out" |
-      grep -vE '^\*\*\*|^WARNING|Library was built as DEBUG|^Run on|CPU Caches|L[123] |^Load Average|^-+$' |
-      cut -c1-170 | head -70
-  fi
-done
-if [[ -f "$log/cuda_mlp_test.out" ]]; then
-  section "nn: CUDA vs CPU (cuda_mlp_test)"
-  grep -E '^\[ *(OK|FAILED|SKIPPED) *\]|max|ulp|diff|tolerance' "$log/cuda_mlp_test.out" | head -30
-fi
-for t in conformance_gpu_test gpu_backends_test_ipc gpu_backends_test_rest; do
-  if [[ -f "$log/$t.out" ]]; then
-    section "$t: results and failures"
-    # Each test once (the lines with its time), then what failed and why.
-    grep -E '^\[ *(OK|FAILED|SKIPPED) *\].*\([0-9]+ ms\)$|^\[   INFO   \]' "$log/$t.out" | head -40
-    grep -E 'rank [0-9]+ failed|Failure|what\(\)|error' "$log/$t.out" | sort -u | head -30
-  fi
-done
-
-section "summary"
-status=0
-for t in "${steps[@]}"; do
-  line="${result[$t]}"
-  [[ "$line" == "exit 0"* ]] || status=1
-  f="$log/$t.out"
-  if [[ -f "$f" && "$t" == *test* ]]; then
-    line="$line; $(gtest_counts "$f")"
-    grep -q '^\[  FAILED  \]' "$f" && status=1
-    # A GPU that the binaries could not use skips everything: say why.
-    if ((gpus > 0)) && grep -q 'no CUDA device' "$f"; then
-      line="$line; WARNING GPU present but skipped: $(grep -m1 -o 'no CUDA device.*' "$f")"
-      status=1
-    fi
-  fi
-  # A backend that could not start is skipped by the benchmark: say so.
-  if [[ -f "$f" ]] && grep -q 'skipping backend' "$f"; then
-    line="$line; $(grep -m1 -o 'skipping backend.*' "$f" | cut -c1-200)"
-  fi
-  printf '%-24s %s\n' "$t" "$line"
-done
-((nccl_ranks < ranks)) && echo "note: nccl ran at world size $nccl_ranks" \
-  "(NCCL needs one GPU per rank; this machine has $gpus), ipc_ring at $ranks"
-echo "kernel $(uname -r); gpus: $gpus ($(timeout 10 nvidia-smi -L 2>/dev/null | head -1 | cut -c1-60))"
-echo "logs: $log ($(ls "$log" | tr '\n' ' '))"
-echo "gpu_check: $( ((status == 0)) && echo PASS || echo FAIL)"
-return $status
-}
-
+# The real run: environment, steps, verdicts, summary.
+source "$here/gpu_check_lib.sh"
 main 2>&1 | tee "$log/gpu_check.txt"
 exit "${PIPESTATUS[0]}"

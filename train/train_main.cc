@@ -7,7 +7,10 @@
 // With --nprocs=N (default 2) it starts N ranks on this machine, as
 // torch.multiprocessing.spawn does; under torchrun-style variables (RANK,
 // WORLD_SIZE, MASTER_ADDR, MASTER_PORT) it is one of them; under mpirun with
-// --comm=mpi it takes MPI's ranks.
+// --comm=mpi it takes MPI's ranks. With --comm=ipc_ring_threads the N ranks
+// are threads of this one process on one GPU, each with its own stream
+// (comm/ipc_ring_threads.h): what a one-GPU machine can train with a
+// multi-rank allreduce whose kernels run side by side.
 #include <gflags/gflags.h>
 
 #include <algorithm>
@@ -15,12 +18,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "comm/launch.h"
+#include "comm/rank_threads.h"
 #include "comm/rendezvous.h"
 #include "nn/mlp.h"
 #include "train/flag_parsing.h"
@@ -32,7 +37,9 @@ DEFINE_int32(nprocs, 2,
 DEFINE_string(model, "10,5,2", "MLP widths: input, hidden..., classes");
 DEFINE_string(sync, "allreduce",
               "allreduce (DDP) | param_avg (local SGD) | none");
-DEFINE_string(comm, "shm_ring", "shm_ring | gloo | mpi | nccl | ipc_ring");
+DEFINE_string(comm, "shm_ring",
+              "shm_ring | gloo | mpi | nccl | ipc_ring | ipc_ring_threads "
+              "(ranks as threads of this process on one GPU)");
 DEFINE_string(device, "cpu", "cpu | cuda");
 DEFINE_int64(epochs, 10, "passes over each rank's share of the data");
 DEFINE_double(lr, 0.01, "SGD learning rate");
@@ -75,6 +82,12 @@ DEFINE_int32(fault_rank, 0, "testing: the rank --fault_after_step kills");
 namespace ringlab::train {
 namespace {
 
+constexpr char kThreads[] = "ipc_ring_threads";
+
+bool GpuMemoryComm(const std::string& comm) {
+  return comm == "nccl" || comm == "ipc_ring" || comm == kThreads;
+}
+
 TrainConfig ConfigFromFlags() {
   TrainConfig c;
   c.model = FLAGS_model;
@@ -113,13 +126,24 @@ TrainConfig ConfigFromFlags() {
   }
   c.timeout = std::chrono::milliseconds(
       static_cast<int64_t>(FLAGS_timeout * 1000.0 + 0.5));
-  if ((c.comm == "nccl" || c.comm == "ipc_ring") &&
-      c.device != nn::Device::kCuda) {
+  if (GpuMemoryComm(c.comm) && c.device != nn::Device::kCuda) {
     throw std::invalid_argument("--comm=" + c.comm +
                                 " works on GPU memory: add --device=cuda");
   }
   if (FLAGS_nprocs < 1 || FLAGS_nprocs > 256) {
     throw std::invalid_argument("--nprocs must be in [1, 256]");
+  }
+  if (c.comm == kThreads) {
+    if (c.fault_after_step >= 0) {
+      throw std::invalid_argument(
+          "--fault_after_step kills a process, and with "
+          "--comm=ipc_ring_threads every rank is a thread of this one");
+    }
+    if (comm::Rendezvous::InLaunchedJob()) {
+      throw std::invalid_argument(
+          "--comm=ipc_ring_threads runs all --nprocs ranks as threads of one "
+          "process: start it once, without RANK/WORLD_SIZE or mpirun");
+    }
   }
   return c;
 }
@@ -141,12 +165,46 @@ int RunThisRank(const TrainConfig& config) {
   return 0;
 }
 
+// --comm=ipc_ring_threads: the ranks as threads of this process, sharing an
+// in-process store. Once a rank fails, the others fail by their own
+// deadlines; one that has not within twice the timeout is reported stuck and
+// the process ends without waiting for it.
+int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
+  ValidateConfig(config, nprocs);  // before any rank starts
+  comm::CommOptions options;
+  options.timeout = config.timeout;
+  options.join_timeout = config.timeout;
+  const comm::RankThreadsResult result = comm::RunRankThreads(
+      nprocs,
+      [&](const comm::RankContext& context) {
+        comm::CommOptions mine = options;
+        mine.local_rank = context.local_rank;
+        auto communicator =
+            comm::CreateCommunicator(config.comm, context, mine);
+        RunRank(config, *communicator, context.store);
+      },
+      2 * config.timeout + std::chrono::seconds(10));
+  if (result.ok()) return 0;
+  std::istringstream lines(result.Describe());
+  for (std::string line; std::getline(lines, line);) {
+    std::fprintf(stderr, "error: %s\n", line.c_str());
+  }
+  if (!result.stuck.empty()) {
+    std::fflush(nullptr);
+    std::_Exit(1);  // stuck rank threads still use what they were given
+  }
+  return 1;
+}
+
 int Main(int argc, char** argv) {
   ParseFlagsOrExit(
       argc, argv,
       "trains an MLP data-parallel; the defaults are the configuration of the "
       "document's PyTorch DDP run",
       "train/");
+  // Before anything starts CUDA (CreateMlp below): as many hardware queues
+  // as ranks whose kernels spin waiting for each other.
+  if (FLAGS_comm == kThreads) comm::PrepareProcessForRankThreads();
   TrainConfig config;
   try {
     config = ConfigFromFlags();
@@ -169,6 +227,9 @@ int Main(int argc, char** argv) {
         throw std::invalid_argument(
             "--comm=mpi takes its ranks from mpirun: mpirun -np 2 " +
             std::string(argv[0]) + " --comm=mpi ...");
+      }
+      if (config.comm == kThreads) {
+        return RunRanksAsThreads(config, FLAGS_nprocs);
       }
       ValidateConfig(config, FLAGS_nprocs);  // before any rank starts
       comm::LaunchOptions launch;

@@ -320,7 +320,8 @@ void ValidateConfig(const TrainConfig& config, int world_size, int data_rank) {
   if (config.timeout.count() <= 0) {
     throw std::invalid_argument("--timeout must be positive");
   }
-  if ((config.comm == "nccl" || config.comm == "ipc_ring") &&
+  if ((config.comm == "nccl" || config.comm == "ipc_ring" ||
+       config.comm == "ipc_ring_threads") &&
       config.device != nn::Device::kCuda) {
     throw std::invalid_argument("--comm=" + config.comm +
                                 " works on GPU memory: add --device=cuda");

@@ -1,12 +1,14 @@
 #include "comm/testing/conformance.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <stdexcept>
 #include <utility>
 
 #include "comm/testing/exact_sum.h"
+#include "comm/testing/multi_process.h"
 
 namespace ringlab::comm::testing {
 namespace {
@@ -301,8 +303,7 @@ ConformanceCase Mismatch(Odd odd, const char* path, size_t count) {
     }
     Check(!error.empty(),
           "the mismatch went unnoticed on rank " + std::to_string(comm.rank()));
-    std::printf("[mismatch] %s\n", error.c_str());
-    std::fflush(stdout);
+    RankPrint("[mismatch] " + error);
     Check(error.find("mismatched") != std::string::npos,
           "the error does not say 'mismatched': " + error);
   };
@@ -348,11 +349,24 @@ BackendTraits TraitsOf(const std::string& backend) {
     t.allocates = false;
   } else if (backend == "gloo") {
     t.join_deadlines_to_notice_death = 6;
+  } else if (backend == "ipc_ring_threads") {
+    t.needs_gpu = true;
+    t.ranks_are_threads = true;
+    t.allocates = false;
+  } else if (backend == "host_threads") {
+    t.ranks_are_threads = true;
   } else if (backend == "mpi") {
     t.needs_mpirun = true;
     t.survives_peer_death = false;
   }
   return t;
+}
+
+int MaxProcessRanks() {
+  const char* text = std::getenv("RINGLAB_TEST_MAX_PROCESS_RANKS");
+  if (text == nullptr || *text == '\0') return 4;
+  const int value = std::atoi(text);
+  return value >= 1 ? value : 4;
 }
 
 std::vector<ConformanceCase> CollectiveCases() {

@@ -2,9 +2,11 @@
 // (shm_ring, mpi, nccl, ipc_ring, and any added later) must pass, as ggml's
 // test-backend-ops holds every backend to one suite. A case is a body that
 // runs on every rank of a job and throws on failure; drivers run the cases in
-// forked processes (conformance_test.cc, every registered backend) or under
-// mpirun (conformance_mpi_main.cc). Inputs are nccl-tests' exact-sum integers,
-// so results are checked to 0 ulp.
+// forked processes (RunRanks), in threads of one process for backends whose
+// ranks are threads (RunThreadRanks: ipc_ring_threads, host_threads), both in
+// conformance_test.cc over every registered backend, or under mpirun
+// (conformance_mpi_main.cc). Inputs are nccl-tests' exact-sum integers, so
+// results are checked to 0 ulp.
 #ifndef RINGLAB_COMM_TESTING_CONFORMANCE_H_
 #define RINGLAB_COMM_TESTING_CONFORMANCE_H_
 
@@ -54,8 +56,17 @@ struct BackendTraits {
   int join_deadlines_to_notice_death = 1;
   // Communicator::Allocate hands out memory (the device backends do not yet).
   bool allocates = true;
+  // Ranks are threads of one process (RunThreadRanks): a killed rank is a
+  // killed job, so the faults are a rank that leaves instead.
+  bool ranks_are_threads = false;
 };
 BackendTraits TraitsOf(const std::string& backend);
+
+// The largest world size to run with one process per rank: 4, or
+// RINGLAB_TEST_MAX_PROCESS_RANKS when set (on one GPU every wait of ranks
+// that are processes costs a time slice, so a check with little time runs
+// 2). Ranks as threads are not capped.
+int MaxProcessRanks();
 
 // One check, run by every rank of a job of world size >= min_world.
 struct ConformanceCase {

@@ -1,8 +1,10 @@
 // Runs a test body in world_size real processes that find each other through
-// a TcpStore, as ranks of a job do. Used by the comm tests (CPU and GPU) to
-// exercise collectives, faults and kills with separate address spaces. Bodies
-// run in forked children: they report failure by throwing (the message is
-// captured in RankResult::output), not with gtest assertions.
+// a TcpStore, as ranks of a job do (RunRanks), or in world_size threads of
+// one forked process sharing a LocalStore, as ranks-as-threads jobs do
+// (RunThreadRanks). Used by the comm tests (CPU and GPU) to exercise
+// collectives, faults and kills. Either way bodies run in a forked child, so
+// the test process never touches CUDA; they report failure by throwing (the
+// message is captured in RankResult::output), not with gtest assertions.
 #ifndef RINGLAB_COMM_TESTING_MULTI_PROCESS_H_
 #define RINGLAB_COMM_TESTING_MULTI_PROCESS_H_
 
@@ -32,6 +34,23 @@ struct RankResult {
 std::vector<RankResult> RunRanks(
     int world_size, const std::function<void(const RankContext&)>& body,
     std::chrono::milliseconds timeout);
+
+// The same job with the ranks as threads of one forked child
+// (comm::RunRankThreads, after comm::PrepareProcessForRankThreads). A rank's
+// output is what it printed with RankPrint plus its exception's message
+// (rank 0's also holds the child's own stdout and stderr); its exit_code is
+// 0 when the body returned and 1 when it threw. A rank still running 30 s
+// after another failed gets exit_code 2 ("still running"); when the child
+// dies or misses `timeout` (then it is SIGKILLed), every rank without a
+// result gets its term_signal.
+std::vector<RankResult> RunThreadRanks(
+    int world_size, const std::function<void(const RankContext&)>& body,
+    std::chrono::milliseconds timeout);
+
+// Prints a line to stdout or, in a rank thread of RunThreadRanks, into that
+// rank's output only (threads share stdout: whose line it was could not be
+// told there).
+void RankPrint(const std::string& line);
 
 // "rank 0: exit 0\n<output>..." for failure messages.
 std::string Describe(const std::vector<RankResult>& results);

@@ -1,7 +1,7 @@
 """cuda_library: compile .cu files with nvcc into a static library usable from cc_* rules."""
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
-load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "NVCC")
+load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "NCCL_AVAILABLE", "NVCC")
 
 # sm_80 SASS, sm_90 SASS and compute_90 PTX (JIT-able on newer GPUs).
 DEFAULT_GENCODE = [
@@ -108,6 +108,15 @@ def cuda_library(name, deps = [], **kwargs):
 def if_cuda(if_true, if_false = []):
     """if_true where CUDA targets are built (a toolkit found, no --config=nocuda), else if_false."""
     if not CUDA_AVAILABLE:
+        return if_false
+    return select({
+        "//tools/cuda:cuda_disabled": if_false,
+        "//conditions:default": if_true,
+    })
+
+def if_nccl(if_true, if_false = []):
+    """if_true where CUDA targets are built and NCCL was found (cuda_configure.bzl), else if_false."""
+    if not CUDA_AVAILABLE or not NCCL_AVAILABLE:
         return if_false
     return select({
         "//tools/cuda:cuda_disabled": if_false,
