@@ -43,6 +43,9 @@
 #include "benchmark/benchmark.h"
 #ifdef RINGLAB_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "bench/gpu_threads_bench.h"
+#include "comm/rank_threads.h"
 #endif
 #include "bench/rank_output.h"
 #include "comm/communicator.h"
@@ -65,6 +68,10 @@ DEFINE_string(registered_backends, "shm_ring",
               "from their Communicator::Allocate");
 DEFINE_double(timeout_s, 120, "deadline of every wait between ranks");
 DEFINE_bool(floor, true, "also measure the memory-bandwidth floor");
+DEFINE_int32(threads, 0,
+             "> 0: instead of processes, this many ranks as threads of this "
+             "process on one GPU (ipc_ring_threads, against a device "
+             "copy-and-add floor; builds with CUDA)");
 DEFINE_bool(pin, true,
             "pin rank r to CPU r mod the CPUs allowed, so that ranks do not "
             "migrate between samples");
@@ -504,7 +511,38 @@ std::vector<std::string> RegisterRows(std::vector<Backend>& backends,
   return rows;
 }
 
+// --threads: ipc_ring's kernels with the ranks as threads on one GPU, rows
+// allreduce_threads/<variant>/<bytes> against a device floor measured in the
+// same run (bench/gpu_threads_bench.h), and an nccl row saying why NCCL has
+// none (it refuses two ranks on one GPU).
+int RunThreads() {
+#ifdef RINGLAB_WITH_CUDA
+  ThreadsBenchOptions options;
+  options.ranks = FLAGS_threads;
+  const std::vector<std::string> variants = Split(FLAGS_backends, ',');
+  if (!variants.empty()) options.variants = variants;
+  options.min_bytes = FLAGS_min_bytes;
+  options.max_bytes = FLAGS_max_bytes;
+  options.max_iterations = FLAGS_max_iters;
+  options.timeout_s = FLAGS_timeout_s;
+  options.floor = FLAGS_floor;
+  ThreadsBench bench(options);
+  bench.Register();
+  benchmark::RunSpecifiedBenchmarks();
+  bench.PrintTables(stdout);
+  benchmark::Shutdown();
+  return 0;
+#else
+  std::fprintf(stderr, "error: --threads needs a build with CUDA\n");
+  return 2;
+#endif
+}
+
 int Main(int argc, char** argv) {
+#ifdef RINGLAB_WITH_CUDA
+  // Before anything starts CUDA: as many hardware queues as spinning ranks.
+  comm::PrepareProcessForRankThreads();
+#endif
   std::vector<std::string> original(argv, argv + argc);
   DropFileOutputUnlessRankZero(&argc, argv);
   benchmark::Initialize(&argc, argv);
@@ -517,6 +555,11 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", bad.c_str());
     return 2;
   }
+  if (FLAGS_threads < 0 || FLAGS_threads > 64) {
+    std::fprintf(stderr, "error: --threads must be in [0, 64]\n");
+    return 2;
+  }
+  if (FLAGS_threads > 0) return RunThreads();
   if (!comm::Rendezvous::InLaunchedJob() && FLAGS_nprocs > 1) {
     return comm::LaunchRanks(FLAGS_nprocs, original);
   }
