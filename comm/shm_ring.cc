@@ -23,8 +23,10 @@ void ShmRing::AllReduce(float* data, size_t count, ReduceOp op) {
   if (data == nullptr && count > 0) {
     throw std::invalid_argument("shm_ring: AllReduce of null data");
   }
-  const bool registered =
-      count > 0 && regions_ && regions_->Find(data, count, &peer_slots_);
+  // Up to 1 KiB the inline and one-shot paths, one hand-off, beat the
+  // registered one's two (0.43-0.83 us against 0.78-0.88 at 2 ranks).
+  const bool registered = count > kRegisteredMinFloats && regions_ &&
+                          regions_->Find(data, count, &peer_slots_);
   Call call = Begin(Kind::kAllReduce, count, op, 0, registered);
   if (world_ == 1) return;  // the sum (and average) of one rank is itself
   Guarded(call, [&] {

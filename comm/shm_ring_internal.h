@@ -35,6 +35,10 @@ static_assert(sizeof(std::atomic<uint32_t>) == 4 &&
                   std::atomic<uint32_t>::is_always_lock_free,
               "futex words must be plain 32-bit integers");
 
+// Registered buffers of up to this many floats take the inline and one-shot
+// paths, which are faster there.
+constexpr size_t kRegisteredMinFloats = 256;
+
 // RINGLAB_SHM_RING_BYTES unset: the join chooses (ShmRing::ChooseWaitPolicy).
 constexpr size_t kRingBytesChosenAtJoin = size_t{1} << 41;
 
