@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/call_agreement.h"
 #include "comm/process.h"
 #include "comm/store.h"
 #include "gloo/allreduce.h"
@@ -74,14 +75,6 @@ void MaxInt64(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = std::max(x[i], y[i]);
 }
 
-enum Kind : int64_t { kAllReduce = 1, kBroadcast = 2, kBarrier = 3 };
-
-const char* KindName(int64_t kind) {
-  return kind == kAllReduce   ? "AllReduce"
-         : kind == kBroadcast ? "Broadcast"
-                              : "Barrier";
-}
-
 std::atomic<uint64_t> g_instances{0};
 
 class GlooCommunicator final : public Communicator {
@@ -137,14 +130,9 @@ class GlooCommunicator final : public Communicator {
   uint64_t bytes_sent() const override { return bytes_sent_; }
 
   void AllReduce(float* data, size_t count, ReduceOp op) override {
-    if (op != ReduceOp::kSum && op != ReduceOp::kAvg) {
-      throw std::invalid_argument("gloo: unsupported reduce op");
-    }
-    if (data == nullptr && count > 0) {
-      throw std::invalid_argument("gloo: AllReduce of null data");
-    }
+    CheckAllReduceArguments("gloo", data, count, op);
     Guarded("AllReduce", [&] {
-      Agree(kAllReduce, count, static_cast<int64_t>(op), 0);
+      Agree(CallKind::kAllReduce, count, op, 0);
       if (count == 0 || world_ == 1) return;
       gloo::AllreduceOptions opts(gloo_);
       opts.setOutput(data, count);
@@ -161,16 +149,9 @@ class GlooCommunicator final : public Communicator {
   }
 
   void Broadcast(float* data, size_t count, int root) override {
-    if (root < 0 || root >= world_) {
-      throw std::invalid_argument("gloo: Broadcast root " +
-                                  std::to_string(root) + " not in [0, " +
-                                  std::to_string(world_) + ")");
-    }
-    if (data == nullptr && count > 0) {
-      throw std::invalid_argument("gloo: Broadcast of null data");
-    }
+    CheckBroadcastArguments("gloo", data, count, root, world_);
     Guarded("Broadcast", [&] {
-      Agree(kBroadcast, count, 0, root);
+      Agree(CallKind::kBroadcast, count, ReduceOp::kSum, root);
       if (count == 0 || world_ == 1) return;
       gloo::BroadcastOptions opts(gloo_);
       opts.setOutput(data, count);
@@ -184,7 +165,7 @@ class GlooCommunicator final : public Communicator {
 
   void Barrier() override {
     Guarded("Barrier", [&] {
-      Agree(kBarrier, 0, 0, 0);
+      Agree(CallKind::kBarrier, 0, ReduceOp::kSum, 0);
       if (world_ == 1) return;
       gloo::BarrierOptions opts(gloo_);
       opts.setTag(NextTag());
@@ -283,45 +264,20 @@ class GlooCommunicator final : public Communicator {
            "in " + what + " waiting for " + peers + ": " + error;
   }
 
-  // Gloo does not notice ranks that disagree on a call: every call first
-  // reduces {desc, -desc} with max, which gives every field's maximum and
-  // minimum at once; any difference is reported on every rank alike, before
-  // any data moves.
-  void Agree(int64_t kind, size_t count, int64_t op, int64_t root) {
+  // Gloo does not notice ranks that disagree on a call (call_agreement.h).
+  void Agree(CallKind kind, size_t count, ReduceOp op, int root) {
     if (world_ == 1) return;
-    const int64_t desc[5] = {static_cast<int64_t>(++calls_), kind,
-                             static_cast<int64_t>(count), op, root};
-    int64_t buf[10];
-    for (int i = 0; i < 5; ++i) {
-      buf[i] = desc[i];
-      buf[5 + i] = -desc[i];
-    }
+    const CallDescription call{static_cast<int64_t>(++calls_), kind, count, op,
+                               root};
+    int64_t buf[kAgreementWords];
+    EncodeForAgreement(call, buf);
     gloo::AllreduceOptions opts(gloo_);
-    opts.setOutput(buf, 10);
+    opts.setOutput(buf, kAgreementWords);
     opts.setReduceFunction(MaxInt64);
     opts.setTag(NextTag());
     opts.setTimeout(options_.timeout);
     gloo::allreduce(opts);
-    static const char* const kField[5] = {"call", "kind", "count", "op",
-                                          "root"};
-    auto value = [](int field, int64_t v) {
-      return field == 3 ? std::string(ReduceOpName(static_cast<ReduceOp>(v)))
-                        : std::to_string(v);
-    };
-    std::string diff;
-    for (int i = 0; i < 5; ++i) {
-      if (buf[i] != -buf[5 + i]) {
-        diff += std::string(diff.empty() ? "" : ", ") + kField[i] + "=" +
-                value(i, -buf[5 + i]) + " on some ranks, " + kField[i] + "=" +
-                value(i, buf[i]) + " on others";
-      }
-    }
-    if (!diff.empty()) {
-      throw CommError("gloo: mismatched collectives: rank " +
-                      std::to_string(rank_) + " is in call #" +
-                      std::to_string(calls_) + " " + KindName(kind) +
-                      " but the ranks differ: " + diff);
-    }
+    ThrowUnlessAgreed("gloo", rank_, call, buf);
   }
 
   const int rank_, world_;

@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "comm/call_agreement.h"
+
 namespace ringlab::comm {
 namespace {
 
@@ -65,14 +67,9 @@ class MpiCommunicator final : public Communicator {
   uint64_t bytes_sent() const override { return bytes_sent_; }
 
   void AllReduce(float* data, size_t count, ReduceOp op) override {
-    if (op != ReduceOp::kSum && op != ReduceOp::kAvg) {
-      throw std::invalid_argument("mpi: unsupported reduce op");
-    }
-    if (data == nullptr && count > 0) {
-      throw std::invalid_argument("mpi: AllReduce of null data");
-    }
+    CheckAllReduceArguments("mpi", data, count, op);
     Arm("AllReduce");
-    Agree(kAllReduce, count, static_cast<int64_t>(op), 0);
+    Agree(CallKind::kAllReduce, count, op, 0);
     for (size_t done = 0; done < count; done += kMaxPiece) {
       int n = static_cast<int>(std::min(kMaxPiece, count - done));
       Check(MPI_Allreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM,
@@ -88,16 +85,9 @@ class MpiCommunicator final : public Communicator {
   }
 
   void Broadcast(float* data, size_t count, int root) override {
-    if (root < 0 || root >= world_) {
-      throw std::invalid_argument("mpi: Broadcast root " +
-                                  std::to_string(root) + " not in [0, " +
-                                  std::to_string(world_) + ")");
-    }
-    if (data == nullptr && count > 0) {
-      throw std::invalid_argument("mpi: Broadcast of null data");
-    }
+    CheckBroadcastArguments("mpi", data, count, root, world_);
     Arm("Broadcast");
-    Agree(kBroadcast, count, 0, root);
+    Agree(CallKind::kBroadcast, count, ReduceOp::kSum, root);
     for (size_t done = 0; done < count; done += kMaxPiece) {
       int n = static_cast<int>(std::min(kMaxPiece, count - done));
       Check(MPI_Bcast(data + done, n, MPI_FLOAT, root, MPI_COMM_WORLD),
@@ -109,66 +99,34 @@ class MpiCommunicator final : public Communicator {
 
   void Barrier() override {
     Arm("Barrier");
-    Agree(kBarrier, 0, 0, 0);
+    Agree(CallKind::kBarrier, 0, ReduceOp::kSum, 0);
     Check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     Disarm();
   }
 
  private:
   bool check_calls_ = true;
-  enum Kind : int64_t { kAllReduce = 1, kBroadcast = 2, kBarrier = 3 };
-
   // MPI itself does not notice ranks that disagree on a call's count, op or
   // root: it returns partial or wrong results. So every call first reduces
   // {desc, -desc} with MPI_MAX (one small MPI_Allreduce gives both the
   // maximum and the minimum of each field); any difference is reported on
   // every rank alike, before any data moves, so the ranks stay in step.
-  void Agree(int64_t kind, size_t count, int64_t op, int64_t root) {
+  void Agree(CallKind kind, size_t count, ReduceOp op, int root) {
     if (!check_calls_) return;
-    const int64_t desc[5] = {static_cast<int64_t>(++calls_), kind,
-                             static_cast<int64_t>(count), op, root};
-    long long buf[10];
-    for (int i = 0; i < 5; ++i) {
-      buf[i] = desc[i];
-      buf[5 + i] = -desc[i];
-    }
-    Check(MPI_Allreduce(MPI_IN_PLACE, buf, 10, MPI_LONG_LONG, MPI_MAX,
-                        MPI_COMM_WORLD),
+    const CallDescription call{static_cast<int64_t>(++calls_), kind, count, op,
+                               root};
+    int64_t buf[kAgreementWords];
+    EncodeForAgreement(call, buf);
+    static_assert(sizeof(long long) == sizeof(int64_t), "MPI_LONG_LONG");
+    Check(MPI_Allreduce(MPI_IN_PLACE, buf, kAgreementWords, MPI_LONG_LONG,
+                        MPI_MAX, MPI_COMM_WORLD),
           "MPI_Allreduce (call check)");
-    static const char* const kField[5] = {"call", "kind", "count", "op",
-                                          "root"};
-    // "count=8 on some ranks, count=9 on others": the differing field with
-    // both values, as the other backends name them.
-    auto value = [](int field, long long v) {
-      return field == 3 ? std::string(ReduceOpName(static_cast<ReduceOp>(v)))
-                        : std::to_string(v);
-    };
-    std::string diff;
-    for (int i = 0; i < 5; ++i) {
-      if (buf[i] != -buf[5 + i]) {
-        diff += std::string(diff.empty() ? "" : ", ") + kField[i] + "=" +
-                value(i, -buf[5 + i]) + " on some ranks, " + kField[i] + "=" +
-                value(i, buf[i]) + " on others";
-      }
-    }
-    if (!diff.empty()) {
+    try {
+      ThrowUnlessAgreed("mpi", rank_, call, buf);
+    } catch (...) {
       Disarm();
-      throw CommError(
-          "mpi: mismatched collectives: rank " + std::to_string(rank_) +
-          " is in call #" + std::to_string(desc[0]) + " " + KindName(kind) +
-          "(count=" + std::to_string(count) +
-          (kind == kAllReduce
-               ? std::string(", op=") + ReduceOpName(static_cast<ReduceOp>(op))
-               : std::string()) +
-          (kind == kBroadcast ? ", root=" + std::to_string(root)
-                              : std::string()) +
-          ") but the ranks differ: " + diff);
+      throw;
     }
-  }
-  static const char* KindName(int64_t kind) {
-    return kind == kAllReduce   ? "AllReduce"
-           : kind == kBroadcast ? "Broadcast"
-                                : "Barrier";
   }
 
   void Check(int code, const char* what) {
