@@ -526,12 +526,7 @@ int RunThreads() {
   options.max_iterations = FLAGS_max_iters;
   options.timeout_s = FLAGS_timeout_s;
   options.floor = FLAGS_floor;
-  ThreadsBench bench(options);
-  bench.Register();
-  benchmark::RunSpecifiedBenchmarks();
-  bench.PrintTables(stdout);
-  benchmark::Shutdown();
-  return 0;
+  return RunThreadsBench(options);
 #else
   std::fprintf(stderr, "error: --threads needs a build with CUDA\n");
   return 2;

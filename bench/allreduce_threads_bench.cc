@@ -79,19 +79,7 @@ int Main(int argc, char** argv) {
     std::printf("total iterations %lld\n", static_cast<long long>(total));
     return 0;
   }
-  ThreadsBench bench(options);
-  std::fprintf(
-      stderr,
-      "allreduce_threads_bench: %d ranks as threads, variants:", options.ranks);
-  for (const std::string& v : options.variants) {
-    std::fprintf(stderr, " %s", v.c_str());
-  }
-  std::fprintf(stderr, "\n");
-  bench.Register();
-  benchmark::RunSpecifiedBenchmarks();
-  bench.PrintTables(stdout);
-  benchmark::Shutdown();
-  return 0;
+  return RunThreadsBench(options);
 }
 
 }  // namespace

@@ -373,4 +373,21 @@ void ThreadsBench::PrintTables(std::FILE* out) const {
   impl_->PrintTables(out);
 }
 
+int RunThreadsBench(const ThreadsBenchOptions& options) {
+  ThreadsBench bench(options);
+  std::fprintf(stderr,
+               "allreduce: %d ranks as threads of one process, on one "
+               "GPU; variants:",
+               options.ranks);
+  for (const std::string& v : options.variants) {
+    std::fprintf(stderr, " %s", v.c_str());
+  }
+  std::fprintf(stderr, "\n");
+  bench.Register();
+  benchmark::RunSpecifiedBenchmarks();
+  bench.PrintTables(stdout);
+  benchmark::Shutdown();
+  return 0;
+}
+
 }  // namespace ringlab::bench

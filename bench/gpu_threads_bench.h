@@ -74,6 +74,11 @@ class ThreadsBench {
   std::unique_ptr<Impl> impl_;
 };
 
+// The whole run: says what it runs on stderr, registers the rows, runs
+// every benchmark registered (Google Benchmark's flags apply), prints the
+// tables. Throws std::runtime_error without a GPU.
+int RunThreadsBench(const ThreadsBenchOptions& options);
+
 }  // namespace ringlab::bench
 
 #endif  // RINGLAB_BENCH_GPU_THREADS_BENCH_H_
