@@ -1,7 +1,9 @@
 #include "comm/communicator.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <utility>
 
 namespace ringlab::comm {
 namespace {
@@ -40,6 +42,39 @@ std::vector<std::string> RegisteredCommunicators() {
   std::vector<std::string> names;
   for (const auto& [name, factory] : Registry()) names.push_back(name);
   return names;
+}
+
+void RequireOneHost(const RankContext& context, const std::string& backend) {
+  // Hosts in order of their lowest rank, each with its ranks.
+  std::vector<std::pair<std::string, std::vector<int>>> hosts;
+  for (size_t r = 0; r < context.hosts.size(); ++r) {
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) {
+      return h.first == context.hosts[r];
+    });
+    if (it == hosts.end()) {
+      hosts.push_back({context.hosts[r], {}});
+      it = hosts.end() - 1;
+    }
+    it->second.push_back(static_cast<int>(r));
+  }
+  if (hosts.size() <= 1) return;
+  constexpr size_t kRanksNamed = 4;
+  std::string where;
+  for (const auto& [host, ranks] : hosts) {
+    where += where.empty() ? "" : "; ";
+    where += ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size() && i < kRanksNamed; ++i) {
+      where += (i == 0 ? "" : ",") + std::to_string(ranks[i]);
+    }
+    if (ranks.size() > kRanksNamed) {
+      where += " and " + std::to_string(ranks.size() - kRanksNamed) + " more";
+    }
+    where += " on " + host;
+  }
+  throw std::invalid_argument(
+      backend + " needs every rank on one host, but this job spans " +
+      std::to_string(hosts.size()) + " hosts (" + where +
+      "); use a backend that spans hosts: mpi, nccl or gloo");
 }
 
 std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
