@@ -44,23 +44,22 @@ std::vector<std::string> RegisteredCommunicators() {
   return names;
 }
 
-void RequireOneHost(const RankContext& context, const std::string& backend) {
+std::string DescribeHosts(const std::vector<std::string>& hosts,
+                          size_t* count) {
   // Hosts in order of their lowest rank, each with its ranks.
-  std::vector<std::pair<std::string, std::vector<int>>> hosts;
-  for (size_t r = 0; r < context.hosts.size(); ++r) {
-    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) {
-      return h.first == context.hosts[r];
-    });
-    if (it == hosts.end()) {
-      hosts.push_back({context.hosts[r], {}});
-      it = hosts.end() - 1;
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& h) { return h.first == hosts[r]; });
+    if (it == groups.end()) {
+      groups.push_back({hosts[r], {}});
+      it = groups.end() - 1;
     }
     it->second.push_back(static_cast<int>(r));
   }
-  if (hosts.size() <= 1) return;
   constexpr size_t kRanksNamed = 4;
   std::string where;
-  for (const auto& [host, ranks] : hosts) {
+  for (const auto& [host, ranks] : groups) {
     where += where.empty() ? "" : "; ";
     where += ranks.size() == 1 ? "rank " : "ranks ";
     for (size_t i = 0; i < ranks.size() && i < kRanksNamed; ++i) {
@@ -71,9 +70,17 @@ void RequireOneHost(const RankContext& context, const std::string& backend) {
     }
     where += " on " + host;
   }
+  if (count != nullptr) *count = groups.size();
+  return where;
+}
+
+void RequireOneHost(const RankContext& context, const std::string& backend) {
+  size_t count = 0;
+  const std::string where = DescribeHosts(context.hosts, &count);
+  if (count <= 1) return;
   throw std::invalid_argument(
       backend + " needs every rank on one host, but this job spans " +
-      std::to_string(hosts.size()) + " hosts (" + where +
+      std::to_string(count) + " hosts (" + where +
       "); use a backend that spans hosts: mpi, nccl or gloo");
 }
 

@@ -92,10 +92,14 @@ struct RankContext {
   // without the secret can forge. Empty only where there is no store
   // (mpirun without MASTER_PORT).
   std::string job_secret;
-  // Each rank's host, indexed by rank (rendezvous.h: HostIdentity), as every
-  // rank reported it through the store; empty where there is no store.
+  // Each rank's host, indexed by rank (rendezvous.h: ThisHostIdentity), as
+  // every rank reported it through the store; empty where there is no store.
   std::vector<std::string> hosts;
 };
+
+// "rank 0 on a; ranks 1,2 on b" for each rank's host; *count (when not null)
+// says how many hosts.
+std::string DescribeHosts(const std::vector<std::string>& hosts, size_t* count);
 
 // For backends whose ranks share memory and so must all run on one host
 // (shm_ring, ipc_ring): throws std::invalid_argument naming the hosts and

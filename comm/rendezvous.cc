@@ -15,6 +15,8 @@
 #include <fstream>
 #include <memory>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "comm/job_secret.h"
 
@@ -140,9 +142,49 @@ std::string ReadFirstLine(const char* path) {
   return line;
 }
 
+// Every rank reports its host and learns everyone's. Rank 0 may host the
+// store: it returns only once every rank has read every host, so that a job
+// refused for spanning hosts is refused by each rank with the same message
+// rather than by rank 0 and, for the others, a store gone.
+std::vector<std::string> ExchangeHosts(const JobEnvironment& job,
+                                       std::chrono::milliseconds timeout,
+                                       Store& store) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  store.Set("rendezvous/host/" + std::to_string(job.rank), job.host);
+  std::vector<std::string> hosts(job.world_size);
+  for (int q = 0; q < job.world_size; ++q) {
+    const std::string key = "rendezvous/host/" + std::to_string(q);
+    try {
+      hosts[q] = store.Get(key, timeout);
+    } catch (const CommError& e) {
+      if (std::string(e.what()).find("timed out") == std::string::npos) throw;
+      throw CommError("rendezvous: rank " + std::to_string(q) +
+                      " did not join the job's store within " +
+                      std::to_string(timeout.count()) +
+                      " ms (is it running, with the same MASTER_ADDR, "
+                      "MASTER_PORT and " +
+                      kJobSecretVariable + "?)");
+    }
+  }
+  int64_t done = store.Add("rendezvous/hosts_read", 1);
+  for (auto pause = std::chrono::milliseconds(1);
+       job.rank == 0 && done < job.world_size;
+       pause = std::min(pause * 2, std::chrono::milliseconds(20))) {
+    if (std::chrono::steady_clock::now() + pause > deadline) {
+      throw CommError("rendezvous: only " + std::to_string(done) + " of " +
+                      std::to_string(job.world_size) +
+                      " ranks read the job's hosts within " +
+                      std::to_string(timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(pause);
+    done = store.Add("rendezvous/hosts_read", 0);
+  }
+  return hosts;
+}
+
 }  // namespace
 
-std::string HostIdentity() {
+std::string ThisHostIdentity() {
   if (const char* id = Env("RINGLAB_HOST_ID")) return id;
   char name[256] = "";
   gethostname(name, sizeof(name) - 1);
@@ -196,7 +238,7 @@ JobEnvironment JobEnvironment::Read() {
   const char* hosted = Env("RINGLAB_STORE_HOSTED");
   job.store_hosted = hosted != nullptr && std::string(hosted) == "1";
   if (const char* bind = Env("RINGLAB_STORE_BIND")) job.store_bind = bind;
-  job.host = HostIdentity();
+  job.host = ThisHostIdentity();
   return job;
 }
 
@@ -214,8 +256,8 @@ std::unique_ptr<Rendezvous> Rendezvous::Join(
   context.local_rank = job.local_rank;
   context.job_secret = job.secret;
   if (job.master_port < 0) {
-    if (job.world_size > 1)
-      return rv;  // no store: only backends with their own
+    // No store: only for backends that bring their own (mpi).
+    if (job.world_size > 1) return rv;
     rv->server_ = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
     context.job_secret = rv->server_->secret();
     rv->store_ = std::make_unique<TcpStore>("127.0.0.1", rv->server_->port(),
@@ -224,24 +266,7 @@ std::unique_ptr<Rendezvous> Rendezvous::Join(
     rv->JoinStore(job, timeout);
   }
   context.store = rv->store_.get();
-
-  // Every rank reports its host, and learns everyone's.
-  Store& store = *rv->store_;
-  store.Set("rendezvous/host/" + std::to_string(job.rank), job.host);
-  context.hosts.resize(job.world_size);
-  for (int q = 0; q < job.world_size; ++q) {
-    try {
-      context.hosts[q] =
-          store.Get("rendezvous/host/" + std::to_string(q), timeout);
-    } catch (const CommError& e) {
-      throw CommError("rendezvous: rank " + std::to_string(q) +
-                      " did not join the job's store within " +
-                      std::to_string(timeout.count()) +
-                      " ms (is it running, with the same MASTER_ADDR, "
-                      "MASTER_PORT and " +
-                      kJobSecretVariable + "?)");
-    }
-  }
+  context.hosts = ExchangeHosts(job, timeout, *rv->store_);
   return rv;
 }
 

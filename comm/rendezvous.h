@@ -1,7 +1,7 @@
 // Finds this process's place in a job from the variables torchrun sets (RANK,
 // WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or from OpenMPI's
 // (OMPI_COMM_WORLD_RANK, ...) under mpirun, connects to the job's TCP store,
-// and has every rank report its host (HostIdentity), so that backends that
+// and has every rank report its host (ThisHostIdentity), so that backends that
 // need one host can refuse a job that spans several.
 //
 // Who hosts the store: our launcher (LaunchRanks) hosts it itself and says so
@@ -43,7 +43,7 @@ struct JobEnvironment {
   // Where rank 0's store listens: an IPv4 address of its host, or 0.0.0.0
   // for every interface; "" for MASTER_ADDR's address (RINGLAB_STORE_BIND).
   std::string store_bind;
-  std::string host;  // HostIdentity()
+  std::string host;  // ThisHostIdentity()
 
   // Throws std::invalid_argument naming a malformed or inconsistent
   // variable.
@@ -87,7 +87,7 @@ class Rendezvous {
 // shared-memory backends need of their ranks (they open each other's
 // /proc/<pid>/fd). RINGLAB_HOST_ID, when set, replaces it (as NCCL_HOSTID
 // does NCCL's).
-std::string HostIdentity();
+std::string ThisHostIdentity();
 
 // Where rank 0 of a loopback job without RINGLAB_JOB_SECRET publishes the
 // job's secret for its peers: /tmp/ringlab-<uid>/store-<address>-<port>, in a

@@ -48,7 +48,7 @@ JobEnvironment Rank(int rank, const std::string& master_addr) {
   job.world_size = 2;
   job.local_rank = rank;
   job.master_addr = master_addr;
-  job.host = HostIdentity();
+  job.host = ThisHostIdentity();
   return job;
 }
 
@@ -116,7 +116,7 @@ TEST_F(RendezvousTest, LoneProcessGetsAPrivateStore) {
   EXPECT_EQ(rv->context().rank, 0);
   EXPECT_EQ(rv->context().world_size, 1);
   EXPECT_EQ(rv->context().job_secret.size(), kJobSecretBytes);
-  EXPECT_EQ(rv->context().hosts, std::vector<std::string>{HostIdentity()});
+  EXPECT_EQ(rv->context().hosts, std::vector<std::string>{ThisHostIdentity()});
   ASSERT_NE(rv->context().store, nullptr);
   rv->context().store->Set("k", "v");
   EXPECT_EQ(rv->context().store->Get("k", milliseconds(1000)), "v");
@@ -250,13 +250,13 @@ TEST_F(RendezvousTest, SharedMemoryBackendsRefuseAJobOnTwoHosts) {
 }
 
 TEST_F(RendezvousTest, HostIdentityNamesHostBootAndPidNamespace) {
-  const std::string id = HostIdentity();
+  const std::string id = ThisHostIdentity();
   char name[256] = "";
   gethostname(name, sizeof(name) - 1);
   EXPECT_EQ(id.rfind(std::string(name) + " (boot ", 0), 0u) << id;
   EXPECT_NE(id.find(", pid namespace "), std::string::npos) << id;
   setenv("RINGLAB_HOST_ID", "rack7-node3", 1);
-  EXPECT_EQ(HostIdentity(), "rack7-node3");
+  EXPECT_EQ(ThisHostIdentity(), "rack7-node3");
 }
 
 TEST_F(RendezvousTest, ARankThatNeverComesIsNamedAtTheDeadline) {
