@@ -83,8 +83,16 @@ TEST(LaunchTest, EachJobGetsAFreshSecretAllItsRanksShare) {
   setenv("RINGLAB_JOB_SECRET", std::string(32, '0').c_str(), 1);
   std::vector<std::string> jobs;
   for (int job = 0; job < 2; ++job) {
-    Launched l = Launch(2, "echo \"secret=$RINGLAB_JOB_SECRET\"");
+    // Exactly one definition: with two, getenv() and the shell may not even
+    // agree on which is the secret.
+    Launched l = Launch(2,
+                        "echo \"secret=$RINGLAB_JOB_SECRET\"; echo \"defined "
+                        "$(env | grep -c ^RINGLAB_JOB_SECRET=)\"");
     EXPECT_EQ(l.status, 0) << l.output;
+    EXPECT_EQ(l.output.find("defined 1") != std::string::npos &&
+                  l.output.find("defined 2") == std::string::npos,
+              true)
+        << l.output;
     std::vector<std::string> secrets;
     for (int r = 0; r < 2; ++r) {
       const std::string p = "[rank " + std::to_string(r) + "] secret=";
