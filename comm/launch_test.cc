@@ -87,7 +87,8 @@ TEST(LaunchTest, EachJobGetsAFreshSecretAllItsRanksShare) {
     // agree on which is the secret.
     Launched l = Launch(2,
                         "echo \"secret=$RINGLAB_JOB_SECRET\"; echo \"defined "
-                        "$(env | grep -c ^RINGLAB_JOB_SECRET=)\"");
+                        "$(tr '\\0' '\\n' </proc/$$/environ | grep -c "
+                        "^RINGLAB_JOB_SECRET=)\"");
     EXPECT_EQ(l.status, 0) << l.output;
     EXPECT_EQ(l.output.find("defined 1") != std::string::npos &&
                   l.output.find("defined 2") == std::string::npos,
