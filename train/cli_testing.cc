@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "comm/testing/leftovers.h"
@@ -44,9 +46,17 @@ int FreePort() {
 // One attempt of RunRanksByHand on `port`.
 std::vector<RankRun> RunRanksOnPort(const std::string& dir, const ByHand& job,
                                     int port) {
-  const std::string env = "MASTER_ADDR=" + job.master_addr +
-                          " MASTER_PORT=" + std::to_string(port) +
-                          " WORLD_SIZE=" + std::to_string(job.world);
+  std::string env = "MASTER_ADDR=" + job.master_addr +
+                    " MASTER_PORT=" + std::to_string(port) +
+                    " WORLD_SIZE=" + std::to_string(job.world);
+  if (job.secret_in_env) {
+    std::mt19937_64 rng(std::random_device{}());
+    char secret[40];
+    std::snprintf(secret, sizeof(secret), "%016llx%016llx",
+                  static_cast<unsigned long long>(rng()),
+                  static_cast<unsigned long long>(rng()));
+    env += std::string(" RINGLAB_JOB_SECRET=") + secret;
+  }
   std::string command;
   for (int rank = 0; rank < job.world; ++rank) {
     const std::string r = std::to_string(rank);

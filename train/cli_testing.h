@@ -62,6 +62,10 @@ struct ByHand {
   std::string after_start;
   // Told the store's port before the ranks start (again on each retry).
   std::function<void(int port)> on_port;
+  // Give every rank a fresh RINGLAB_JOB_SECRET rather than have rank 0
+  // publish one in /tmp/ringlab-<uid>/: for jobs whose rank 0 is killed,
+  // which would leave its file there.
+  bool secret_in_env = false;
 };
 
 // Starts job.world ranks at once, with torchrun's variables, and waits for
