@@ -5,7 +5,12 @@
 // proves knowledge of the secret with HMAC-SHA256 over fresh nonces, so the
 // secret itself never crosses the wire; backends derive tags from it
 // (JobTag) that a process outside the job cannot forge, e.g. to recognise
-// their own shared-memory segment. HMAC-SHA256 is OpenSSL's libcrypto.
+// their own shared-memory segment. SHA-256 and HMAC are computed here, with
+// no locks and no global state, rather than by OpenSSL: ranks forked without
+// exec (comm/testing's RunRanks, a program that forks its ranks) hash while
+// another thread of their parent (the store's server) may have been hashing
+// too, and OpenSSL 3 takes global locks on every HMAC that such a child can
+// inherit held, and wait on forever.
 #ifndef RINGLAB_COMM_JOB_SECRET_H_
 #define RINGLAB_COMM_JOB_SECRET_H_
 
@@ -33,7 +38,10 @@ std::string JobSecretToHex(const std::string& secret);
 // echoing the text: it may be a mistyped secret.
 std::string JobSecretFromHex(const std::string& hex, const std::string& where);
 
-// HMAC-SHA256(key, message): kHmacBytes bytes.
+// SHA-256(message): 32 bytes (FIPS 180-4).
+std::string Sha256Digest(const std::string& message);
+
+// HMAC-SHA256(key, message): kHmacBytes bytes (RFC 2104).
 std::string HmacSha256(const std::string& key, const std::string& message);
 
 // Equality that takes the same time wherever the first difference lies;

@@ -10,7 +10,6 @@ PACKAGES=(
   libgflags-dev libbenchmark-dev                 # CLI flags, Google Benchmark
   libopenblas-dev                                # CBLAS for the CPU backend
   libopenmpi-dev openmpi-bin                     # the mpi communicator, mpirun
-  libssl-dev                                     # libcrypto: the store's HMAC-SHA256
   iproute2 util-linux                            # ip, unshare, nsenter: the two-host test
   python3-torch python3-numpy python3-matplotlib # the PyTorch reference and the plots
   clang-format                                   # CI's formatting check (clang-format 14)
