@@ -354,6 +354,27 @@ struct Batch {
   }
 };
 
+// One step: forward and backward, the synchroniser, SGD; what losses.csv
+// records of it.
+StepRecord TakeStep(nn::Mlp& model, Synchronizer& synchronizer,
+                    comm::Communicator& comm, const Batch& batch, int64_t count,
+                    const nn::SgdOptions& sgd, int64_t epoch, int64_t step) {
+  const uint64_t bytes_before = comm.bytes_sent();
+  const auto start = Clock::now();
+  const float loss = model.ForwardBackward(batch.x.data(), batch.y.data(),
+                                           static_cast<int>(count));
+  const auto sync_start = Clock::now();
+  synchronizer.AfterBackward(model);
+  double comm_ms = MillisecondsSince(sync_start);
+  model.SgdStep(sgd);
+  const auto average_start = Clock::now();
+  synchronizer.AfterStep(model, step);
+  comm_ms += MillisecondsSince(average_start);
+  return {epoch,   step,
+          loss,    MillisecondsSince(start),
+          comm_ms, comm.bytes_sent() - bytes_before};
+}
+
 }  // namespace
 
 void ValidateConfig(const TrainConfig& config, int world_size, int data_rank) {
@@ -456,20 +477,9 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
     const int64_t end = std::min(begin + config.batch_size, samples);
     batch.Load(data, sampler, config.set_epoch ? epoch : 0, begin, end);
 
-    const uint64_t bytes_before = comm.bytes_sent();
-    const auto start = Clock::now();
-    const float loss = model->ForwardBackward(batch.x.data(), batch.y.data(),
-                                              static_cast<int>(end - begin));
-    const auto sync_start = Clock::now();
-    synchronizer->AfterBackward(*model);
-    double comm_ms = MillisecondsSince(sync_start);
-    model->SgdStep(sgd);
-    const auto average_start = Clock::now();
-    synchronizer->AfterStep(*model, step);
-    comm_ms += MillisecondsSince(average_start);
-    const double step_ms = MillisecondsSince(start);
-    result.history.push_back({epoch, step, loss, step_ms, comm_ms,
-                              comm.bytes_sent() - bytes_before});
+    result.history.push_back(TakeStep(*model, *synchronizer, comm, batch,
+                                      end - begin, sgd, epoch, step));
+    const StepRecord& record = result.history.back();
 
     if (config.checkpoint_every > 0 &&
         (step + 1) % config.checkpoint_every == 0 && step + 1 < total_steps) {
@@ -481,7 +491,8 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
           "epoch %lld/%lld: loss %.6f (rank 0, its last batch), %.3f ms/step, "
           "%.3f ms of it synchronising\n",
           static_cast<long long>(epoch + 1),
-          static_cast<long long>(config.epochs), loss, step_ms, comm_ms);
+          static_cast<long long>(config.epochs), record.loss, record.step_ms,
+          record.comm_ms);
       std::fflush(stdout);
     }
   }
