@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <utility>
 
 namespace ringlab::comm {
 namespace {
@@ -50,6 +51,46 @@ std::vector<std::string> RegisteredCommunicators() {
   std::vector<std::string> names;
   for (const auto& [name, factory] : Registry()) names.push_back(name);
   return names;
+}
+
+std::string DescribeHosts(const std::vector<std::string>& hosts,
+                          size_t* count) {
+  // Hosts in order of their lowest rank, each with its ranks.
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& h) { return h.first == hosts[r]; });
+    if (it == groups.end()) {
+      groups.push_back({hosts[r], {}});
+      it = groups.end() - 1;
+    }
+    it->second.push_back(static_cast<int>(r));
+  }
+  constexpr size_t kRanksNamed = 4;
+  std::string where;
+  for (const auto& [host, ranks] : groups) {
+    where += where.empty() ? "" : "; ";
+    where += ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size() && i < kRanksNamed; ++i) {
+      where += (i == 0 ? "" : ",") + std::to_string(ranks[i]);
+    }
+    if (ranks.size() > kRanksNamed) {
+      where += " and " + std::to_string(ranks.size() - kRanksNamed) + " more";
+    }
+    where += " on " + host;
+  }
+  if (count != nullptr) *count = groups.size();
+  return where;
+}
+
+void RequireOneHost(const RankContext& context, const std::string& backend) {
+  size_t count = 0;
+  const std::string where = DescribeHosts(context.hosts, &count);
+  if (count <= 1) return;
+  throw std::invalid_argument(
+      backend + " needs every rank on one host, but this job spans " +
+      std::to_string(count) + " hosts (" + where +
+      "); use a backend that spans hosts: mpi, nccl or gloo");
 }
 
 std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,

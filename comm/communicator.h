@@ -97,7 +97,28 @@ struct RankContext {
   int local_rank = 0;
   Store* store =
       nullptr;  // may be null for backends that bring their own (mpi)
+  // The job's secret (raw bytes, at least 16; see comm/job_secret.h): what
+  // the store demanded of every rank's connection, known only to the job's
+  // processes. A backend that must recognise something of its own job
+  // through a channel strangers could write (a segment name in the store, a
+  // file in /dev/shm) tags it with JobTag(job_secret, purpose), which nobody
+  // without the secret can forge. Empty only where there is no store
+  // (mpirun without MASTER_PORT).
+  std::string job_secret;
+  // Each rank's host, indexed by rank (rendezvous.h: ThisHostIdentity), as
+  // every rank reported it through the store; empty where there is no store.
+  std::vector<std::string> hosts;
 };
+
+// "rank 0 on a; ranks 1,2 on b" for each rank's host; *count (when not null)
+// says how many hosts.
+std::string DescribeHosts(const std::vector<std::string>& hosts, size_t* count);
+
+// For backends whose ranks share memory and so must all run on one host
+// (shm_ring, ipc_ring): throws std::invalid_argument naming the hosts and
+// their ranks when context.hosts holds more than one, suggesting a backend
+// that spans hosts. Does nothing when the hosts are unknown.
+void RequireOneHost(const RankContext& context, const std::string& backend);
 
 using CommunicatorFactory = std::function<std::unique_ptr<Communicator>(
     const RankContext& context, const CommOptions& options)>;

@@ -228,6 +228,7 @@ const bool kRegistered = RegisterCommunicator(
 std::unique_ptr<Communicator> CreateIpcRing(const RankContext& context,
                                             const CommOptions& options) {
   (void)kRegistered;
+  RequireOneHost(context, "ipc_ring");
   return std::make_unique<IpcRing>(context, options);
 }
 

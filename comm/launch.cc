@@ -13,6 +13,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "comm/job_secret.h"
 #include "comm/tcp_store.h"
 
 extern char** environ;
@@ -80,7 +81,10 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
                                 std::to_string(nprocs));
   }
   if (argv.empty()) throw std::invalid_argument("LaunchRanks: empty argv");
-  TcpStoreServer server("127.0.0.1", 0);
+  // The job's secret: the store admits only the ranks, which get it in
+  // their environment (readable by this user only, /proc/<pid>/environ).
+  TcpStoreServer server("127.0.0.1", 0, GenerateJobSecret());
+  const std::string secret_hex = JobSecretToHex(server.secret());
 
   // Everything the children need is built before fork: the store thread is
   // running, so a child may only make async-signal-safe calls until exec.
@@ -97,7 +101,8 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
                         "LOCAL_WORLD_SIZE=",
                         "MASTER_ADDR=",
                         "MASTER_PORT=",
-                        "RINGLAB_STORE_HOSTED="};
+                        "RINGLAB_STORE_HOSTED=",
+                        "RINGLAB_JOB_SECRET="};
   for (int r = 0; r < nprocs; ++r) {
     for (char** e = environ; *e != nullptr; ++e) {
       bool replaced = false;
@@ -113,6 +118,7 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
     envs[r].push_back("MASTER_ADDR=127.0.0.1");
     envs[r].push_back("MASTER_PORT=" + std::to_string(server.port()));
     envs[r].push_back("RINGLAB_STORE_HOSTED=1");
+    envs[r].push_back(std::string(kJobSecretVariable) + "=" + secret_hex);
     for (const std::string& e : options.env) envs[r].push_back(e);
     for (std::string& e : envs[r]) envps[r].push_back(e.data());
     envps[r].push_back(nullptr);

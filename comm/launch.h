@@ -1,7 +1,9 @@
 // Starts N ranks of this program on this machine, as
 // torch.multiprocessing.spawn does for `--nprocs=N`: each child gets RANK,
 // WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (a TCP
-// store the launcher hosts on loopback, so no two ranks race for the port);
+// store the launcher hosts on loopback, so no two ranks race for the port),
+// and RINGLAB_JOB_SECRET, 128 fresh random bits without which the store
+// admits nobody;
 // their stdout and stderr are forwarded line by line, prefixed "[rank R] ".
 // When a rank fails, the others are stopped (SIGTERM, then SIGKILL after a
 // grace period) and the launcher reports that rank and returns its status.

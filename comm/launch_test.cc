@@ -10,6 +10,8 @@
 #include <chrono>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -72,6 +74,43 @@ TEST(LaunchTest, GivesEachRankItsVariablesAndPrefixesOutput) {
     EXPECT_NE(l.output.find(p + "no newline\n"), std::string::npos) << l.output;
     EXPECT_NE(l.output.find(p + "to-stderr\n"), std::string::npos) << l.output;
   }
+}
+
+// The secret every rank of a job presents to its store: 128 fresh random
+// bits per job, the same for all of its ranks, never one inherited from the
+// launcher's own environment.
+TEST(LaunchTest, EachJobGetsAFreshSecretAllItsRanksShare) {
+  setenv("RINGLAB_JOB_SECRET", std::string(32, '0').c_str(), 1);
+  std::vector<std::string> jobs;
+  for (int job = 0; job < 2; ++job) {
+    // Exactly one definition: with two, getenv() and the shell may not even
+    // agree on which is the secret.
+    Launched l = Launch(2,
+                        "echo \"secret=$RINGLAB_JOB_SECRET\"; echo \"defined "
+                        "$(tr '\\0' '\\n' </proc/$$/environ | grep -c "
+                        "^RINGLAB_JOB_SECRET=)\"");
+    EXPECT_EQ(l.status, 0) << l.output;
+    EXPECT_EQ(l.output.find("defined 1") != std::string::npos &&
+                  l.output.find("defined 2") == std::string::npos,
+              true)
+        << l.output;
+    std::vector<std::string> secrets;
+    for (int r = 0; r < 2; ++r) {
+      const std::string p = "[rank " + std::to_string(r) + "] secret=";
+      const size_t at = l.output.find(p);
+      ASSERT_NE(at, std::string::npos) << l.output;
+      secrets.push_back(l.output.substr(at + p.size(), 32));
+      EXPECT_EQ(l.output[at + p.size() + 32], '\n') << l.output;
+      EXPECT_EQ(secrets.back().find_first_not_of("0123456789abcdef"),
+                std::string::npos)
+          << secrets.back();
+    }
+    EXPECT_EQ(secrets[0], secrets[1]);
+    EXPECT_NE(secrets[0], std::string(32, '0'));
+    jobs.push_back(secrets[0]);
+  }
+  EXPECT_NE(jobs[0], jobs[1]);
+  unsetenv("RINGLAB_JOB_SECRET");
 }
 
 TEST(LaunchTest, FailingRankStopsTheOthersAndItsStatusPropagates) {

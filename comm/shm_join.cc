@@ -178,7 +178,14 @@ template <typename Ready, typename What>
 void ShmJoin::WaitFor(const Ready& ready, const What& waiting_for) {
   auto pause = std::chrono::microseconds(100);
   while (!ready()) {
-    CheckPeers();
+    try {
+      CheckPeers();
+    } catch (const CommError&) {
+      // A peer may finish its part and exit between ready() and the check:
+      // done is done.
+      if (ready()) return;
+      throw;
+    }
     if (Clock::now() > deadline_) {
       throw CommError("shm_ring: timed out after " + Seconds(timeout_) +
                       " s waiting for " + waiting_for());

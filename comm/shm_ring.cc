@@ -63,6 +63,7 @@ const bool kRegistered = RegisterCommunicator(
 
 std::unique_ptr<Communicator> CreateShmRing(const RankContext& context,
                                             const CommOptions& options) {
+  RequireOneHost(context, "shm_ring");
   return std::make_unique<shm::ShmRing>(context, options);
 }
 

@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +25,32 @@ std::string StepDir(const std::string& dir, int64_t next_step) {
   std::snprintf(name, sizeof(name), "step_%08lld",
                 static_cast<long long>(next_step));
   return dir + "/" + name;
+}
+
+// The step a "step_<N>" directory holds, or nothing for another name.
+std::optional<int64_t> StepOfDirectory(const std::string& name) {
+  if (name.rfind("step_", 0) != 0 || name.size() == 5 || name.size() > 23) {
+    return std::nullopt;
+  }
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    step = step * 10 + (name[i] - '0');  // at most 18 digits: no overflow
+  }
+  return step;
+}
+
+// Makes a directory's entries (files created, renamed or removed in it)
+// durable.
+void FsyncDirectory(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || fsync(fd) != 0) {
+    const int error = errno;
+    if (fd >= 0) close(fd);
+    throw std::runtime_error("cannot fsync directory " + path + ": " +
+                             std::strerror(error));
+  }
+  close(fd);
 }
 
 std::string ReadFile(const std::string& path) {
@@ -63,17 +90,22 @@ std::string StepRecordsToCsv(const std::vector<StepRecord>& records, int rank,
 
 void WriteRankCheckpoint(const std::string& dir, int rank,
                          const nn::MlpLayout& layout,
-                         const RankCheckpoint& checkpoint) {
+                         const RankCheckpoint& checkpoint,
+                         const std::function<void()>& before_rename) {
   const std::string step_dir = StepDir(dir, checkpoint.next_step);
   MakeDirs(step_dir);
+  FsyncDirectory(dir);  // step_dir's entry
   const std::string final_dir = step_dir + "/rank" + std::to_string(rank);
   const std::string temporary = final_dir + ".tmp-" + nn::RandomHex();
   MakeDirs(temporary);
+  // Each file is fsynced as it is written (nn::WriteFileAtomically).
   nn::SaveParams(temporary, layout, checkpoint.params.data());
   nn::WriteFileAtomically(temporary + "/history.csv",
                           StepRecordsToCsv(checkpoint.history, rank, true));
   nn::WriteFileAtomically(temporary + "/next_step",
                           std::to_string(checkpoint.next_step) + "\n");
+  FsyncDirectory(temporary);
+  if (before_rename) before_rename();
   std::error_code error;
   fs::remove_all(final_dir, error);  // a partial one from an earlier crash
   fs::rename(temporary, final_dir, error);
@@ -81,16 +113,41 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
     throw std::runtime_error("cannot write checkpoint " + final_dir + ": " +
                              error.message());
   }
+  FsyncDirectory(step_dir);
 }
 
 void MarkLatestCheckpoint(const std::string& dir, int64_t next_step) {
   nn::WriteFileAtomically(dir + "/latest", std::to_string(next_step) + "\n");
-  const std::string keep = StepDir(dir, next_step);
+  FsyncDirectory(dir);
+}
+
+void PruneCheckpointsBefore(const std::string& dir, int64_t next_step) {
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
-    if ((name.rfind("step_", 0) == 0 && entry.path().string() != keep) ||
-        name.find(".tmp-") != std::string::npos) {
+    const std::optional<int64_t> step = StepOfDirectory(name);
+    // Only rank 0 writes at the top (latest, job.txt): temporaries there
+    // are its own, from a crash.
+    if ((step && *step < next_step) ||
+        (!step && name.find(".tmp-") != std::string::npos)) {
+      fs::remove_all(entry.path(), error);
+    }
+  }
+}
+
+void RemoveUnfinishedCheckpoints(const std::string& dir, int64_t latest) {
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const std::optional<int64_t> step = StepOfDirectory(name);
+    if ((step && *step > latest) ||
+        (!step && name.find(".tmp-") != std::string::npos)) {
+      fs::remove_all(entry.path(), error);
+    }
+  }
+  for (const auto& entry :
+       fs::directory_iterator(StepDir(dir, latest), error)) {
+    if (entry.path().filename().string().find(".tmp-") != std::string::npos) {
       fs::remove_all(entry.path(), error);
     }
   }
@@ -124,7 +181,10 @@ RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
   const std::string rank_dir =
       StepDir(dir, next_step) + "/rank" + std::to_string(rank);
   if (!fs::is_directory(rank_dir)) {
-    throw std::invalid_argument("checkpoint " + rank_dir + " is missing");
+    throw std::invalid_argument("the checkpoint of step " +
+                                std::to_string(next_step) + " in " + dir +
+                                " is incomplete: rank " + std::to_string(rank) +
+                                "'s part (" + rank_dir + ") is missing");
   }
   RankCheckpoint checkpoint;
   checkpoint.next_step = next_step;

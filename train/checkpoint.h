@@ -1,13 +1,19 @@
-// Checkpoints that make a killed run resumable bit for bit: each rank writes
-// its parameters (one .npy per state_dict tensor), its per-step history and
-// the step it reached into <dir>/step_<N>/rank<r>/, atomically (a temporary
-// directory renamed into place); once every rank has written, rank 0 points
-// <dir>/latest at the new step. A crash mid-write leaves the previous
-// checkpoint intact.
+// Checkpoints that make a killed run resumable bit for bit, taken
+// collectively: each rank writes its part (its parameters, one .npy per
+// state_dict tensor, its per-step history and the step it reached) into
+// <dir>/step_<N>/rank<r>/ through a temporary directory renamed into place,
+// every file and directory fsynced; once every rank's part is on disk (the
+// trainer's barrier), rank 0 moves <dir>/latest to N, fsynced, and only then
+// removes the steps before N. A rank writes step N's part only after the
+// barrier of the checkpoint before it, so while latest is N no rank is still
+// writing or reading a step before N, and pruning never touches one that
+// any rank may use. A crash at any point leaves latest at a complete
+// checkpoint; a resumed run first removes what the crash left beyond it.
 #ifndef RINGLAB_TRAIN_CHECKPOINT_H_
 #define RINGLAB_TRAIN_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,20 +38,33 @@ struct RankCheckpoint {
   std::vector<StepRecord> history;
 };
 
-// Writes this rank's part of the checkpoint taken after next_step steps.
+// Writes this rank's part of the checkpoint taken after next_step steps,
+// durably (fsynced). before_rename, when set, runs once the files are on
+// disk and before they are renamed into place (tests kill the rank there).
 void WriteRankCheckpoint(const std::string& dir, int rank,
                          const nn::MlpLayout& layout,
-                         const RankCheckpoint& checkpoint);
-// Rank 0, after every rank has written: atomically marks step as the latest,
-// then removes the older checkpoints and what crashed writers left behind.
+                         const RankCheckpoint& checkpoint,
+                         const std::function<void()>& before_rename = {});
+// Rank 0, once every rank's part of next_step is on disk: atomically and
+// durably marks it as the latest.
 void MarkLatestCheckpoint(const std::string& dir, int64_t next_step);
+// Rank 0, after MarkLatestCheckpoint(dir, next_step): removes the steps
+// before it (no rank can still be writing or reading them) and what rank 0's
+// own crashed writes left at the top. Steps after it are being written.
+void PruneCheckpointsBefore(const std::string& dir, int64_t next_step);
+// Rank 0 of a resumed run, before any rank writes: removes the steps after
+// the latest (parts of a checkpoint that never completed) and temporaries a
+// crash left, so that nothing half-written can later be taken for whole.
+void RemoveUnfinishedCheckpoints(const std::string& dir, int64_t latest);
 // What job the checkpoints belong to ("name=value" lines), so that --resume
 // refuses another job's; empty when there is none.
 void WriteJobDescription(const std::string& dir, const std::string& text);
 std::string ReadJobDescription(const std::string& dir);
 // The latest checkpoint's step, or nothing when there is none.
 std::optional<int64_t> LatestCheckpoint(const std::string& dir);
-// Reads this rank's part; throws std::invalid_argument naming what is wrong.
+// Reads this rank's part; throws std::invalid_argument naming what is wrong
+// (a missing part: "the checkpoint of step N in <dir> is incomplete: rank
+// R's part ... is missing").
 RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
                                   const nn::MlpLayout& layout,
                                   int64_t next_step);

@@ -56,5 +56,81 @@ TEST(CheckpointTest, MissingRankOrShortHistoryIsAnError) {
                std::invalid_argument);
 }
 
+RankCheckpoint Part(const nn::MlpLayout& layout, int64_t next_step) {
+  RankCheckpoint part;
+  part.next_step = next_step;
+  part.params.assign(layout.num_params(), 0.5f);
+  part.history.resize(next_step);
+  return part;
+}
+
+// Rank 0 prunes after moving latest to N while another rank, with no
+// collective in between, already writes N + 1 (param_avg, none): what is
+// being written survives, only steps before N go.
+TEST(CheckpointTest, PruningKeepsTheStepsBeingWritten) {
+  namespace fs = std::filesystem;
+  const std::string dir = TempDir("prune");
+  const nn::MlpLayout layout({3, 2});
+  for (int rank = 0; rank < 2; ++rank) {
+    WriteRankCheckpoint(dir, rank, layout, Part(layout, 1));
+    WriteRankCheckpoint(dir, rank, layout, Part(layout, 2));
+  }
+  MarkLatestCheckpoint(dir, 1);
+  // Rank 1 is ahead: its part of step 3 is in place, and a temporary
+  // directory of a part being written is there too; at the top, a
+  // temporary that a crashed write of rank 0's left.
+  WriteRankCheckpoint(dir, 1, layout, Part(layout, 3));
+  fs::create_directories(dir + "/step_00000003/rank1.tmp-0123456789abcdef");
+  std::ofstream(dir + "/latest.tmp-0123456789abcdef") << "2\n";
+  MarkLatestCheckpoint(dir, 2);
+  PruneCheckpointsBefore(dir, 2);
+  EXPECT_FALSE(fs::exists(dir + "/step_00000001"));
+  EXPECT_FALSE(fs::exists(dir + "/latest.tmp-0123456789abcdef"));
+  EXPECT_TRUE(fs::exists(dir + "/step_00000002/rank0/fc1.weight.npy"));
+  EXPECT_TRUE(fs::exists(dir + "/step_00000002/rank1/fc1.weight.npy"));
+  EXPECT_TRUE(fs::exists(dir + "/step_00000003/rank1/fc1.weight.npy"));
+  EXPECT_TRUE(fs::exists(dir + "/step_00000003/rank1.tmp-0123456789abcdef"));
+  EXPECT_EQ(LatestCheckpoint(dir), std::optional<int64_t>(2));
+  EXPECT_EQ(ReadRankCheckpoint(dir, 1, layout, 2).next_step, 2);
+}
+
+// A resumed run first removes what the crash left beyond the latest
+// complete checkpoint: parts of a later step, temporaries of any writer.
+TEST(CheckpointTest, ResumingRemovesWhatACrashLeftBeyondTheLatest) {
+  namespace fs = std::filesystem;
+  const std::string dir = TempDir("unfinished");
+  const nn::MlpLayout layout({3, 2});
+  for (int rank = 0; rank < 2; ++rank) {
+    WriteRankCheckpoint(dir, rank, layout, Part(layout, 4));
+  }
+  MarkLatestCheckpoint(dir, 4);
+  WriteRankCheckpoint(dir, 1, layout, Part(layout, 6));  // rank 0 never did
+  fs::create_directories(dir + "/step_00000004/rank0.tmp-00000000000000aa");
+  fs::create_directories(dir + "/step_00000008/rank1.tmp-00000000000000bb");
+  RemoveUnfinishedCheckpoints(dir, 4);
+  EXPECT_FALSE(fs::exists(dir + "/step_00000006"));
+  EXPECT_FALSE(fs::exists(dir + "/step_00000008"));
+  EXPECT_FALSE(fs::exists(dir + "/step_00000004/rank0.tmp-00000000000000aa"));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(ReadRankCheckpoint(dir, rank, layout, 4).next_step, 4);
+  }
+}
+
+TEST(CheckpointTest, AMissingPartIsNamedAsAnIncompleteCheckpoint) {
+  const std::string dir = TempDir("incomplete");
+  const nn::MlpLayout layout({3, 2});
+  WriteRankCheckpoint(dir, 0, layout, Part(layout, 5));
+  MarkLatestCheckpoint(dir, 5);
+  try {
+    ReadRankCheckpoint(dir, 1, layout, 5);
+    ADD_FAILURE() << "read a part that is not there";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "the checkpoint of step 5 in " + dir +
+                                         " is incomplete: rank 1's part (" +
+                                         dir +
+                                         "/step_00000005/rank1) is missing");
+  }
+}
+
 }  // namespace
 }  // namespace ringlab::train

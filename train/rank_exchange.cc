@@ -1,7 +1,9 @@
 #include "train/rank_exchange.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <stdexcept>
 
 namespace ringlab::train {
 
@@ -35,7 +37,10 @@ std::vector<std::string> RankExchange::AllGather(const std::string& mine) {
     return all;
   }
   // Through the allreduce: 16 bits per float, which floats carry exactly.
-  // First the lengths, then the bytes padded to the longest.
+  // First the lengths (32 bits), then the bytes padded to the longest.
+  if (mine.size() > UINT32_MAX) {
+    throw std::length_error("RankExchange: over 4 GiB from one rank");
+  }
   const uint32_t length = static_cast<uint32_t>(mine.size());
   const auto lengths = AllGatherFloats(
       {static_cast<float>(length & 0xFFFF), static_cast<float>(length >> 16)});

@@ -59,12 +59,14 @@ void ValidateSync(const std::string& name, const SyncOptions& options) {
     throw std::invalid_argument("unknown --sync=" + name +
                                 " (expected allreduce, param_avg or none)");
   }
-  if (options.avg_period < 1) {
-    throw std::invalid_argument("--avg_period must be at least 1, not " +
+  if (options.avg_period < 1 || options.avg_period > kMaxSteps) {
+    throw std::invalid_argument("--avg_period must be in [1, " +
+                                std::to_string(kMaxSteps) + "], not " +
                                 std::to_string(options.avg_period));
   }
-  if (options.avg_warmup < 0) {
-    throw std::invalid_argument("--avg_warmup must not be negative, not " +
+  if (options.avg_warmup < 0 || options.avg_warmup > kMaxSteps) {
+    throw std::invalid_argument("--avg_warmup must be in [0, " +
+                                std::to_string(kMaxSteps) + "], not " +
                                 std::to_string(options.avg_warmup));
   }
 }

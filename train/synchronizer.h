@@ -28,13 +28,17 @@ class Synchronizer {
   virtual void AfterStep(nn::Mlp& model, int64_t step) = 0;
 };
 
+// The most steps a run may take (1e9 epochs of at most 1e9 steps): step
+// numbers and settings counted in steps stay far below 2^63.
+inline constexpr int64_t kMaxSteps = 1'000'000'000'000'000'000;
+
 struct SyncOptions {
   int64_t avg_period = 4;  // param_avg: K
   int64_t avg_warmup = 0;  // param_avg: steps before the first average
 };
 
 // Throws std::invalid_argument unless name is "allreduce", "param_avg" or
-// "none", the period at least 1 and the warm-up not negative.
+// "none", the period in [1, kMaxSteps] and the warm-up in [0, kMaxSteps].
 void ValidateSync(const std::string& name, const SyncOptions& options);
 
 // A synchroniser by name, after ValidateSync.

@@ -3,11 +3,8 @@
 // rank that dies makes the launcher fail naming it, and every other rank fail
 // by itself.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -17,75 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "comm/testing/leftovers.h"
 #include "nn/npy.h"
+#include "train/cli_testing.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr char kTrain[] = "train/train";
-constexpr char kReference[] = "experiments/seed_ddp/reference";
-
-struct CommandResult {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string TempDir(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(root ? root : "/tmp") + "/cli_" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Ranks a launcher leaves running are re-parented to this process, where
-// ExpectNothingLeft sees them.
-const bool kAdopted = (ringlab::comm::testing::AdoptOrphans(), true);
-
-// After a job: no rank left running, no store port left listening.
-void ExpectNothingLeft(const std::string& command) {
-  for (const std::string& leftover : ringlab::comm::testing::Leftovers()) {
-    ADD_FAILURE() << "left behind by '" << command << "': " << leftover;
-  }
-}
-
-// Runs `env_prefix kTrain args` through the shell with a deadline.
-CommandResult RunTrain(const std::string& args,
-                       const std::string& env_prefix = "") {
-  const std::string dir = TempDir("run_capture");
-  const std::string command = env_prefix + " timeout -k 5 60 " + kTrain + " " +
-                              args + " >" + dir + "/out 2>" + dir + "/err";
-  CommandResult run;
-  const int raw = std::system(command.c_str());
-  run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  run.out = ReadText(dir + "/out");
-  run.err = ReadText(dir + "/err");
-  ExpectNothingLeft(command);
-  return run;
-}
-
-int Lines(const std::string& text) {
-  int lines = 0;
-  for (char ch : text) lines += ch == '\n';
-  return lines;
-}
-
-void ExpectUsageError(const CommandResult& run, const std::string& fragment) {
-  EXPECT_EQ(run.status, 2) << run.err;
-  EXPECT_EQ(run.err.rfind("error: ", 0), 0u) << run.err;
-  EXPECT_EQ(Lines(run.err), 1) << run.err;
-  EXPECT_NE(run.err.find(fragment), std::string::npos) << run.err;
-}
+using namespace ringlab::train::testing;  // NOLINT: the CLI test helpers
 
 TEST(TrainCliTest, BadFlagsAreOneErrorLineAndStatusTwo) {
   ExpectUsageError(RunTrain("--no_such_flag=1"), "unknown flag --no_such_flag");
@@ -103,6 +38,49 @@ TEST(TrainCliTest, BadFlagsAreOneErrorLineAndStatusTwo) {
   ExpectUsageError(RunTrain("--flagfile=/nonexistent"), "not supported");
   ExpectUsageError(RunTrain("--epochs=2000000000"), "--epochs");
   ExpectUsageError(RunTrain("--resume"), "--out_dir");
+}
+
+// Every integer flag is bounded so that no arithmetic on it can overflow;
+// out of range is an error, never a silently wrong run (a batch size of
+// 2^63 - 1 used to overflow samples + batch_size - 1 and train nothing).
+TEST(TrainCliTest, IntegerFlagsOutOfRangeAreRefused) {
+  const std::string max64 = "9223372036854775807";
+  ExpectUsageError(RunTrain("--batch_size=" + max64),
+                   "--batch_size must be in [1, 1000000000], not " + max64);
+  ExpectUsageError(RunTrain("--samples=" + max64), "--samples must be in");
+  ExpectUsageError(RunTrain("--samples=0"), "--samples must be in");
+  ExpectUsageError(RunTrain("--epochs=-1"), "--epochs must be in");
+  ExpectUsageError(RunTrain("--checkpoint_every=-1 --out_dir=/tmp"),
+                   "--checkpoint_every must be in");
+  ExpectUsageError(RunTrain("--checkpoint_every=" + max64 + " --out_dir=/tmp"),
+                   "--checkpoint_every must be in");
+  ExpectUsageError(RunTrain("--sync=param_avg --avg_period=0"),
+                   "--avg_period must be in");
+  ExpectUsageError(RunTrain("--sync=param_avg --avg_period=" + max64),
+                   "--avg_period must be in");
+  ExpectUsageError(RunTrain("--sync=param_avg --avg_warmup=" + max64),
+                   "--avg_warmup must be in");
+  ExpectUsageError(RunTrain("--avg_warmup=-1"), "--avg_warmup must be in");
+  ExpectUsageError(RunTrain("--nprocs=0"), "--nprocs");
+  ExpectUsageError(RunTrain("--nprocs=257"), "--nprocs");
+  ExpectUsageError(RunTrain("--nprocs=3000000000"), "--nprocs");
+  ExpectUsageError(RunTrain("--fault_rank=2"),
+                   "--fault_rank must be in [0, 1]");
+  ExpectUsageError(RunTrain("--fault_after_step=-2"), "--fault_after_step");
+  ExpectUsageError(RunTrain("--fault_point=somewhere"), "--fault_point");
+  ExpectUsageError(RunTrain("--seed=-1"), "--seed");
+  ExpectUsageError(RunTrain("--seed=18446744073709551615 --per_rank_data"),
+                   "--seed + rank must stay below 2^64");
+  ExpectUsageError(
+      RunTrain("--sampler_seed=18446744073709551615 --set_epoch --epochs=2"),
+      "--sampler_seed + epoch must stay below 2^64");
+  ExpectUsageError(RunTrain("--timeout=1e300"), "--timeout");
+  // At the bounds themselves, the run goes ahead.
+  EXPECT_EQ(RunTrain("--quiet --batch_size=1000000000 --epochs=1").status, 0);
+  EXPECT_EQ(RunTrain("--quiet --seed=18446744073709551615 --sampler_seed="
+                     "18446744073709551615 --epochs=1")
+                .status,
+            0);
 }
 
 TEST(TrainCliTest, ResumeRefusesAMissingOrForeignCheckpoint) {
@@ -216,113 +194,67 @@ TEST(TrainCliTest, ADeadRankFailsTheLauncherWithinTheDeadline) {
   EXPECT_EQ(run.err.substr(run.err.size() - report.size()), report) << run.err;
 }
 
-// A free loopback port, for a job whose rank 0 hosts the store (torchrun's
-// MASTER_PORT). It is free only when this returns: another process may take
-// it before rank 0 binds it, hence RunRanksByHand's retries.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-struct RankRun {
-  int status = -1;  // as the shell reports it: 124 when `timeout` stopped it
-  std::string err;  // the rank's own stderr, no launcher in between
-};
-
-// One attempt of RunRanksByHand on `port`.
-std::vector<RankRun> RunRanksOnPort(
-    const std::string& dir, int world, int port,
-    const std::function<std::string(int rank)>& args) {
-  const std::string env =
-      "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
-      " WORLD_SIZE=" + std::to_string(world);
-  std::string command;
-  for (int rank = 0; rank < world; ++rank) {
-    const std::string r = std::to_string(rank);
-    command += "(" + env + " RANK=" + r + " LOCAL_RANK=" + r +
-               " timeout -k 5 60 " + kTrain + " " + args(rank) + " >" + dir +
-               "/out" + r + " 2>" + dir + "/err" + r + "; echo $? >" + dir +
-               "/status" + r + ") & ";
-  }
-  command += "wait";
-  std::vector<RankRun> ranks(world);
-  const int raw = std::system(command.c_str());
-  ExpectNothingLeft(command);
-  if (raw != 0) return ranks;
-  for (int rank = 0; rank < world; ++rank) {
-    const std::string r = std::to_string(rank);
-    const std::string status = ReadText(dir + "/status" + r);
-    ranks[rank].status = status.empty() ? -1 : std::atoi(status.c_str());
-    ranks[rank].err = ReadText(dir + "/err" + r);
-  }
-  return ranks;
-}
-
-// Starts `world` ranks by hand with torchrun's variables, all at once (no
-// launcher, so each rank's exit status and stderr are its own), and waits for
-// all. Rank 0 hosts the store on FreePort()'s port; when another process took
-// that port first (rank 0 says so), the whole job is started again on
-// another one, a few times at most.
-std::vector<RankRun> RunRanksByHand(
-    const std::string& name, int world,
-    const std::function<std::string(int rank)>& args) {
-  constexpr int kAttempts = 5;
-  std::vector<RankRun> ranks;
-  for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    const int port = FreePort();
-    if (port == 0) continue;
-    ranks = RunRanksOnPort(TempDir(name), world, port, args);
-    const std::string taken =
-        "error: TcpStoreServer: cannot listen on 127.0.0.1:" +
-        std::to_string(port) + ": Address already in use\n";
-    if (ranks[0].err != taken) return ranks;
-  }
-  ADD_FAILURE() << "no free port for rank 0's store in " << kAttempts
-                << " attempts";
-  return ranks;
-}
-
 // Without a launcher to stop them, the survivors of a dead rank must fail by
-// themselves, each naming the rank that died. A survivor that hangs is
-// stopped by `timeout` (status 124, and no error line of its own); one that
-// only notices at its deadline (--timeout) says "timed out", not "died".
+// themselves, each within its deadline, naming the rank that died: whether
+// they meet it in the next gradient allreduce (allreduce), in a parameter
+// average or a checkpoint's barrier (param_avg), or only at the end of the
+// run (none); and whether it was rank 0, which hosts the store. A survivor
+// that hangs is stopped by `timeout` (status 124, and no error line of its
+// own); one that only notices at its deadline (--timeout) says "timed out",
+// not "died".
 TEST(TrainCliTest, EachSurvivorDetectsADeadRankByItself) {
-  const auto ranks = RunRanksByHand("dead_rank", 3, [](int) {
-    return "--quiet --timeout=20 --epochs=20 --fault_after_step=3 "
-           "--fault_rank=1";
-  });
-  ASSERT_EQ(ranks.size(), 3u);
-  EXPECT_EQ(ranks[1].status, 128 + SIGKILL) << ranks[1].err;
-  for (int rank : {0, 2}) {
-    const std::string& err = ranks[rank].err;
-    EXPECT_EQ(ranks[rank].status, 1) << "rank " << rank << ": " << err;
-    EXPECT_EQ(err.rfind("error: shm_ring: ", 0), 0u) << err;
-    EXPECT_EQ(Lines(err), 1) << err;
-    // The other survivor may have failed first and passed this on: either
-    // way the line ends with the dead rank's own detection.
-    EXPECT_NE(err.find("rank 1 (pid "), std::string::npos) << err;
-    EXPECT_NE(err.find(") died during "), std::string::npos) << err;
+  struct Case {
+    const char* flags;
+    int dead;
+  };
+  for (const Case& c :
+       {Case{"--sync=allreduce", 1}, Case{"--sync=allreduce", 0},
+        Case{"--sync=param_avg --avg_period=4 --checkpoint_every=2", 1},
+        Case{"--sync=param_avg --avg_period=4", 0}, Case{"--sync=none", 1},
+        Case{"--sync=none --checkpoint_every=3", 0}}) {
+    SCOPED_TRACE(std::string(c.flags) + ", rank " + std::to_string(c.dead) +
+                 " dies");
+    const std::string out = TempDir("dead_rank_out");
+    ByHand job;
+    job.world = 3;
+    job.secret_in_env = true;  // rank 0 may die: it publishes no file
+    job.args = [&](int) {
+      return std::string("--quiet --timeout=20 --epochs=20 ") + c.flags +
+             " --fault_after_step=5 --fault_rank=" + std::to_string(c.dead) +
+             " --out_dir=" + out;
+    };
+    const auto start = std::chrono::steady_clock::now();
+    const auto ranks = RunRanksByHand("dead_rank", job);
+    // Every survivor was done well before its 20 s deadline.
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(20));
+    ASSERT_EQ(ranks.size(), 3u);
+    EXPECT_EQ(ranks[c.dead].status, 128 + SIGKILL) << ranks[c.dead].err;
+    for (int rank = 0; rank < 3; ++rank) {
+      if (rank == c.dead) continue;
+      const std::string& err = ranks[rank].err;
+      EXPECT_EQ(ranks[rank].status, 1) << "rank " << rank << ": " << err;
+      EXPECT_EQ(err.rfind("error: shm_ring: ", 0), 0u) << err;
+      EXPECT_EQ(Lines(err), 1) << err;
+      // The other survivor may have failed first and passed this on: either
+      // way the line ends with the dead rank's own detection.
+      EXPECT_NE(err.find("rank " + std::to_string(c.dead) + " (pid "),
+                std::string::npos)
+          << err;
+      EXPECT_NE(err.find(") died during "), std::string::npos) << err;
+    }
   }
 }
 
 // Ranks started by hand (torchrun's variables) with different models: like
 // DDP's constructor, both refuse to start.
 TEST(TrainCliTest, RanksWithDifferentModelsRefuseToStart) {
-  const auto ranks = RunRanksByHand("mismatch", 2, [](int rank) {
+  ByHand job;
+  job.args = [](int rank) {
     return std::string("--quiet --timeout=10 --model=") +
            (rank == 0 ? "10,5,2" : "10,6,2");
-  });
+  };
+  const auto ranks = RunRanksByHand("mismatch", job);
   ASSERT_EQ(ranks.size(), 2u);
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(ranks[rank].status, 2) << ranks[rank].err;
@@ -330,6 +262,71 @@ TEST(TrainCliTest, RanksWithDifferentModelsRefuseToStart) {
               std::string::npos)
         << ranks[rank].err;
   }
+}
+
+// The torchrun-style pair on MASTER_ADDR=127.0.0.2 (it used to hang: rank 0
+// listened on 127.0.0.1 whatever MASTER_ADDR said) trains exactly what the
+// launcher's job trains.
+TEST(TrainCliTest, TorchrunStylePairOnAnotherLoopbackAddressFinishes) {
+  const std::string flags =
+      "--quiet --timeout=20 --data_dir=" + std::string(kReference) +
+      " --init_dir=" + std::string(kReference) + "/init --out_dir=";
+  const std::string launched = TempDir("launched");
+  ASSERT_EQ(RunTrain(flags + launched).status, 0);
+  const std::string out = TempDir("by_hand");
+  ByHand job;
+  job.master_addr = "127.0.0.2";
+  job.args = [&](int) { return flags + out; };
+  const auto ranks = RunRanksByHand("loopback2", job);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const RankRun& rank : ranks) EXPECT_EQ(rank.status, 0) << rank.err;
+  EXPECT_EQ(Losses(out), Losses(launched));
+  EXPECT_EQ(Losses(out).size(), 20u);
+  for (const std::string& tensor : kTensors) {
+    EXPECT_EQ(ReadText(out + "/final/" + tensor + ".npy"),
+              ReadText(launched + "/final/" + tensor + ".npy"))
+        << tensor;
+  }
+}
+
+// Every rank reports its host: over shm_ring, ranks on two hosts each
+// refuse at start with the same line naming both (RINGLAB_HOST_ID stands
+// for two machines here; train/two_host_test runs real ones).
+TEST(TrainCliTest, SharedMemoryRanksOnTwoHostsRefuseNamingThem) {
+  ByHand job;
+  job.env = [](int rank) {
+    return "RINGLAB_HOST_ID=node-" + std::string(rank == 0 ? "a" : "b");
+  };
+  job.args = [](int) { return std::string("--quiet --timeout=10"); };
+  const auto ranks = RunRanksByHand("two_hosts", job);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const RankRun& rank : ranks) {
+    EXPECT_EQ(rank.err,
+              "error: shm_ring needs every rank on one host, but this job "
+              "spans 2 hosts (rank 0 on node-a; rank 1 on node-b); use a "
+              "backend that spans hosts: mpi, nccl or gloo\n");
+    EXPECT_EQ(rank.status, 2);
+  }
+}
+
+// Beyond loopback a job needs its secret on every rank: without it, or with
+// a malformed one, a rank refuses before it listens or connects anywhere.
+TEST(TrainCliTest, AJobBeyondLoopbackWithoutItsSecretRefusesToStart) {
+  const std::string rank1 =
+      "RANK=1 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500";
+  ExpectUsageError(RunTrain("--quiet", rank1),
+                   "MASTER_ADDR=10.0.0.1, beyond loopback: set "
+                   "RINGLAB_JOB_SECRET");
+  const std::string rank0 =
+      "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500";
+  ExpectUsageError(RunTrain("--quiet --store_bind=0.0.0.0", rank0),
+                   "the store would listen on 0.0.0.0, beyond loopback");
+  const CommandResult bad =
+      RunTrain("--quiet", rank1 + " RINGLAB_JOB_SECRET=notsosecret");
+  ExpectUsageError(bad, "RINGLAB_JOB_SECRET must be 32 to 128 hex digits");
+  EXPECT_EQ(bad.err.find("notsosecret"), std::string::npos) << bad.err;
+  ExpectUsageError(RunTrain("--store_bind=everywhere"),
+                   "--store_bind=everywhere is not an IPv4 address");
 }
 
 }  // namespace

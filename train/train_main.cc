@@ -6,11 +6,13 @@
 //   bazel run //train:train -- --out_dir=/tmp/run
 // With --nprocs=N (default 2) it starts N ranks on this machine, as
 // torch.multiprocessing.spawn does; under torchrun-style variables (RANK,
-// WORLD_SIZE, MASTER_ADDR, MASTER_PORT) it is one of them; under mpirun with
-// --comm=mpi it takes MPI's ranks. With --comm=ipc_ring_threads the N ranks
-// are threads of this one process on one GPU, each with its own stream
-// (comm/ipc_ring_threads.h): what a one-GPU machine can train with a
-// multi-rank allreduce whose kernels run side by side.
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and RINGLAB_JOB_SECRET beyond
+// loopback) it is one of them; under mpirun with --comm=mpi it takes MPI's
+// ranks. With --comm=ipc_ring_threads the N ranks are threads of this one
+// process on one GPU, each with its own stream (comm/ipc_ring_threads.h):
+// what a one-GPU machine can train with a multi-rank allreduce whose kernels
+// run side by side.
+#include <arpa/inet.h>
 #include <gflags/gflags.h>
 
 #include <algorithm>
@@ -78,6 +80,14 @@ DEFINE_int64(
     fault_after_step, -1,
     "testing: rank --fault_rank kills itself (SIGKILL) after this step");
 DEFINE_int32(fault_rank, 0, "testing: the rank --fault_after_step kills");
+DEFINE_string(fault_point, "after_step",
+              "testing: where in the step it dies: after_step | part_written "
+              "| part_renamed | before_latest | before_prune (checkpoint "
+              "stages)");
+DEFINE_string(store_bind, "",
+              "torchrun-style rank 0: where its store listens (an IPv4 "
+              "address of this host, or 0.0.0.0 for every interface); "
+              "default MASTER_ADDR's address");
 
 namespace ringlab::train {
 namespace {
@@ -121,6 +131,13 @@ TrainConfig ConfigFromFlags() {
   c.quiet = FLAGS_quiet;
   c.fault_after_step = FLAGS_fault_after_step;
   c.fault_rank = FLAGS_fault_rank;
+  c.fault_point = FLAGS_fault_point;
+  in_addr address{};
+  if (!FLAGS_store_bind.empty() &&
+      inet_pton(AF_INET, FLAGS_store_bind.c_str(), &address) != 1) {
+    throw std::invalid_argument("--store_bind=" + FLAGS_store_bind +
+                                " is not an IPv4 address (e.g. 0.0.0.0)");
+  }
   if (!(FLAGS_timeout > 0) || FLAGS_timeout > 86400) {
     throw std::invalid_argument("--timeout must be in (0, 86400] seconds");
   }
@@ -152,13 +169,22 @@ int RunThisRank(const TrainConfig& config) {
   comm::CommOptions options;
   options.timeout = config.timeout;
   options.join_timeout = config.timeout;
-  const auto rendezvous = comm::Rendezvous::FromEnv(config.timeout);
+  comm::JobEnvironment job = comm::JobEnvironment::Read();
+  if (!FLAGS_store_bind.empty()) job.store_bind = FLAGS_store_bind;
+  const auto rendezvous = comm::Rendezvous::Join(job, config.timeout);
   const comm::RankContext& context = rendezvous->context();
   // Under a foreign launcher (torchrun-style, mpirun) nothing was checked
   // yet; under ours this repeats the launcher's cheap checks. Each rank reads
   // its own data set only: a different size on another rank is caught by
   // the agreement check once all have started.
   ValidateConfig(config, context.world_size, /*data_rank=*/context.rank);
+  size_t hosts = 0;
+  const std::string where = comm::DescribeHosts(context.hosts, &hosts);
+  if (hosts > 1 && context.rank == 0 && !config.quiet) {
+    std::printf("ringlab train: %d ranks on %zu hosts (%s)\n",
+                context.world_size, hosts, where.c_str());
+    std::fflush(stdout);
+  }
   options.local_rank = context.local_rank;
   auto communicator = comm::CreateCommunicator(config.comm, context, options);
   RunRank(config, *communicator, context.store);

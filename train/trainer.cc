@@ -17,6 +17,7 @@
 #include "nn/torch_rng.h"
 #include "train/dataset.h"
 #include "train/distributed_sampler.h"
+#include "train/outputs.h"
 #include "train/rank_exchange.h"
 
 namespace ringlab::train {
@@ -26,19 +27,21 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using Settings = std::vector<std::pair<std::string, std::string>>;
 
-// Bounds that keep step counts and buffers far from overflow.
+// Bounds on every integer setting, so that no arithmetic on them overflows:
+// with at most 1e9 samples (so at most 1e9 steps per epoch) and 1e9 epochs,
+// a step number, step + 1 and epoch * steps_per_epoch stay within kMaxSteps
+// (1e18 < 2^63), and samples + batch_size - 1 within 2e9.
 constexpr int64_t kMaxEpochs = 1'000'000'000;
 constexpr int64_t kMaxSamples = 1'000'000'000;
+static_assert(kMaxEpochs * kMaxSamples <= kMaxSteps);
+
+const char* const kFaultPoints[] = {"after_step", "part_written",
+                                    "part_renamed", "before_latest",
+                                    "before_prune"};
 
 double MillisecondsSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start)
       .count();
-}
-
-std::string FloatText(float value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.9g", value);
-  return text;
 }
 
 // What every rank must share, by name: DDP's constructor checks the model's
@@ -155,90 +158,6 @@ std::vector<float> InitialParams(const TrainConfig& config,
   return params;
 }
 
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out + "\"";
-}
-
-std::string ConfigJson(const TrainConfig& c, int world_size,
-                       const std::string& data_source) {
-  auto boolean = [](bool value) { return value ? "true" : "false"; };
-  std::string json = "{\n";
-  json += "  \"model\": " + Quote(c.model) + ",\n";
-  json += "  \"sync\": " + Quote(c.sync) + ",\n";
-  json += "  \"comm\": " + Quote(c.comm) + ",\n";
-  json += "  \"device\": " + Quote(nn::DeviceName(c.device)) + ",\n";
-  json += "  \"world_size\": " + std::to_string(world_size) + ",\n";
-  json += "  \"epochs\": " + std::to_string(c.epochs) + ",\n";
-  json += "  \"lr\": " + FloatText(c.lr) + ",\n";
-  json += "  \"batch_size\": " + std::to_string(c.batch_size) + ",\n";
-  json += "  \"samples\": " + std::to_string(c.samples) + ",\n";
-  json += "  \"seed\": " + std::to_string(c.seed) + ",\n";
-  json += "  \"sampler_seed\": " + std::to_string(c.sampler_seed) + ",\n";
-  json += "  \"shuffle\": " + std::string(boolean(c.shuffle)) + ",\n";
-  json += "  \"drop_last\": " + std::string(boolean(c.drop_last)) + ",\n";
-  json += "  \"set_epoch\": " + std::string(boolean(c.set_epoch)) + ",\n";
-  json +=
-      "  \"per_rank_data\": " + std::string(boolean(c.per_rank_data)) + ",\n";
-  json +=
-      "  \"avg_period\": " + std::to_string(c.sync_options.avg_period) + ",\n";
-  json +=
-      "  \"avg_warmup\": " + std::to_string(c.sync_options.avg_warmup) + ",\n";
-  json += "  \"data\": " + Quote(data_source) + ",\n";
-  json += "  \"init_dir\": " + Quote(c.init_dir) + ",\n";
-  json +=
-      "  \"checkpoint_every\": " + std::to_string(c.checkpoint_every) + ",\n";
-  json += "  \"resume\": " + std::string(boolean(c.resume)) + ",\n";
-  json += "  \"timeout_ms\": " + std::to_string(c.timeout.count()) + "\n";
-  return json + "}\n";
-}
-
-// final/ is written whole into a temporary directory and swapped in, so it
-// never mixes two runs' tensors (nor keeps a deeper model's fc3.*).
-void ReplaceFinalParams(const std::string& out_dir, const nn::MlpLayout& layout,
-                        const std::vector<float>& params) {
-  const std::string final_dir = out_dir + "/final";
-  const std::string fresh = final_dir + ".tmp-new";
-  const std::string old = final_dir + ".tmp-old";
-  std::error_code error;
-  fs::remove_all(fresh, error);
-  fs::remove_all(old, error);
-  MakeDirs(fresh);
-  nn::SaveParams(fresh, layout, params.data());
-  if (fs::exists(final_dir)) fs::rename(final_dir, old, error);
-  fs::rename(fresh, final_dir, error);
-  if (error) {
-    throw std::runtime_error("cannot write " + final_dir + ": " +
-                             error.message());
-  }
-  fs::remove_all(old, error);
-}
-
-std::string RecordsToBytes(const std::vector<StepRecord>& records) {
-  if (records.empty()) return "";
-  return std::string(reinterpret_cast<const char*>(records.data()),
-                     records.size() * sizeof(StepRecord));
-}
-
-std::vector<StepRecord> RecordsFromBytes(const std::string& bytes) {
-  std::vector<StepRecord> records(bytes.size() / sizeof(StepRecord));
-  if (records.empty()) return records;
-  std::memcpy(records.data(), bytes.data(),
-              records.size() * sizeof(StepRecord));
-  return records;
-}
-
-std::string Fnv1a(const void* data, size_t size) {
-  uint64_t hash = 1469598103934665603ull;
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
-  return std::string(reinterpret_cast<const char*>(&hash), sizeof(hash));
-}
-
 // Loads (so checks) every rank's data set, or only data_rank's when it is
 // not negative, and returns the size they share.
 int64_t DatasetSize(const TrainConfig& config, int world_size, int data_rank,
@@ -258,6 +177,11 @@ int64_t DatasetSize(const TrainConfig& config, int world_size, int data_rank,
                                   " (DistributedSampler needs one size)");
     }
     size = data.size;
+  }
+  if (size > kMaxSamples) {
+    throw std::invalid_argument("--data_dir " + config.data_dir + " holds " +
+                                std::to_string(size) +
+                                " samples, more than the 1e9 supported");
   }
   return size;
 }
@@ -286,30 +210,178 @@ void CheckResumable(const TrainConfig& config, int world_size,
     }
   }
   const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
-  for (int rank = 0; rank < world_size; ++rank) {
-    ReadRankCheckpoint(dir, rank, layout, *latest);
+  // Every rank's part, as each rank will read it: a checkpoint missing one
+  // is refused here, before any rank starts.
+  try {
+    for (int rank = 0; rank < world_size; ++rank) {
+      ReadRankCheckpoint(dir, rank, layout, *latest);
+    }
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--resume: ") + e.what());
   }
+}
+
+void CheckRange(const char* flag, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    throw std::invalid_argument(std::string(flag) + " must be in [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) +
+                                "], not " + std::to_string(value));
+  }
+}
+
+void CheckBounds(const TrainConfig& c, int world_size) {
+  CheckRange("--epochs", c.epochs, 0, kMaxEpochs);
+  CheckRange("--batch_size", c.batch_size, 1, kMaxSamples);
+  if (c.data_dir.empty()) CheckRange("--samples", c.samples, 1, kMaxSamples);
+  CheckRange("--checkpoint_every", c.checkpoint_every, 0, kMaxSteps);
+  CheckRange("--fault_after_step", c.fault_after_step, -1, kMaxSteps);
+  CheckRange("--fault_rank", c.fault_rank, 0, std::max(world_size, 1) - 1);
+  if (std::find(std::begin(kFaultPoints), std::end(kFaultPoints),
+                c.fault_point) == std::end(kFaultPoints)) {
+    throw std::invalid_argument("unknown --fault_point=" + c.fault_point);
+  }
+  // Seeds are uint64, as torch.manual_seed's: the rank (--per_rank_data) and
+  // the epoch (--set_epoch) added to them must not wrap around.
+  const uint64_t ranks_added =
+      c.per_rank_data ? static_cast<uint64_t>(std::max(world_size, 1) - 1) : 0;
+  if (c.seed > UINT64_MAX - ranks_added) {
+    throw std::invalid_argument(
+        "--seed + rank must stay below 2^64 with --per_rank_data: --seed "
+        "must be at most " +
+        std::to_string(UINT64_MAX - ranks_added));
+  }
+  const uint64_t epochs_added =
+      c.set_epoch && c.epochs > 0 ? static_cast<uint64_t>(c.epochs - 1) : 0;
+  if (c.sampler_seed > UINT64_MAX - epochs_added) {
+    throw std::invalid_argument(
+        "--sampler_seed + epoch must stay below 2^64 with --set_epoch: "
+        "--sampler_seed must be at most " +
+        std::to_string(UINT64_MAX - epochs_added));
+  }
+}
+
+// Testing: rank --fault_rank kills itself (SIGKILL) at `point` of step
+// --fault_after_step, as a crash there would stop it.
+void MaybeFault(const TrainConfig& c, int rank, int64_t step,
+                const char* point) {
+  if (step == c.fault_after_step && rank == c.fault_rank &&
+      c.fault_point == point) {
+    std::fflush(nullptr);
+    raise(SIGKILL);
+  }
+}
+
+// Rank 0, while no other rank touches the checkpoints: a fresh run removes
+// older ones (they must not be resumed into it) and describes its job; a
+// resumed one removes what a crash left beyond the latest.
+void PrepareCheckpoints(const TrainConfig& config, int world_size,
+                        int64_t dataset_size) {
+  const std::string dir = config.out_dir + "/checkpoints";
+  if (config.resume) {
+    if (const auto latest = LatestCheckpoint(dir)) {
+      RemoveUnfinishedCheckpoints(dir, *latest);
+    }
+    return;
+  }
+  std::error_code error;
+  fs::remove_all(dir, error);
+  if (config.checkpoint_every > 0) {
+    WriteJobDescription(dir, JobDescription(config, world_size, dataset_size));
+  }
+}
+
+// Collective: every rank's part of the checkpoint after `step` goes to disk,
+// then rank 0 moves latest to it, then removes the steps before it.
+void TakeCheckpoint(const TrainConfig& config, const nn::MlpLayout& layout,
+                    const nn::Mlp& model,
+                    const std::vector<StepRecord>& history, int64_t step,
+                    comm::Communicator& comm) {
+  const std::string dir = config.out_dir + "/checkpoints";
+  const int rank = comm.rank();
+  RankCheckpoint checkpoint;
+  checkpoint.next_step = step + 1;
+  checkpoint.params.resize(layout.num_params());
+  model.GetParams(checkpoint.params.data());
+  checkpoint.history = history;
+  WriteRankCheckpoint(dir, rank, layout, checkpoint,
+                      [&] { MaybeFault(config, rank, step, "part_written"); });
+  MaybeFault(config, rank, step, "part_renamed");
+  comm.Barrier();  // every rank's part is on disk
+  MaybeFault(config, rank, step, "before_latest");
+  if (rank != 0) return;
+  MarkLatestCheckpoint(dir, step + 1);
+  MaybeFault(config, rank, step, "before_prune");
+  PruneCheckpointsBefore(dir, step + 1);
+}
+
+// Where training starts: the latest checkpoint's parameters and history
+// when resuming, else rank 0's initial parameters (DDP's constructor
+// broadcasts them). Returns the first step to take.
+int64_t StartingPoint(const TrainConfig& config, const nn::MlpLayout& layout,
+                      const std::vector<float>& params,
+                      comm::Communicator& comm, nn::Mlp& model,
+                      std::vector<StepRecord>* history) {
+  const std::string dir = config.out_dir + "/checkpoints";
+  const std::optional<int64_t> latest =
+      config.resume ? LatestCheckpoint(dir) : std::nullopt;
+  if (!latest) {
+    model.SetParams(params.data());
+    BroadcastParams(comm, model, /*root=*/0);
+    return 0;
+  }
+  RankCheckpoint checkpoint =
+      ReadRankCheckpoint(dir, comm.rank(), layout, *latest);
+  model.SetParams(checkpoint.params.data());
+  *history = std::move(checkpoint.history);
+  return *latest;
+}
+
+// One batch of this rank's share, as the DataLoader would give it.
+struct Batch {
+  std::vector<float> x;
+  std::vector<int64_t> y;
+  std::vector<int64_t> indices;
+  int64_t indices_epoch = -1;
+
+  void Load(const Dataset& data, const DistributedSampler& sampler,
+            int64_t sampler_epoch, int64_t begin, int64_t end) {
+    if (sampler_epoch != indices_epoch) {
+      indices = sampler.Indices(sampler_epoch);
+      indices_epoch = sampler_epoch;
+    }
+    data.Gather(indices, static_cast<size_t>(begin), static_cast<size_t>(end),
+                &x, &y);
+  }
+};
+
+// One step: forward and backward, the synchroniser, SGD; what losses.csv
+// records of it.
+StepRecord TakeStep(nn::Mlp& model, Synchronizer& synchronizer,
+                    comm::Communicator& comm, const Batch& batch, int64_t count,
+                    const nn::SgdOptions& sgd, int64_t epoch, int64_t step) {
+  const uint64_t bytes_before = comm.bytes_sent();
+  const auto start = Clock::now();
+  const float loss = model.ForwardBackward(batch.x.data(), batch.y.data(),
+                                           static_cast<int>(count));
+  const auto sync_start = Clock::now();
+  synchronizer.AfterBackward(model);
+  double comm_ms = MillisecondsSince(sync_start);
+  model.SgdStep(sgd);
+  const auto average_start = Clock::now();
+  synchronizer.AfterStep(model, step);
+  comm_ms += MillisecondsSince(average_start);
+  return {epoch,   step,
+          loss,    MillisecondsSince(start),
+          comm_ms, comm.bytes_sent() - bytes_before};
 }
 
 }  // namespace
 
 void ValidateConfig(const TrainConfig& config, int world_size, int data_rank) {
   const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
-  if (config.epochs < 0 || config.epochs > kMaxEpochs) {
-    throw std::invalid_argument("--epochs must be in [0, 1e9]");
-  }
+  CheckBounds(config, world_size);
   if (!(config.lr >= 0.0f) || config.lr > 1e6f) {
     throw std::invalid_argument("--lr must be a number in [0, 1e6]");
-  }
-  if (config.batch_size < 1) {
-    throw std::invalid_argument("--batch_size must be at least 1");
-  }
-  if (config.data_dir.empty() &&
-      (config.samples < 1 || config.samples > kMaxSamples)) {
-    throw std::invalid_argument("--samples must be in [1, 1e9]");
-  }
-  if (config.checkpoint_every < 0) {
-    throw std::invalid_argument("--checkpoint_every must be >= 0");
   }
   if ((config.checkpoint_every > 0 || config.resume) &&
       config.out_dir.empty()) {
@@ -362,16 +434,9 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   std::vector<float> params = InitialParams(config, layout, generator);
   const Dataset data = LoadOrMakeDataset(config, layout, rank, generator);
 
-  const std::string checkpoint_dir = config.out_dir + "/checkpoints";
-  if (rank == 0 && !config.out_dir.empty() && !config.resume) {
-    // A fresh run: older checkpoints must not be resumed into it. Done before
-    // the agreement check, a collective no rank passes before rank 0.
-    std::error_code error;
-    fs::remove_all(checkpoint_dir, error);
-    if (config.checkpoint_every > 0) {
-      WriteJobDescription(checkpoint_dir,
-                          JobDescription(config, world_size, data.size));
-    }
+  // Before the agreement check, a collective no rank passes before rank 0.
+  if (rank == 0 && !config.out_dir.empty()) {
+    PrepareCheckpoints(config, world_size, data.size);
   }
   RankExchange exchange(comm, store, config.timeout);
   CheckRanksAgree(config, data.size, exchange);
@@ -379,21 +444,9 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   std::unique_ptr<nn::Mlp> model = nn::CreateMlp(config.device, layout);
   auto synchronizer =
       CreateSynchronizer(config.sync, comm, config.sync_options);
-
   TrainResult result;
-  int64_t first_step = 0;
-  std::optional<int64_t> latest;
-  if (config.resume) latest = LatestCheckpoint(checkpoint_dir);
-  if (latest) {
-    RankCheckpoint checkpoint =
-        ReadRankCheckpoint(checkpoint_dir, rank, layout, *latest);
-    model->SetParams(checkpoint.params.data());
-    result.history = std::move(checkpoint.history);
-    first_step = *latest;
-  } else {
-    model->SetParams(params.data());
-    BroadcastParams(comm, *model, /*root=*/0);  // DDP's constructor
-  }
+  const int64_t first_step =
+      StartingPoint(config, layout, params, comm, *model, &result.history);
 
   const DistributedSampler sampler(
       data.size, world_size, rank,
@@ -410,95 +463,44 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
         comm.backend(), nn::DeviceName(config.device),
         static_cast<long long>(samples),
         static_cast<long long>(steps_per_epoch),
-        latest ? (", resumed after step " + std::to_string(*latest)).c_str()
-               : "");
+        first_step > 0
+            ? (", resumed after step " + std::to_string(first_step)).c_str()
+            : "");
     std::fflush(stdout);
   }
 
   const nn::SgdOptions sgd{config.lr};
-  std::vector<float> batch_x;
-  std::vector<int64_t> batch_y;
-  std::vector<int64_t> indices;
-  int64_t indices_epoch = -1;
+  Batch batch;
   for (int64_t step = first_step; step < total_steps; ++step) {
     const int64_t epoch = step / steps_per_epoch;
-    const int64_t batch = step % steps_per_epoch;
-    const int64_t sampler_epoch = config.set_epoch ? epoch : 0;
-    if (sampler_epoch != indices_epoch) {
-      indices = sampler.Indices(sampler_epoch);
-      indices_epoch = sampler_epoch;
-    }
-    const size_t begin = batch * config.batch_size;
-    const size_t end = std::min<size_t>(begin + config.batch_size, samples);
-    data.Gather(indices, begin, end, &batch_x, &batch_y);
+    const int64_t index = step % steps_per_epoch;
+    const int64_t begin = index * config.batch_size;
+    const int64_t end = std::min(begin + config.batch_size, samples);
+    batch.Load(data, sampler, config.set_epoch ? epoch : 0, begin, end);
 
-    const uint64_t bytes_before = comm.bytes_sent();
-    const auto start = Clock::now();
-    const float loss = model->ForwardBackward(batch_x.data(), batch_y.data(),
-                                              static_cast<int>(end - begin));
-    const auto sync_start = Clock::now();
-    synchronizer->AfterBackward(*model);
-    double comm_ms = MillisecondsSince(sync_start);
-    model->SgdStep(sgd);
-    const auto average_start = Clock::now();
-    synchronizer->AfterStep(*model, step);
-    comm_ms += MillisecondsSince(average_start);
-    const double step_ms = MillisecondsSince(start);
-    result.history.push_back({epoch, step, loss, step_ms, comm_ms,
-                              comm.bytes_sent() - bytes_before});
+    result.history.push_back(TakeStep(*model, *synchronizer, comm, batch,
+                                      end - begin, sgd, epoch, step));
+    const StepRecord& record = result.history.back();
 
     if (config.checkpoint_every > 0 &&
         (step + 1) % config.checkpoint_every == 0 && step + 1 < total_steps) {
-      RankCheckpoint checkpoint;
-      checkpoint.next_step = step + 1;
-      checkpoint.params.resize(layout.num_params());
-      model->GetParams(checkpoint.params.data());
-      checkpoint.history = result.history;
-      WriteRankCheckpoint(checkpoint_dir, rank, layout, checkpoint);
-      comm.Barrier();  // every rank's part is on disk
-      if (rank == 0) MarkLatestCheckpoint(checkpoint_dir, step + 1);
+      TakeCheckpoint(config, layout, *model, result.history, step, comm);
     }
-    if (step == config.fault_after_step && rank == config.fault_rank) {
-      std::fflush(nullptr);
-      raise(SIGKILL);
-    }
-    if (rank == 0 && !config.quiet && batch == steps_per_epoch - 1) {
+    MaybeFault(config, rank, step, "after_step");
+    if (rank == 0 && !config.quiet && index == steps_per_epoch - 1) {
       std::printf(
           "epoch %lld/%lld: loss %.6f (rank 0, its last batch), %.3f ms/step, "
           "%.3f ms of it synchronising\n",
           static_cast<long long>(epoch + 1),
-          static_cast<long long>(config.epochs), loss, step_ms, comm_ms);
+          static_cast<long long>(config.epochs), record.loss, record.step_ms,
+          record.comm_ms);
       std::fflush(stdout);
     }
   }
 
   result.final_params.resize(layout.num_params());
   model->GetParams(result.final_params.data());
-
-  const auto all_records = exchange.AllGather(RecordsToBytes(result.history));
-  // Whether every rank ends with rank 0's parameters, bit for bit.
-  const auto all_hashes = exchange.AllGather(Fnv1a(
-      result.final_params.data(), result.final_params.size() * sizeof(float)));
-  const bool ranks_equal =
-      std::all_of(all_hashes.begin(), all_hashes.end(),
-                  [&](const std::string& h) { return h == all_hashes[0]; });
-  if (rank == 0 && !config.out_dir.empty()) {
-    std::string csv = StepRecordsToCsv({}, 0, /*header=*/true);
-    for (int r = 0; r < world_size; ++r) {
-      csv += StepRecordsToCsv(RecordsFromBytes(all_records[r]), r, false);
-    }
-    ReplaceFinalParams(config.out_dir, layout, result.final_params);
-    nn::WriteFileAtomically(config.out_dir + "/losses.csv", csv);
-    nn::WriteFileAtomically(config.out_dir + "/config.json",
-                            ConfigJson(config, world_size, data.source));
-    nn::WriteFileAtomically(
-        config.out_dir + "/summary.json",
-        std::string("{\n  \"ranks_bitwise_equal\": ") +
-            (ranks_equal ? "true" : "false") + ",\n  \"world_size\": " +
-            std::to_string(world_size) + ",\n  \"steps_per_rank\": " +
-            std::to_string(result.history.size()) + "\n}\n");
-  }
-  comm.Barrier();  // nobody exits before rank 0 has written
+  WriteRunOutputs(config, layout, data.source, result, exchange, comm);
   return result;
 }
 

@@ -42,14 +42,21 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;
   bool resume = false;
   bool quiet = false;
-  // Testing: rank fault_rank kills itself with SIGKILL right after this step
-  // (and its checkpoint), as a crashed process would stop.
+  // Testing: rank fault_rank kills itself with SIGKILL at fault_point of
+  // this step, as a crashed process would stop: "after_step" (after the
+  // step and its checkpoint), or inside the step's checkpoint:
+  // "part_written" (its files on disk, not yet renamed into place),
+  // "part_renamed" (its part in place, before the barrier), "before_latest"
+  // (after the barrier) and "before_prune" (rank 0: latest moved, older
+  // steps still there).
   int64_t fault_after_step = -1;
   int fault_rank = 0;
+  std::string fault_point = "after_step";
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 
-// Checks what can be checked before any rank starts (flags, the data files of
+// Checks what can be checked before any rank starts (flags, each integer
+// within bounds that keep all arithmetic on it exact, the data files of
 // every rank in [0, world_size) or, with data_rank >= 0, of that rank only,
 // --out_dir writable, the checkpoint to resume); throws std::invalid_argument
 // with a message fit for "error: ...".

@@ -67,7 +67,9 @@ std::vector<float> ReadFloats(const std::string& path) {
   const std::string bytes((std::istreambuf_iterator<char>(in)),
                           std::istreambuf_iterator<char>());
   std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  if (!values.empty()) {  // a rank that failed wrote nothing
+    std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  }
   return values;
 }
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <set>
@@ -103,13 +104,26 @@ std::vector<std::string> ListeningSockets() {
 
 void AdoptOrphans() { prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); }
 
-std::vector<std::string> Leftovers(int grace_ms) {
+std::vector<std::string> Leftovers(int grace_ms,
+                                   const std::vector<pid_t>& expected) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
-  std::vector<std::string> children = RunningChildren();
+  auto unexpected = [&] {
+    std::vector<std::string> children = RunningChildren();
+    children.erase(
+        std::remove_if(children.begin(), children.end(),
+                       [&](const std::string& pid) {
+                         return std::find(expected.begin(), expected.end(),
+                                          static_cast<pid_t>(std::stol(pid))) !=
+                                expected.end();
+                       }),
+        children.end());
+    return children;
+  };
+  std::vector<std::string> children = unexpected();
   while (!children.empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    children = RunningChildren();
+    children = unexpected();
   }
   std::vector<std::string> leftovers;
   for (const std::string& pid : children) {

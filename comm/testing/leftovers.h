@@ -7,6 +7,8 @@
 #ifndef RINGLAB_COMM_TESTING_LEFTOVERS_H_
 #define RINGLAB_COMM_TESTING_LEFTOVERS_H_
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -20,8 +22,9 @@ void AdoptOrphans();
 // running after a grace of up to `grace_ms` (zombies are reaped), ringlab
 // memfds in this process's fds or mappings, listening TCP sockets it owns.
 // Processes reported are killed, so that one leak does not fail every later
-// test.
-std::vector<std::string> Leftovers(int grace_ms = 2000);
+// test. Children in `expected` (the test's own helpers) are left alone.
+std::vector<std::string> Leftovers(int grace_ms = 2000,
+                                   const std::vector<pid_t>& expected = {});
 
 }  // namespace ringlab::comm::testing
 

@@ -46,12 +46,14 @@ std::vector<RankResult> RunRanks(
       for (int q = 0; q < r; ++q) close(out_fds[q]);
       int code = 0;
       try {
-        TcpStore store("127.0.0.1", server.port(), std::chrono::seconds(30));
+        TcpStore store("127.0.0.1", server.port(), std::chrono::seconds(30),
+                       server.secret());
         RankContext context;
         context.rank = r;
         context.world_size = world_size;
         context.local_rank = r;
         context.store = &store;
+        context.job_secret = server.secret();
         body(context);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());

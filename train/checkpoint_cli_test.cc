@@ -1,0 +1,244 @@
+// Checkpoints as a user meets them, with real processes: under every
+// synchroniser, whatever the checkpoint period, a run goes to its end and
+// leaves one complete checkpoint; a rank killed at any point, then --resume,
+// ends exactly (bitwise) where the uninterrupted run ends; and --resume
+// refuses a checkpoint that lacks a rank's part.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "train/cli_testing.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace ringlab::train::testing;  // NOLINT: the CLI test helpers
+
+const char* const kSyncs[] = {"--sync=allreduce", "--sync=param_avg",
+                              "--sync=none"};
+
+// What a run ends with: every rank's losses, rank 0's final parameters and,
+// where the ranks differ, rank 1's.
+struct Ending {
+  std::vector<std::pair<std::string, std::string>> losses;
+  std::vector<std::string> final0, final1;
+};
+
+Ending EndingOf(const std::string& out) {
+  Ending e;
+  e.losses = Losses(out);
+  for (const std::string& tensor : kTensors) {
+    e.final0.push_back(ReadText(out + "/final/" + tensor + ".npy"));
+    e.final1.push_back(ReadText(out + "/final_rank1/" + tensor + ".npy"));
+  }
+  return e;
+}
+
+void ExpectSameEnding(const Ending& got, const Ending& want) {
+  EXPECT_EQ(got.losses, want.losses);
+  EXPECT_EQ(got.final0, want.final0) << "rank 0's final parameters differ";
+  EXPECT_EQ(got.final1, want.final1) << "rank 1's final parameters differ";
+}
+
+// The checkpoints directory holds `latest` = step, that step with every
+// rank's part complete, and (when `only`) nothing else.
+void ExpectCompleteCheckpoint(const std::string& out, int64_t step, int world,
+                              bool only) {
+  const std::string dir = out + "/checkpoints";
+  EXPECT_EQ(std::atoll(ReadText(dir + "/latest").c_str()), step);
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld",
+                static_cast<long long>(step));
+  for (int rank = 0; rank < world; ++rank) {
+    const std::string part = dir + "/" + name + "/rank" + std::to_string(rank);
+    for (const std::string& file :
+         {std::string("history.csv"), std::string("next_step")}) {
+      EXPECT_TRUE(fs::exists(part + "/" + file)) << part << "/" << file;
+    }
+    for (const std::string& tensor : kTensors) {
+      EXPECT_TRUE(fs::exists(part + "/" + tensor + ".npy")) << part;
+    }
+  }
+  if (!only) return;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string n = entry.path().filename().string();
+    EXPECT_TRUE(n == "latest" || n == "job.txt" || n == name) << n;
+  }
+  for (const auto& entry : fs::directory_iterator(dir + "/" + name)) {
+    const std::string n = entry.path().filename().string();
+    EXPECT_TRUE(n.rfind("rank", 0) == 0 && n.find(".tmp-") == n.npos) << n;
+  }
+}
+
+// Every synchroniser x --checkpoint_every in {1, 2, 3, 5} x --avg_period in
+// {1, 4}, 50 steps on 2 ranks: each run goes to its end, trains exactly what
+// the run without checkpoints trains, and leaves its last checkpoint
+// complete. (param_avg with --checkpoint_every=1 used to fail every time:
+// rank 0 pruned the step rank 1 was already writing.)
+TEST(CheckpointCliTest, EverySynchroniserAndPeriodRunsToTheEnd) {
+  for (const char* sync : kSyncs) {
+    for (int avg_period : {1, 4}) {
+      const std::string flags =
+          std::string("--quiet --timeout=30 --epochs=50 ") + sync +
+          " --avg_period=" + std::to_string(avg_period) + " --out_dir=";
+      const std::string plain = TempDir("plain");
+      const CommandResult reference = RunTrain(flags + plain);
+      ASSERT_EQ(reference.status, 0) << reference.err;
+      const Ending expected = EndingOf(plain);
+      ASSERT_EQ(expected.losses.size(), 100u);
+      for (int every : {1, 2, 3, 5}) {
+        SCOPED_TRACE(std::string(sync) +
+                     " --avg_period=" + std::to_string(avg_period) +
+                     " --checkpoint_every=" + std::to_string(every));
+        const std::string out = TempDir("matrix");
+        const CommandResult run = RunTrain(
+            flags + out + " --checkpoint_every=" + std::to_string(every));
+        ASSERT_EQ(run.status, 0) << run.err;
+        EXPECT_EQ(run.err, "");
+        ExpectSameEnding(EndingOf(out), expected);
+        ExpectCompleteCheckpoint(out, 49 / every * every, 2, /*only=*/true);
+      }
+    }
+  }
+}
+
+// Where a trial kills a rank: a point of the trainer's (--fault_point) in a
+// step; the checkpoint stages only fire in a checkpoint's step.
+struct Fault {
+  const char* point;
+  int rank;
+  int64_t step;
+};
+
+std::string Describe(const Fault& f) {
+  return std::string("--fault_point=") + f.point +
+         " --fault_rank=" + std::to_string(f.rank) +
+         " --fault_after_step=" + std::to_string(f.step);
+}
+
+// The seed of the random trials: RINGLAB_TEST_SEED to replay a failure.
+uint64_t TrialSeed() {
+  if (const char* seed = std::getenv("RINGLAB_TEST_SEED")) {
+    return std::strtoull(seed, nullptr, 10);
+  }
+  return std::random_device{}();
+}
+
+// 40 steps (4 per epoch), a checkpoint every 3: a rank killed at a random
+// point of a random step, then --resume, ends with every loss and every
+// rank's final parameters bitwise equal to the uninterrupted run's. After
+// the kill, latest always names a complete checkpoint.
+TEST(CheckpointCliTest, ARankKilledAnywhereResumesBitwise) {
+  const uint64_t seed = TrialSeed();
+  SCOPED_TRACE("RINGLAB_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const char* const points[] = {"after_step", "part_written", "part_renamed",
+                                "before_latest", "before_prune"};
+  for (const char* sync : kSyncs) {
+    const std::string flags = std::string(
+                                  "--quiet --timeout=30 --epochs=10 "
+                                  "--batch_size=16 --avg_period=4 "
+                                  "--checkpoint_every=3 ") +
+                              sync + " --out_dir=";
+    const std::string plain = TempDir("uninterrupted");
+    ASSERT_EQ(RunTrain(flags + plain).status, 0);
+    const Ending expected = EndingOf(plain);
+    ASSERT_EQ(expected.losses.size(), 80u);
+    for (int trial = 0; trial < 6; ++trial) {
+      Fault f{points[rng() % 5], static_cast<int>(rng() % 2), 0};
+      if (std::string(f.point) == "before_prune") f.rank = 0;  // rank 0's
+      // After a first checkpoint (after step 2); in a checkpoint's step
+      // for the checkpoint's stages.
+      f.step = std::string(f.point) == "after_step"
+                   ? static_cast<int64_t>(2 + rng() % 37)
+                   : static_cast<int64_t>(3 * (2 + rng() % 12) - 1);
+      SCOPED_TRACE(std::string(sync) + " " + Describe(f));
+      const std::string out = TempDir("killed");
+      const CommandResult killed = RunTrain(flags + out + " " + Describe(f));
+      ASSERT_EQ(killed.status, 128 + SIGKILL) << killed.err;
+      const int64_t latest =
+          std::atoll(ReadText(out + "/checkpoints/latest").c_str());
+      EXPECT_GE(latest, 3);
+      ExpectCompleteCheckpoint(out, latest, 2, /*only=*/false);
+      const CommandResult resumed = RunTrain(flags + out + " --resume");
+      ASSERT_EQ(resumed.status, 0) << resumed.err;
+      ExpectSameEnding(EndingOf(out), expected);
+    }
+  }
+}
+
+// The same with kill -9 from outside, at a random moment of a longer run of
+// ranks started by hand (no launcher stops the survivor: it fails by
+// itself). The moment may fall before the first checkpoint (then --resume
+// has nothing to resume, and says so) or after the run (nothing to resume).
+TEST(CheckpointCliTest, KillNineFromOutsideAtARandomMomentResumesBitwise) {
+  const uint64_t seed = TrialSeed();
+  SCOPED_TRACE("RINGLAB_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (const char* sync : kSyncs) {
+    const std::string flags = std::string(
+                                  "--quiet --timeout=30 --epochs=60 "
+                                  "--batch_size=16 --avg_period=4 "
+                                  "--checkpoint_every=3 ") +
+                              sync + " --out_dir=";
+    const std::string plain = TempDir("uninterrupted");
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_EQ(RunTrain(flags + plain).status, 0);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    const Ending expected = EndingOf(plain);
+    const std::string out = TempDir("killed_from_outside");
+    const int victim = static_cast<int>(rng() % 2);
+    // The fault injected: a moment within the run's length, not a wait for
+    // anything (the ranks are children of their `timeout` wrappers).
+    const double delay_s =
+        static_cast<double>(rng() % std::max<int64_t>(took.count(), 1)) / 1000;
+    SCOPED_TRACE(std::string(sync) + ": rank " + std::to_string(victim) +
+                 " killed after " + std::to_string(delay_s) + " s");
+    ByHand job;
+    job.secret_in_env = true;  // rank 0 may die: it publishes no file
+    job.args = [&](int) { return flags + out; };
+    const std::string pid = "$pid" + std::to_string(victim);
+    job.after_start = "sleep " + std::to_string(delay_s) +
+                      "; kill -9 $(cat /proc/" + pid + "/task/" + pid +
+                      "/children) 2>/dev/null";
+    const auto ranks = RunRanksByHand("killed_from_outside", job);
+    ASSERT_EQ(ranks.size(), 2u);
+    if (ranks[victim].status == 0) {  // it had finished
+      ExpectSameEnding(EndingOf(out), expected);
+      continue;
+    }
+    EXPECT_EQ(ranks[victim].status, 128 + SIGKILL) << ranks[victim].err;
+    const CommandResult resumed = RunTrain(flags + out + " --resume");
+    if (!fs::exists(out + "/checkpoints/latest")) {
+      ExpectUsageError(resumed, "--resume: no checkpoint");
+      continue;
+    }
+    ASSERT_EQ(resumed.status, 0) << resumed.err;
+    ExpectSameEnding(EndingOf(out), expected);
+  }
+}
+
+TEST(CheckpointCliTest, ResumeRefusesACheckpointMissingARanksPart) {
+  const std::string out = TempDir("incomplete");
+  const std::string flags =
+      "--quiet --epochs=10 --checkpoint_every=4 --out_dir=" + out;
+  ASSERT_EQ(RunTrain(flags).status, 0);
+  const std::string part = out + "/checkpoints/step_00000008/rank1";
+  ASSERT_TRUE(fs::exists(part));
+  fs::remove_all(part);
+  ExpectUsageError(RunTrain(flags + " --resume"),
+                   "--resume: the checkpoint of step 8 in " + out +
+                       "/checkpoints is incomplete: rank 1's part (" + part +
+                       ") is missing");
+  fs::remove_all(out + "/checkpoints/step_00000008");
+  ExpectUsageError(RunTrain(flags + " --resume"), "is incomplete: rank 0's");
+}
+
+}  // namespace

@@ -1,0 +1,162 @@
+#include "train/outputs.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "nn/atomic_file.h"
+#include "nn/npy.h"
+
+namespace ringlab::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+std::string ConfigJson(const TrainConfig& c, int world_size,
+                       const std::string& data_source) {
+  auto boolean = [](bool value) { return value ? "true" : "false"; };
+  std::string json = "{\n";
+  json += "  \"model\": " + Quote(c.model) + ",\n";
+  json += "  \"sync\": " + Quote(c.sync) + ",\n";
+  json += "  \"comm\": " + Quote(c.comm) + ",\n";
+  json += "  \"device\": " + Quote(nn::DeviceName(c.device)) + ",\n";
+  json += "  \"world_size\": " + std::to_string(world_size) + ",\n";
+  json += "  \"epochs\": " + std::to_string(c.epochs) + ",\n";
+  json += "  \"lr\": " + FloatText(c.lr) + ",\n";
+  json += "  \"batch_size\": " + std::to_string(c.batch_size) + ",\n";
+  json += "  \"samples\": " + std::to_string(c.samples) + ",\n";
+  json += "  \"seed\": " + std::to_string(c.seed) + ",\n";
+  json += "  \"sampler_seed\": " + std::to_string(c.sampler_seed) + ",\n";
+  json += "  \"shuffle\": " + std::string(boolean(c.shuffle)) + ",\n";
+  json += "  \"drop_last\": " + std::string(boolean(c.drop_last)) + ",\n";
+  json += "  \"set_epoch\": " + std::string(boolean(c.set_epoch)) + ",\n";
+  json +=
+      "  \"per_rank_data\": " + std::string(boolean(c.per_rank_data)) + ",\n";
+  json +=
+      "  \"avg_period\": " + std::to_string(c.sync_options.avg_period) + ",\n";
+  json +=
+      "  \"avg_warmup\": " + std::to_string(c.sync_options.avg_warmup) + ",\n";
+  json += "  \"data\": " + Quote(data_source) + ",\n";
+  json += "  \"init_dir\": " + Quote(c.init_dir) + ",\n";
+  json +=
+      "  \"checkpoint_every\": " + std::to_string(c.checkpoint_every) + ",\n";
+  json += "  \"resume\": " + std::string(boolean(c.resume)) + ",\n";
+  json += "  \"timeout_ms\": " + std::to_string(c.timeout.count()) + "\n";
+  return json + "}\n";
+}
+
+// A parameters directory is written whole into a temporary directory and
+// swapped in, so it never mixes two runs' tensors (nor keeps a deeper
+// model's fc3.*).
+void ReplaceParamsDir(const std::string& final_dir, const nn::MlpLayout& layout,
+                      const std::vector<float>& params) {
+  const std::string fresh = final_dir + ".tmp-new";
+  const std::string old = final_dir + ".tmp-old";
+  std::error_code error;
+  fs::remove_all(fresh, error);
+  fs::remove_all(old, error);
+  MakeDirs(fresh);
+  nn::SaveParams(fresh, layout, params.data());
+  if (fs::exists(final_dir)) fs::rename(final_dir, old, error);
+  fs::rename(fresh, final_dir, error);
+  if (error) {
+    throw std::runtime_error("cannot write " + final_dir + ": " +
+                             error.message());
+  }
+  fs::remove_all(old, error);
+}
+
+std::string RecordsToBytes(const std::vector<StepRecord>& records) {
+  if (records.empty()) return "";
+  return std::string(reinterpret_cast<const char*>(records.data()),
+                     records.size() * sizeof(StepRecord));
+}
+
+std::vector<StepRecord> RecordsFromBytes(const std::string& bytes) {
+  std::vector<StepRecord> records(bytes.size() / sizeof(StepRecord));
+  if (records.empty()) return records;
+  std::memcpy(records.data(), bytes.data(),
+              records.size() * sizeof(StepRecord));
+  return records;
+}
+
+std::string Fnv1a(const void* data, size_t size) {
+  uint64_t hash = 1469598103934665603ull;
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  return std::string(reinterpret_cast<const char*>(&hash), sizeof(hash));
+}
+
+// Final parameters of other ranks from an earlier run into this --out_dir.
+void RemoveOtherRanksParams(const std::string& out_dir) {
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(out_dir, error)) {
+    if (entry.path().filename().string().rfind("final_rank", 0) == 0) {
+      fs::remove_all(entry.path(), error);
+    }
+  }
+}
+
+std::string SummaryJson(bool ranks_equal, int world_size, size_t steps) {
+  return std::string("{\n  \"ranks_bitwise_equal\": ") +
+         (ranks_equal ? "true" : "false") +
+         ",\n  \"world_size\": " + std::to_string(world_size) +
+         ",\n  \"steps_per_rank\": " + std::to_string(steps) + "\n}\n";
+}
+
+}  // namespace
+
+std::string FloatText(float value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.9g", value);
+  return text;
+}
+
+void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
+                     const std::string& data_source, const TrainResult& result,
+                     RankExchange& exchange, comm::Communicator& comm) {
+  const int rank = comm.rank();
+  const int world_size = comm.world_size();
+  const bool writing = !config.out_dir.empty();
+  // Before the first exchange, which no rank passes before rank 0: no rank
+  // is writing its final_rank<r>/ yet.
+  if (rank == 0 && writing) RemoveOtherRanksParams(config.out_dir);
+  const auto all_records = exchange.AllGather(RecordsToBytes(result.history));
+  // Whether every rank ends with rank 0's parameters, bit for bit.
+  const auto all_hashes = exchange.AllGather(Fnv1a(
+      result.final_params.data(), result.final_params.size() * sizeof(float)));
+  const bool ranks_equal =
+      std::all_of(all_hashes.begin(), all_hashes.end(),
+                  [&](const std::string& h) { return h == all_hashes[0]; });
+  if (writing && rank != 0 && !ranks_equal) {
+    ReplaceParamsDir(config.out_dir + "/final_rank" + std::to_string(rank),
+                     layout, result.final_params);
+  }
+  if (writing && rank == 0) {
+    std::string csv = StepRecordsToCsv({}, 0, /*header=*/true);
+    for (int r = 0; r < world_size; ++r) {
+      csv += StepRecordsToCsv(RecordsFromBytes(all_records[r]), r, false);
+    }
+    ReplaceParamsDir(config.out_dir + "/final", layout, result.final_params);
+    nn::WriteFileAtomically(config.out_dir + "/losses.csv", csv);
+    nn::WriteFileAtomically(config.out_dir + "/config.json",
+                            ConfigJson(config, world_size, data_source));
+    nn::WriteFileAtomically(
+        config.out_dir + "/summary.json",
+        SummaryJson(ranks_equal, world_size, result.history.size()));
+  }
+  comm.Barrier();  // nobody exits before every rank has written
+}
+
+}  // namespace ringlab::train
