@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/job_secret.h"
 #include "comm/process.h"
 #include "comm/shm_ring.h"
 #include "comm/shm_ring_internal.h"
@@ -69,9 +70,10 @@ size_t EnvBytes(const char* name, size_t fallback, size_t lo, size_t hi) {
 class ShmJoin {
  public:
   ShmJoin(ShmRing& ring, Store& store, std::string prefix,
-          std::chrono::milliseconds timeout)
+          std::chrono::milliseconds timeout, std::string job_secret)
       : ring_(ring),
         store_(store),
+        job_secret_(std::move(job_secret)),
         prefix_(std::move(prefix)),
         timeout_(timeout),
         deadline_(Clock::now() + timeout),
@@ -96,8 +98,13 @@ class ShmJoin {
   void WaitFor(const Ready& ready, const What& waiting_for);
   int CpusOfAllRanks();
 
+  // The tag of the segment with this nonce, as the header holds it (all
+  // zeros where the job has no secret).
+  std::string SegmentTag(uint64_t nonce) const;
+
   ShmRing& ring_;
   Store& store_;
+  const std::string job_secret_;
   const std::string prefix_;
   const std::chrono::milliseconds timeout_;
   const Clock::time_point deadline_;
@@ -195,6 +202,17 @@ void ShmJoin::WaitFor(const Ready& ready, const What& waiting_for) {
   }
 }
 
+std::string ShmJoin::SegmentTag(uint64_t nonce) const {
+  std::string tag(sizeof(GlobalHeader::tag), '\0');
+  if (!job_secret_.empty()) {
+    const std::string mac =
+        JobTag(job_secret_, "shm_ring segment " + std::to_string(nonce));
+    tag.replace(0, std::min(tag.size(), mac.size()), mac, 0,
+                std::min(tag.size(), mac.size()));
+  }
+  return tag;
+}
+
 void ShmJoin::Announce() {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
@@ -267,6 +285,8 @@ void ShmJoin::CreateSegment() {
   g->stage_bytes = ring_.stage_;
   g->ring_bytes = ring_.ring_;
   g->nonce = nonce;
+  const std::string tag = SegmentTag(nonce);
+  std::memcpy(g->tag, tag.data(), sizeof(g->tag));
   g->magic.store(kMagic, std::memory_order_release);
   ring_.Rank(ring_.rank_)->pid.store(getpid(), std::memory_order_release);
   verified_ = true;
@@ -331,8 +351,11 @@ void ShmJoin::OpenSegment() {
   close(fd_);
   fd_ = -1;
   auto* g = reinterpret_cast<GlobalHeader*>(ring_.base_);
-  if (g->magic.load(std::memory_order_acquire) != kMagic || g->nonce != nonce) {
-    throw CommError("shm_ring: " + path + " is not rank 0's segment");
+  if (g->magic.load(std::memory_order_acquire) != kMagic || g->nonce != nonce ||
+      !ConstantTimeEqual(
+          std::string(reinterpret_cast<const char*>(g->tag), sizeof(g->tag)),
+          SegmentTag(nonce))) {
+    throw CommError("shm_ring: " + path + " is not this job's segment");
   }
   verified_ = true;
   if (g->world_size != static_cast<uint64_t>(ring_.world_)) {
@@ -488,7 +511,8 @@ ShmRing::ShmRing(const RankContext& context, const CommOptions& options)
     throw std::invalid_argument(
         "shm_ring needs a rendezvous store (set MASTER_ADDR and MASTER_PORT)");
   }
-  ShmJoin join(*this, *context.store, prefix, options.join_timeout);
+  ShmJoin join(*this, *context.store, prefix, options.join_timeout,
+               context.job_secret);
   try {
     ReadTuning();
     join.Announce();

@@ -102,6 +102,10 @@ struct GlobalHeader {
   uint64_t nonce;  // in the address rank 0 publishes: the right file
   uint64_t stage_bytes;
   uint64_t ring_bytes;
+  // JobTag(job secret, "shm_ring segment <nonce>"): the store's word that
+  // this file is rank 0's segment is checked against something only the
+  // job's ranks can compute.
+  unsigned char tag[32];
 };
 
 inline constexpr size_t kInlineFloats = 10;

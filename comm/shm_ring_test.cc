@@ -276,6 +276,30 @@ TEST(ShmRingTest, RankExitingWhileJoiningIsNamedWithinHalfASecond) {
   ExpectNoLeftovers();
 }
 
+// The store says where rank 0's segment is; the segment's header carries a
+// tag only holders of the job's secret can compute. A rank of another job
+// (here: a rank given another secret) refuses the file, and rank 0 names it.
+TEST(ShmRingTest, ASegmentOfAnotherJobIsRefused) {
+  auto results = RunRanks(
+      2,
+      [&](const RankContext& c) {
+        RankContext mine = c;
+        if (c.rank == 1) mine.job_secret = std::string(32, 'x');
+        CommOptions options;
+        options.join_timeout = milliseconds(20000);
+        CreateCommunicator("shm_ring", mine, options);
+      },
+      milliseconds(60000));
+  EXPECT_EQ(results[1].exit_code, 1) << Describe(results);
+  EXPECT_NE(results[1].output.find("is not this job's segment"),
+            std::string::npos)
+      << Describe(results);
+  EXPECT_EQ(results[0].exit_code, 1) << Describe(results);
+  EXPECT_NE(results[0].output.find("rank 1"), std::string::npos)
+      << Describe(results);
+  ExpectNoLeftovers();
+}
+
 // (Bad arguments to the collectives: the conformance suite.)
 TEST(ShmRingTest, CreationErrors) {
   RankContext no_store;
