@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "nn/atomic_file.h"
+#include "nn/cpu_mlp.h"
 #include "nn/init.h"
 #include "nn/npy.h"
 #include "nn/torch_rng.h"
@@ -419,6 +420,28 @@ void ValidateConfig(const TrainConfig& config, int world_size, int data_rank) {
   if (config.resume) CheckResumable(config, world_size, dataset_size);
 }
 
+// A CPU model over a host-memory communicator keeps the buffer its
+// synchroniser reduces (the gradients for allreduce, the parameters for
+// param_avg) in the communicator's registered memory, so that the allreduce
+// copies nothing in or out (shm_ring reduces it zero-copy). Collective: every
+// rank has the same synchroniser, checked before.
+std::unique_ptr<nn::Mlp> CreateModel(const TrainConfig& config,
+                                     const nn::MlpLayout& layout,
+                                     comm::Communicator& comm) {
+  if (config.device != nn::Device::kCpu ||
+      comm.memory() != comm::MemoryKind::kHost) {
+    return nn::CreateMlp(config.device, layout);
+  }
+  nn::CpuMlpOptions options;
+  options.gemm = nn::DefaultCpuGemmMode();
+  if (config.sync == "allreduce") {
+    options.grads_memory = comm.Allocate(layout.num_params());
+  } else if (config.sync == "param_avg") {
+    options.params_memory = comm.Allocate(layout.num_params());
+  }
+  return nn::CreateCpuMlp(layout, options);
+}
+
 TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
                     comm::Store* store) {
   const int rank = comm.rank();
@@ -441,7 +464,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   RankExchange exchange(comm, store, config.timeout);
   CheckRanksAgree(config, data.size, exchange);
 
-  std::unique_ptr<nn::Mlp> model = nn::CreateMlp(config.device, layout);
+  std::unique_ptr<nn::Mlp> model = CreateModel(config, layout, comm);
   auto synchronizer =
       CreateSynchronizer(config.sync, comm, config.sync_options);
   TrainResult result;
