@@ -198,7 +198,8 @@ def main():
     have_gpu = gpu_available()
     syncs = [("allreduce", []), ("param_avg", ["--avg_period=1"]),
              ("param_avg", ["--avg_period=4"]), ("none", [])]
-    comms = [("shm_ring", "cpu", None), ("mpi", "cpu", None if have_mpi else "skipped: no mpirun"),
+    comms = [("shm_ring", "cpu", None), ("gloo", "cpu", None),
+             ("mpi", "cpu", None if have_mpi else "skipped: no mpirun"),
              ("nccl", "cuda", None if have_gpu else "skipped: no GPU"),
              ("ipc_ring", "cuda", None if have_gpu else "skipped: no GPU")]
     rows = []
