@@ -124,31 +124,26 @@ void ScaleFloats(float* __restrict__ x, float divisor, size_t n) {
 // ranks (in rank order, divided by `divisor` when it is not 0), block by
 // block through an L1-sized buffer: each element is read once from every
 // rank and written once to every rank, the least any allreduce can move.
-void SumInto(const std::vector<const float*>& srcs,
-             const std::vector<float*>& dsts, size_t n, float divisor) {
+void SumInto(const float* const* srcs, size_t num_srcs, float* const* dsts,
+             size_t num_dsts, size_t at, size_t n, float divisor) {
   constexpr size_t kBlock = 2048;
   alignas(64) float sum[kBlock];
-  for (size_t at = 0; at < n; at += kBlock) {
-    const size_t m = std::min(kBlock, n - at);
+  for (size_t end = at + n; at < end; at += kBlock) {
+    const size_t m = std::min(kBlock, end - at);
     CopyFloats(sum, srcs[0] + at, m);
-    for (size_t s = 1; s < srcs.size(); ++s) {
+    for (size_t s = 1; s < num_srcs; ++s) {
       AccumulateFloats(sum, srcs[s] + at, m);
     }
     if (divisor != 0) ScaleFloats(sum, divisor, m);
-    for (float* dst : dsts) CopyFloats(dst + at, sum, m);
+    for (size_t d = 0; d < num_dsts; ++d) CopyFloats(dsts[d] + at, sum, m);
   }
 }
 
 void ReduceIntoAll(const std::vector<float*>& slots, size_t a, size_t b,
                    float divisor) {
   if (b <= a) return;
-  std::vector<const float*> srcs;
-  std::vector<float*> dsts;
-  for (float* slot : slots) {
-    srcs.push_back(slot + a);
-    dsts.push_back(slot + a);
-  }
-  SumInto(srcs, dsts, b - a, divisor);
+  SumInto(slots.data(), slots.size(), slots.data(), slots.size(), a, b - a,
+          divisor);
 }
 
 }  // namespace ringlab::comm::shm

@@ -43,10 +43,11 @@ void StreamAdd2(float* __restrict__ acc, float* __restrict__ out,
 void StreamAddDivide2(float* __restrict__ acc, float* __restrict__ out,
                       const float* __restrict__ in, float d, size_t n);
 
-// dsts[d][0, n) = the sum of srcs[s][0, n) over s, in order (then divided by
-// `divisor` when it is not 0), block by block through an L1-sized buffer.
-void SumInto(const std::vector<const float*>& srcs,
-             const std::vector<float*>& dsts, size_t n, float divisor);
+// dsts[d][at, at + n) = the sum of srcs[s][at, at + n) over s, in order
+// (then divided by `divisor` when it is not 0), block by block through an
+// L1-sized buffer. Allocates nothing: it runs inside every such allreduce.
+void SumInto(const float* const* srcs, size_t num_srcs, float* const* dsts,
+             size_t num_dsts, size_t at, size_t n, float divisor);
 
 // Elements [a, b) of every buffer in `slots` become their sum over the
 // buffers (in order, then divided by `divisor` when it is not 0): each

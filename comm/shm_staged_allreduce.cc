@@ -56,7 +56,8 @@ void ShmRing::StagedAllReduce(Call& call, float* data, size_t count,
     for (int q = 0; q < world_; ++q) {
       srcs[q] = q == rank_ ? x + a : Stage(q, rank_);
     }
-    SumInto(srcs, {x + a, Stage(rank_, rank_)}, len, divisor);
+    float* const dsts[2] = {x + a, Stage(rank_, rank_)};
+    SumInto(srcs.data(), srcs.size(), dsts, 2, 0, len, divisor);
     PhaseBarrier(call);
     call.phase = "staged gather";
     for (int j = 0; j < world_; ++j) {
