@@ -59,10 +59,7 @@ constexpr char kNoNccl[] =
 
 // Asked once, of a forked child (see cuda_device.h).
 int Devices(std::string* why = nullptr) {
-  static std::string reason;
-  static const int count = CudaDeviceCountInChild(&reason);
-  if (why) *why = reason;
-  return count;
+  return testing::CudaDevices(why);  // asked once, of a forked child
 }
 
 #define SKIP_WITHOUT_GPU()                                             \
