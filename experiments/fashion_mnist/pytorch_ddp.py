@@ -1,0 +1,343 @@
+#!/usr/bin/python3
+"""PyTorch DDP itself on Fashion-MNIST: the run ringlab's fashion_mnist experiment compares to.
+
+Debian's torch 1.13 (CPU), gloo, DistributedDataParallel with its default buckets, one thread per
+rank; the MLP built as ringlab builds it (torch.manual_seed(seed), then nn.Linear layers fc1,
+fc2, ... in order with ReLU between, so ringlab's InitLikeTorch draws the same numbers);
+DistributedSampler(seed=--sampler_seed, shuffle=True) with set_epoch(epoch); DataLoader of
+--batch_size per rank; SGD without momentum; CrossEntropyLoss (mean over the batch). The data
+are Debian's dataset-fashion-mnist IDX files, read with gzip and numpy (no torchvision), pixels
+x / 255 as float32.
+
+It writes what ringlab's trainer writes into --out_dir, so one parser reads both:
+  losses.csv   rank,epoch,step,loss,step_ms,comm_ms,bytes_sent for every rank's steps; step_ms
+               is time.perf_counter around zero_grad+forward+loss+backward (DDP's allreduce
+               runs inside it)+SGD step, data loading excluded; comm_ms and bytes_sent are nan
+               (PyTorch does not say how much of the step was communication or how many bytes
+               gloo sent).
+  eval.csv     epoch,step,test_loss,test_accuracy,wall_s,bytes_sent after every --eval_every
+               epochs (and after the last): rank 0's model over the whole test set; wall_s is
+               rank 0's seconds since its first step, evaluation excluded; bytes_sent nan.
+  summary.json the configuration, torch's version and the total wall time.
+
+--world_size 1 runs one process without DDP or a process group: the compute floor.
+
+    /usr/bin/python3 experiments/fashion_mnist/pytorch_ddp.py --out_dir DIR [--epochs 3]
+"""
+
+import argparse
+import datetime
+import gzip
+import json
+import math
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
+FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+LOSSES_HEADER = "rank,epoch,step,loss,step_ms,comm_ms,bytes_sent"
+EVAL_HEADER = "epoch,step,test_loss,test_accuracy,wall_s,bytes_sent"
+EVAL_CHUNK = 1000  # test images per forward pass in the evaluation
+
+
+class UsageError(Exception):
+    """Bad input: reported as one `error: ...` line and exit status 2."""
+
+
+# ---- data ------------------------------------------------------------------------------------
+
+
+def read_idx(path, ndim):
+    """An IDX file of unsigned bytes (gzip'd when its name ends in .gz) as a numpy array."""
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        raise UsageError(f"cannot read {path}: {e}") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or raw[3] != ndim:
+        raise UsageError(f"{path} is not an IDX file of unsigned bytes with {ndim} dimension(s)")
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise UsageError(f"{path}: truncated header")
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    size = math.prod(dims)
+    if len(raw) != header + size:
+        raise UsageError(f"{path}: {len(raw) - header} data bytes for dimensions {dims} "
+                         f"({size} expected)")
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
+
+
+def load_split(data_dir, split, features, classes):
+    """(images float32 [n, features] as x / 255, labels int64 [n]) of 'train' or 'test'."""
+    images_name, labels_name = FILES[split]
+    images = read_idx(os.path.join(data_dir, images_name), 3)
+    labels = read_idx(os.path.join(data_dir, labels_name), 1)
+    if images.shape[0] != labels.shape[0]:
+        raise UsageError(f"{images_name} has {images.shape[0]} images but {labels_name} "
+                         f"{labels.shape[0]} labels")
+    if images.shape[1] * images.shape[2] != features:
+        raise UsageError(f"{images_name}: images of {images.shape[1]}x{images.shape[2]} pixels, "
+                         f"but the model's input width is {features}")
+    if labels.size and int(labels.max()) >= classes:
+        raise UsageError(f"{labels_name}: label {int(labels.max())} >= {classes} classes")
+    x = images.reshape(images.shape[0], features).astype(np.float32) / np.float32(255)
+    return x, labels.astype(np.int64)
+
+
+# ---- the model and one rank's training -------------------------------------------------------
+
+
+def build_model(torch, widths):
+    """nn.Linear layers fc1..fcN in construction order with ReLU between (none after the last),
+    as ringlab's MLP names and initialises them."""
+    nn = torch.nn
+
+    class Mlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = len(widths) - 1
+            for i in range(self.layers):
+                setattr(self, f"fc{i + 1}", nn.Linear(widths[i], widths[i + 1]))
+
+        def forward(self, x):
+            for i in range(self.layers):
+                x = getattr(self, f"fc{i + 1}")(x)
+                if i + 1 < self.layers:
+                    x = torch.relu(x)
+            return x
+
+    return Mlp()
+
+
+def evaluate(torch, model, test_x, test_y):
+    """(mean cross-entropy, accuracy) of model over the whole test set."""
+    total_loss, correct = 0.0, 0
+    with torch.no_grad():
+        for begin in range(0, test_x.shape[0], EVAL_CHUNK):
+            logits = model(test_x[begin:begin + EVAL_CHUNK])
+            target = test_y[begin:begin + EVAL_CHUNK]
+            total_loss += torch.nn.functional.cross_entropy(logits, target,
+                                                            reduction="sum").item()
+            correct += int((logits.argmax(dim=1) == target).sum().item())
+    n = test_x.shape[0]
+    return total_loss / n, correct / n
+
+
+def train_rank(rank, args, scratch):
+    """One rank (or the single process when --world_size 1). Writes scratch/losses_rank<r>.csv
+    and, on rank 0, scratch/eval.csv."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    torch.set_num_threads(1)
+    world = args.world_size
+    distributed = world > 1
+    if distributed:
+        dist.init_process_group("gloo", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        widths = [int(w) for w in args.model.split(",")]
+        train_x, train_y = load_split(args.data_dir, "train", widths[0], widths[-1])
+        if args.train_subset:
+            train_x, train_y = train_x[:args.train_subset], train_y[:args.train_subset]
+        if rank == 0:
+            test_x, test_y = load_split(args.data_dir, "test", widths[0], widths[-1])
+            test_x, test_y = torch.from_numpy(test_x), torch.from_numpy(test_y)
+        torch.manual_seed(args.seed)
+        model = build_model(torch, widths)
+        net = DDP(model) if distributed else model  # DDP broadcasts rank 0's parameters
+        dataset = TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y))
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True,
+                                     seed=args.sampler_seed)
+        loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        optimizer = torch.optim.SGD(net.parameters(), lr=args.lr)
+
+        losses, evals = [], []
+        step, eval_seconds = 0, 0.0
+        start = None
+        for epoch in range(args.epochs):
+            if args.set_epoch:
+                sampler.set_epoch(epoch)
+            for x, y in loader:
+                if start is None:
+                    start = time.perf_counter()
+                t0 = time.perf_counter()
+                optimizer.zero_grad()
+                loss = loss_fn(net(x), y)
+                loss.backward()
+                optimizer.step()
+                dt = time.perf_counter() - t0
+                losses.append(f"{rank},{epoch},{step},{loss.item()!r},{dt * 1e3:.6f},nan,nan")
+                step += 1
+            done = epoch + 1
+            if done % args.eval_every == 0 or done == args.epochs:
+                t0 = time.perf_counter()
+                if rank == 0:
+                    wall = t0 - start - eval_seconds
+                    test_loss, accuracy = evaluate(torch, model, test_x, test_y)
+                    evals.append(f"{done},{step},{test_loss!r},{accuracy!r},{wall:.6f},nan")
+                    if not args.quiet:
+                        recent = [float(r.split(",")[4]) for r in losses[-200:]]
+                        print(f"pytorch {world} rank(s) epoch {done}/{args.epochs}: "
+                              f"test accuracy {accuracy:.4f}, loss {test_loss:.4f}, "
+                              f"median step {statistics.median(recent):.2f} ms, "
+                              f"{wall:.1f} s", flush=True)
+                if distributed:
+                    dist.barrier()  # the other ranks wait here, outside their timed steps
+                eval_seconds += time.perf_counter() - t0
+        with open(os.path.join(scratch, f"losses_rank{rank}.csv"), "w") as f:
+            f.write("".join(line + "\n" for line in losses))
+        if rank == 0:
+            with open(os.path.join(scratch, "eval.csv"), "w") as f:
+                f.write(EVAL_HEADER + "\n" + "".join(line + "\n" for line in evals))
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+
+
+# ---- the parent ------------------------------------------------------------------------------
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(args, scratch):
+    """Spawns the ranks and waits for them, at most --timeout seconds per epoch and then some."""
+    if args.world_size == 1:
+        train_rank(0, args, scratch)
+        return
+    import torch.multiprocessing as mp
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(_free_port())
+    context = mp.spawn(train_rank, args=(args, scratch), nprocs=args.world_size, join=False)
+    deadline = time.monotonic() + args.timeout * (args.epochs + 2)
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+            raise RuntimeError(f"the ranks did not finish within "
+                               f"{args.timeout * (args.epochs + 2):.0f} s: killed")
+
+
+def write_outputs(args, scratch, wall, torch_version):
+    os.makedirs(args.out_dir, exist_ok=True)
+    rows = []
+    for rank in range(args.world_size):
+        with open(os.path.join(scratch, f"losses_rank{rank}.csv")) as f:
+            rows.append(f.read())
+    with open(os.path.join(scratch, "eval.csv")) as f:
+        evals = f.read()
+    files = {
+        "losses.csv": LOSSES_HEADER + "\n" + "".join(rows),
+        "eval.csv": evals,
+        "summary.json": json.dumps({
+            "framework": "pytorch",
+            "torch_version": torch_version,
+            "world_size": args.world_size,
+            "ddp": args.world_size > 1,
+            "backend": "gloo" if args.world_size > 1 else None,
+            "threads_per_rank": 1,
+            "model": args.model,
+            "epochs": args.epochs,
+            "lr": args.lr,
+            "batch_size": args.batch_size,
+            "seed": args.seed,
+            "sampler_seed": args.sampler_seed,
+            "set_epoch": args.set_epoch,
+            "train_subset": args.train_subset,
+            "data_dir": args.data_dir,
+            "wall_seconds_total": wall,
+            "step_ms_note": "perf_counter around zero_grad+forward+loss+backward+step",
+        }, indent=2) + "\n",
+    }
+    for name, text in files.items():  # each file complete or absent
+        tmp = os.path.join(args.out_dir, f".{name}.tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(args.out_dir, name))
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out_dir", required=True)
+    parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR)
+    parser.add_argument("--model", default="784,1024,1024,10")
+    parser.add_argument("--world_size", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed before the model")
+    parser.add_argument("--sampler_seed", type=int, default=0, help="DistributedSampler's seed")
+    parser.add_argument("--set_epoch", type=lambda s: s.lower() in ("1", "true", "yes"),
+                        default=True, help="call sampler.set_epoch(epoch) (default true)")
+    parser.add_argument("--eval_every", type=int, default=1, help="epochs between evaluations")
+    parser.add_argument("--train_subset", type=int, default=0,
+                        help="train on the first N images only (0: all; for quick checks)")
+    parser.add_argument("--timeout", type=float, default=300,
+                        help="seconds any wait between ranks may take")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        widths = [int(w) for w in args.model.split(",")]
+    except ValueError:
+        raise UsageError(f"--model={args.model}: comma-separated integers expected") from None
+    if len(widths) < 2 or min(widths) < 1:
+        raise UsageError(f"--model={args.model}: at least two positive widths expected")
+    for name in ("world_size", "epochs", "batch_size", "eval_every"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name} must be at least 1")
+    if args.train_subset < 0 or args.seed < 0 or args.sampler_seed < 0:
+        raise UsageError("--train_subset, --seed and --sampler_seed must be >= 0")
+    if not (args.lr >= 0) or not (0 < args.timeout <= 86400):
+        raise UsageError("--lr must be >= 0 and --timeout in (0, 86400]")
+    args.out_dir = os.path.abspath(args.out_dir)
+    return args
+
+
+def main(argv=None):
+    try:
+        args = parse_args(argv)
+        # The data are checked here, in the parent, so that a bad file is one error line.
+        widths = [int(w) for w in args.model.split(",")]
+        for split in ("train", "test"):
+            load_split(args.data_dir, split, widths[0], widths[-1])
+        try:
+            import torch
+        except ImportError as e:
+            raise UsageError(f"torch does not import with {sys.executable}: {e}") from None
+        scratch = tempfile.mkdtemp(prefix="pytorch_ddp.")
+        try:
+            t0 = time.perf_counter()
+            run_ranks(args, scratch)
+            wall = time.perf_counter() - t0
+            write_outputs(args, scratch, wall, torch.__version__)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print(f"wrote {args.out_dir}/losses.csv, eval.csv, summary.json ({wall:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
