@@ -1,0 +1,265 @@
+#!/usr/bin/python3
+"""Fashion-MNIST with ringlab's synchronisers side by side with PyTorch DDP.
+
+Runs PyTorch DDP itself (pytorch_ddp.py; skipped with a note where torch does not import), then
+//train:train with allreduce (overlap on and off), param_avg K in {4, 16, 64} and none over
+shm_ring, mpi and gloo at 2 ranks, plus one ringlab rank and one PyTorch process (the compute
+floor), all on the same MLP, initial parameters, sampler and hyper-parameters. One progress
+line per run. Writes <out_dir>/report.md, results.csv and PNG plots; each run's own files
+(losses.csv, eval.csv, trace.json, log.txt, run.json) stay under <out_dir>/runs/<run>/.
+
+    bazel run -c opt //experiments:fashion_mnist -- [--out_dir=DIR] [--quick] [--epochs=N]
+
+--quick: 1 epoch of PyTorch DDP and ringlab allreduce (overlap on and off) and param_avg K=16
+over shm_ring, in under 3 minutes. --report_only: rewrite the report from the runs already in
+--out_dir. --dry_run: print the commands and stop. Exit status 0 when every run finished, 1
+when one failed (the report says which), 2 for bad input.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import analysis  # noqa: E402  (after the path: these modules live next to this file)
+import report  # noqa: E402
+
+DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+              "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
+DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
+MODEL, LR, BATCH, SEED = "784,1024,1024,10", 0.1, 64, 0
+FULL_EPOCHS = 3
+COMMS = ("shm_ring", "mpi", "gloo")
+SYNCS = (("allreduce_overlap", "allreduce", None, True),
+         ("allreduce_no_overlap", "allreduce", None, False),
+         ("param_avg_k4", "param_avg", 4, None),
+         ("param_avg_k16", "param_avg", 16, None),
+         ("param_avg_k64", "param_avg", 64, None),
+         ("none", "none", None, None))
+
+
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def plan(quick):
+    """The runs, in order: dicts with name, label, framework, sync, avg_period, overlap, comm,
+    ranks."""
+    runs = [dict(name="pytorch_ddp", label="PyTorch DDP (gloo, 2 ranks)", framework="pytorch",
+                 sync="allreduce", avg_period=None, overlap=True, comm="gloo", ranks=2)]
+    comms = ("shm_ring",) if quick else COMMS
+    syncs = [s for s in SYNCS if not quick or s[0] in (
+        "allreduce_overlap", "allreduce_no_overlap", "param_avg_k16")]
+    for comm in comms:
+        for key, sync, k, overlap in syncs:
+            detail = {"allreduce": "allreduce, " + ("overlap" if overlap else "no overlap"),
+                      "param_avg": f"param_avg K={k}", "none": "none"}[sync]
+            runs.append(dict(name=f"{comm}_{key}", label=f"ringlab {detail} ({comm})",
+                             framework="ringlab", sync=sync, avg_period=k, overlap=overlap,
+                             comm=comm, ranks=2))
+    if not quick:
+        runs.append(dict(name="ringlab_1rank", label="ringlab 1 rank (compute floor)",
+                         framework="ringlab", sync="none", avg_period=None, overlap=None,
+                         comm="shm_ring", ranks=1))
+        runs.append(dict(name="pytorch_1proc", label="PyTorch 1 process (compute floor)",
+                         framework="pytorch", sync="none", avg_period=None, overlap=None,
+                         comm=None, ranks=1))
+    for order, run in enumerate(runs):
+        run["order"] = order
+    return runs
+
+
+def command(run, args, run_dir):
+    """The argv of one run."""
+    if run["framework"] == "pytorch":
+        argv = ["/usr/bin/python3", os.path.join(HERE, "pytorch_ddp.py"), f"--out_dir={run_dir}",
+                f"--world_size={run['ranks']}", f"--epochs={args.epochs}", f"--model={MODEL}",
+                f"--lr={LR}", f"--batch_size={BATCH}", f"--seed={SEED}", "--sampler_seed=0",
+                "--set_epoch=true", "--eval_every=1", "--quiet", f"--timeout={args.timeout}"]
+        return argv + ([f"--data_dir={args.data_dir}"] if args.data_dir else [])
+    argv = [args.train, "--dataset=fashion_mnist", f"--model={MODEL}", f"--sync={run['sync']}",
+            f"--comm={run['comm']}", f"--epochs={args.epochs}", f"--lr={LR}",
+            f"--batch_size={BATCH}", f"--seed={SEED}", "--sampler_seed=0", "--set_epoch=true",
+            "--eval_every=1", f"--trace={run_dir}/trace.json", f"--out_dir={run_dir}", "--quiet",
+            f"--timeout={args.timeout}"]
+    if args.data_dir:
+        argv.append(f"--data_dir={args.data_dir}")
+    if run["avg_period"]:
+        argv.append(f"--avg_period={run['avg_period']}")
+    if run["overlap"] is not None:
+        argv.append(f"--overlap={'true' if run['overlap'] else 'false'}")
+    if run["comm"] == "mpi":
+        return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
+                str(run["ranks"])] + argv
+    return argv + [f"--nprocs={run['ranks']}"]
+
+
+def execute(argv, deadline_s, log_path):
+    """Runs argv in its own session (killed with all its ranks past the deadline); its output
+    goes to log_path. Returns (status, seconds)."""
+    env = dict(os.environ)
+    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    start = time.monotonic()
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
+        log.flush()
+        try:
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                       start_new_session=True)
+        except OSError as e:
+            return f"failed: cannot start {argv[0]}: {e.strerror}", 0.0
+        try:
+            code = process.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait()
+            return f"failed: no result after {deadline_s:.0f} s: killed", time.monotonic() - start
+    wall = time.monotonic() - start
+    if code == 0:
+        return "ok", wall
+    with open(log_path, errors="replace") as f:
+        errors = [line.strip() for line in f if "error" in line.lower()]
+    reason = errors[-1].split("error:", 1)[-1].strip()[:160] if errors else f"exit status {code}"
+    return f"failed: {reason}", wall
+
+
+def probe_torch():
+    """(torch version, None) or (None, why it does not import)."""
+    result = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+                            capture_output=True, text=True)
+    if result.returncode == 0:
+        return result.stdout.strip(), None
+    lines = (result.stderr.strip() or "no output").splitlines()
+    return None, lines[-1][:160]
+
+
+def machine():
+    model = "unknown CPU"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return model, os.cpu_count()
+
+
+def progress(index, total, run):
+    s = run.get("stats")
+    if not s:
+        return f"[{index}/{total}] {run['label']}: {run['status']}"
+    return (f"[{index}/{total}] {run['label']}: accuracy {100 * s['final_accuracy']:.2f}% after "
+            f"{s['epochs']} epoch(s), median step {s['median_step_ms']:.2f} ms "
+            f"({run['wall_s']:.0f} s)")
+
+
+def run_all(args, out):
+    runs = plan(args.quick)
+    torch_version, torch_missing = probe_torch()
+    have_mpi = shutil.which("mpirun") is not None
+    cpu_model, cores = machine()
+    started = time.monotonic()
+    invocation = {
+        "mode": "quick" if args.quick else "full", "epochs": args.epochs,
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "cpu_model": cpu_model, "cores": cores, "torch_version": torch_version,
+        "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "model": MODEL, "lr": LR, "batch_size": BATCH, "train": args.train, "notes": []}
+    if torch_missing:
+        invocation["notes"].append(f"PyTorch runs skipped: torch does not import with "
+                                   f"/usr/bin/python3 ({torch_missing})")
+    if not have_mpi:
+        invocation["notes"].append("mpi runs skipped: no mpirun on PATH")
+    runs_dir = os.path.join(out, "runs")
+    shutil.rmtree(runs_dir, ignore_errors=True)  # only this invocation's runs in the report
+    deadline = 120 + 240 * args.epochs
+    for index, run in enumerate(runs, start=1):
+        run_dir = os.path.join(runs_dir, run["name"])
+        os.makedirs(run_dir)
+        argv = command(run, args, run_dir)
+        run["command"] = " ".join(shlex.quote(a) for a in argv)
+        if run["framework"] == "pytorch" and torch_missing:
+            run["status"], run["wall_s"] = "skipped: torch does not import", None
+        elif run["comm"] == "mpi" and not have_mpi:
+            run["status"], run["wall_s"] = "skipped: no mpirun", None
+        else:
+            run["status"], run["wall_s"] = execute(argv, deadline,
+                                                   os.path.join(run_dir, "log.txt"))
+        with open(os.path.join(run_dir, "run.json"), "w") as f:
+            json.dump(run, f, indent=2)
+        if run["status"] == "ok":
+            try:
+                run["stats"] = analysis.summarise_run(run_dir)
+            except analysis.AnalysisError as e:
+                run["status"] = f"failed: {e}"
+        print(progress(index, len(runs), run), flush=True)
+    invocation["duration_s"] = time.monotonic() - started
+    with open(os.path.join(out, "invocation.json"), "w") as f:
+        json.dump(invocation, f, indent=2)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    default_out = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()),
+                               "out", "fashion_mnist")
+    parser.add_argument("--out_dir", default=default_out)
+    parser.add_argument("--train", help="path to the //train:train binary")
+    parser.add_argument("--quick", action="store_true", help="a subset: 1 epoch, shm_ring")
+    parser.add_argument("--epochs", type=int, help=f"default {FULL_EPOCHS}, 1 with --quick")
+    parser.add_argument("--data_dir", default="",
+                        help=f"the IDX .gz files (default {DEFAULT_DATA_DIR})")
+    parser.add_argument("--timeout", type=float, default=120,
+                        help="seconds any wait between ranks may take")
+    parser.add_argument("--report_only", action="store_true",
+                        help="rewrite the report from the runs already in --out_dir")
+    parser.add_argument("--dry_run", action="store_true", help="print the commands and stop")
+    args = parser.parse_args(argv)
+    if args.epochs is None:
+        args.epochs = 1 if args.quick else FULL_EPOCHS
+    if not 1 <= args.epochs <= 1000:
+        fail("--epochs must be in [1, 1000]")
+    if not 0 < args.timeout <= 86400:
+        fail("--timeout must be in (0, 86400] seconds")
+    out = os.path.abspath(args.out_dir)
+
+    if args.dry_run:
+        for run in plan(args.quick):
+            print(" ".join(shlex.quote(a) for a in command(
+                run, args, os.path.join(out, "runs", run["name"]))))
+        return 0
+    if not args.report_only:
+        if not args.train or not os.access(args.train, os.X_OK):
+            fail(f"--train {args.train} is not an executable")
+        data_dir = args.data_dir or DEFAULT_DATA_DIR
+        missing = [n for n in DATA_FILES if not os.path.isfile(os.path.join(data_dir, n))]
+        if missing:
+            fail(f"{data_dir} lacks {', '.join(missing)} (Debian's dataset-fashion-mnist: "
+                 f"tools/setup.sh installs it)")
+        try:
+            os.makedirs(out, exist_ok=True)
+            probe = os.path.join(out, ".write-probe")
+            open(probe, "w").close()
+            os.remove(probe)
+        except OSError as e:
+            fail(f"--out_dir {out} is not writable: {e.strerror}")
+        run_all(args, out)
+    try:
+        runs = report.build(out)
+    except report.ReportError as e:
+        fail(str(e))
+    print(f"wrote {out}/report.md, results.csv and the plots")
+    return 1 if any(r["status"].startswith("failed") for r in runs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+#!/usr/bin/python3
+"""The fashion_mnist driver's parsing and report on small hand-made run directories: no
+training, so that it runs in a second. The figures are chosen so that every number the report
+prints can be worked out by hand (see each fixture's comment).
+"""
+
+import csv
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import analysis  # noqa: E402
+import pytorch_ddp  # noqa: E402
+
+DRIVER = os.path.join(HERE, "fashion_mnist.py")
+STEPS, EPOCHS = 30, 2  # per rank; 15 steps per epoch
+
+
+def losses_csv(path, losses, step_ms, bytes_sent, comm_ms="nan"):
+    with open(path, "w") as f:
+        f.write("rank,epoch,step,loss,step_ms,comm_ms,bytes_sent\n")
+        for rank in (1, 0):  # rank 1 first: the reader must not rely on the order
+            for step in range(STEPS):
+                f.write(f"{rank},{step // 15},{step},{losses[step]!r},{step_ms[step]},"
+                        f"{comm_ms},{bytes_sent}\n")
+
+
+def eval_csv(path, accuracies, walls, bytes_per_step):
+    with open(path, "w") as f:
+        f.write("epoch,step,test_loss,test_accuracy,wall_s,bytes_sent\n")
+        for epoch, (acc, wall) in enumerate(zip(accuracies, walls), start=1):
+            f.write(f"{epoch},{15 * epoch},0.5,{acc},{wall},{bytes_per_step * 15 * epoch}\n")
+
+
+def trace_json(path, wait_us):
+    """Per step of rank 0: forward 1000 us, backward 200+1500+1300 us, a wait of wait_us, SGD
+    500 us; one 2000 us bucket of 4 MB on the comm thread. Rank 1's events and the evaluation
+    are large, so that counting them would show."""
+    events, ts = [], 0
+    for step in range(STEPS):
+        for name, dur, cat in (("forward", 1000, "compute"), ("backward fc3", 200, "compute"),
+                               ("backward fc2", 1500, "compute"),
+                               ("backward fc1", 1300, "compute"),
+                               ("wait for allreduce", wait_us, "exposed_comm"),
+                               ("sgd step", 500, "compute")):
+            events.append(dict(name=name, cat=cat, ph="X", pid=0, tid=0, ts=ts, dur=dur))
+            ts += dur
+        events.append(dict(name="allreduce bucket 0", cat="comm", ph="X", pid=0, tid=1,
+                           ts=ts - 2500, dur=2000, args={"bytes": 4000000}))
+        events.append(dict(name="wait for allreduce", cat="exposed_comm", ph="X", pid=1, tid=0,
+                           ts=ts, dur=10 ** 9))
+    events.append(dict(name="evaluation", ph="X", pid=0, tid=0, ts=ts, dur=10 ** 8))
+    events.append(dict(name="process_name", ph="M", pid=0, args={"name": "rank 0"}))
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events}, f)
+
+
+def make_run(out, order, name, label, framework, sync="allreduce", comm="shm_ring", ranks=2,
+             overlap=None, status="ok", **files):
+    run_dir = os.path.join(out, "runs", name)
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump(dict(order=order, name=name, label=label, framework=framework, sync=sync,
+                       avg_period=None, overlap=overlap, comm=comm, ranks=ranks, status=status,
+                       wall_s=12.5, command="fixture"), f)
+    if "losses" in files:
+        losses_csv(os.path.join(run_dir, "losses.csv"), *files["losses"])
+    if "evals" in files:
+        eval_csv(os.path.join(run_dir, "eval.csv"), *files["evals"])
+    if "wait_us" in files:
+        trace_json(os.path.join(run_dir, "trace.json"), files["wait_us"])
+    return run_dir
+
+
+PT_LOSSES = [2.0 - 0.01 * i for i in range(STEPS)]
+# Warm-up (the first 20 steps) at 100 ms; then PyTorch's 10 steps at 20 ms (median 20), and
+# ringlab's 5,6,7,8,9,100,6,7,8,6: sorted 5,6,6,6,7,7,8,8,9,100, median 7.
+PT_MS = [100.0] * 20 + [20.0] * 10
+RL_MS = [100.0] * 20 + [5, 6, 7, 8, 9, 100, 6, 7, 8, 6]
+
+
+def make_fixture(out):
+    os.makedirs(out)
+    with open(os.path.join(out, "invocation.json"), "w") as f:
+        json.dump({"mode": "quick", "epochs": EPOCHS, "date": "2024-01-01T00:00:00+00:00",
+                   "cpu_model": "Fixture CPU", "cores": 2, "torch_version": "1.13.0a0",
+                   "load_before": "0.00 0.00 0.00", "duration_s": 90.0, "notes": []}, f)
+    make_run(out, 0, "pytorch_ddp", "PyTorch DDP (gloo, 2 ranks)", "pytorch", comm="gloo",
+             losses=(PT_LOSSES, PT_MS, "nan"), evals=([0.80, 0.851], [15.0, 30.0], float("nan")))
+    # Losses 5e-5 relatively above PyTorch's; accuracies 0.35 and 0.15 points above.
+    make_run(out, 1, "shm_ring_allreduce_overlap", "ringlab allreduce, overlap (shm_ring)",
+             "ringlab", overlap=True, losses=([l * (1 + 5e-5) for l in PT_LOSSES], RL_MS, 4000000),
+             evals=([0.8035, 0.8525], [14.0, 31.0], 4000000), wait_us=300)
+    make_run(out, 2, "shm_ring_allreduce_no_overlap", "ringlab allreduce, no overlap (shm_ring)",
+             "ringlab", overlap=False, losses=(PT_LOSSES, RL_MS, 4000000),
+             evals=([0.80, 0.84], [16.0, 33.0], 4000000), wait_us=2000)
+    make_run(out, 3, "pytorch_1proc", "PyTorch 1 process (compute floor)", "pytorch",
+             sync="none", comm=None, ranks=1, status="skipped: torch does not import")
+
+
+def run_driver(*args):
+    env = dict(os.environ, MPLCONFIGDIR=tempfile.mkdtemp())
+    return subprocess.run([sys.executable, DRIVER] + list(args), capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+class ReportTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="fashion_mnist_test.")
+        cls.out = os.path.join(cls.tmp, "good")
+        make_fixture(cls.out)
+        cls.result = run_driver("--report_only", f"--out_dir={cls.out}")
+        with open(os.path.join(cls.out, "report.md")) as f:
+            cls.report = f.read()
+
+    def test_exit_status_zero_when_nothing_failed(self):
+        self.assertEqual(self.result.returncode, 0, self.result.stderr)
+
+    def test_runs_table(self):
+        # 85.25%, reached at epoch 2 after 31.0 s, median 7.00 ms, exposed 300 us per step,
+        # 4 MB per step, 7 / 20 = 0.35 of PyTorch's step.
+        self.assertIn("| ringlab allreduce, overlap (shm_ring) | ok | 85.25% | 2 | 31.0 | 7.00 | "
+                      "0.300 | 4.00 MB | 0.35 |", self.report)
+        self.assertIn("| PyTorch DDP (gloo, 2 ranks) | ok | 85.10% | 2 | 30.0 | 20.00 | "
+                      "n/a (no trace) | n/a | 1.00 |", self.report)
+        self.assertIn("| ringlab allreduce, no overlap (shm_ring) | ok | 84.00% | not reached | "
+                      "not reached | 7.00 | 2.000 |", self.report)
+        self.assertIn("| PyTorch 1 process (compute floor) | skipped: torch does not import |",
+                      self.report)
+
+    def test_fidelity_and_speed(self):
+        self.assertIn("**0.350 points** over 2 epoch(s) (target ≤ 0.5): **PASS**", self.report)
+        self.assertIn("first 30 losses: **5.00e-05** (target ≤ 0.0001): **PASS**", self.report)
+        self.assertIn("**0.35×** (target ≤ 0.4×): **PASS**", self.report)
+        # No overlap: 0.35 points below PyTorch at epoch 1... 1.1 at epoch 2; losses equal.
+        self.assertIn("| ringlab allreduce, no overlap (shm_ring) | PyTorch DDP | 1.100 | "
+                      "0.00e+00 |", self.report)
+        self.assertIn("overlap 0.300 ms, no overlap 2.000 ms (-85%: smaller with overlap)",
+                      self.report)
+
+    def test_header_names_machine_and_torch(self):
+        self.assertIn("Fixture CPU, 2 core(s)", self.report)
+        self.assertIn("torch: 1.13.0a0", self.report)
+        self.assertIn("took 1.5 min", self.report)
+
+    def test_results_csv(self):
+        with open(os.path.join(self.out, "results.csv")) as f:
+            rows = {r["run"]: r for r in csv.DictReader(f)}
+        self.assertEqual(len(rows), 4)
+        head = rows["shm_ring_allreduce_overlap"]
+        self.assertAlmostEqual(float(head["median_step_ms"]), 7.0)
+        # Per step: 4.0 ms compute, 0.3 exposed, 0.5 SGD, 2.0 on the comm thread (1e-9: the
+        # microsecond sums are exact in binary up to the division).
+        for key, want in (("compute_ms_per_step", 4.0), ("exposed_comm_ms_per_step", 0.3),
+                          ("optimiser_ms_per_step", 0.5), ("comm_thread_ms_per_step", 2.0),
+                          ("bytes_per_step", 4e6), ("ratio_to_pytorch_ddp", 0.35)):
+            self.assertAlmostEqual(float(head[key]), want, delta=1e-9, msg=key)
+        self.assertEqual(rows["pytorch_ddp"]["bytes_per_step"], "")
+        self.assertEqual(rows["pytorch_1proc"]["final_test_accuracy"], "")
+
+    def test_plots_are_pngs(self):
+        for name in ("accuracy_vs_epoch.png", "accuracy_vs_bytes.png", "accuracy_vs_time.png",
+                     "step_breakdown.png"):
+            with open(os.path.join(self.out, name), "rb") as f:
+                data = f.read()
+            self.assertTrue(data.startswith(b"\x89PNG\r\n\x1a\n"), name)
+            self.assertGreater(len(data), 10000, name)
+            self.assertIn(f"]({name})", self.report)
+
+
+class DefectTest(unittest.TestCase):
+    def test_malformed_run_is_reported_failed_and_exit_1(self):
+        out = os.path.join(tempfile.mkdtemp(), "bad")
+        make_fixture(out)
+        run_dir = make_run(out, 4, "gloo_none", "ringlab none (gloo)", "ringlab", sync="none",
+                           comm="gloo", losses=(PT_LOSSES, RL_MS, 0),
+                           evals=([0.7, 0.8], [1, 2], 0))
+        with open(os.path.join(run_dir, "eval.csv"), "w") as f:
+            f.write("epoch,accuracy\n1,0.5\n")
+        result = run_driver("--report_only", f"--out_dir={out}")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        with open(os.path.join(out, "report.md")) as f:
+            self.assertIn("| ringlab none (gloo) | failed: ", f.read())
+
+    def test_no_invocation_is_error_exit_2(self):
+        result = run_driver("--report_only", f"--out_dir={tempfile.mkdtemp()}")
+        self.assertEqual(result.returncode, 2)
+        self.assertRegex(result.stderr, r"^error: .*invocation.json")
+
+    def test_missing_train_binary_is_error_exit_2(self):
+        result = run_driver("--train=/nonexistent/train", f"--out_dir={tempfile.mkdtemp()}")
+        self.assertEqual(result.returncode, 2)
+        self.assertTrue(result.stderr.startswith("error: --train"), result.stderr)
+
+    def test_trace_defects(self):
+        path = os.path.join(tempfile.mkdtemp(), "trace.json")
+        with open(path, "w") as f:
+            f.write('{"traceEvents": [')
+        with self.assertRaisesRegex(analysis.AnalysisError, "not JSON"):
+            analysis.read_trace(path)
+        with open(path, "w") as f:
+            json.dump({"traceEvents": [{"name": "forward", "ph": "X", "pid": 0, "tid": 0}]}, f)
+        with self.assertRaisesRegex(analysis.AnalysisError, "no valid dur"):
+            analysis.read_trace(path)
+
+    def test_accuracy_out_of_range(self):
+        path = os.path.join(tempfile.mkdtemp(), "eval.csv")
+        eval_csv(path, [85.0], [1.0], 0)  # a percentage where a fraction belongs
+        with self.assertRaisesRegex(analysis.AnalysisError, "not in"):
+            analysis.read_eval(path)
+
+
+class PlanTest(unittest.TestCase):
+    def test_quick_and_full_plans(self):
+        quick = run_driver("--dry_run", "--quick", "--train=/t")
+        self.assertEqual(quick.returncode, 0, quick.stderr)
+        lines = quick.stdout.splitlines()
+        self.assertEqual(len(lines), 4)  # PyTorch DDP, overlap on/off, param_avg K=16
+        self.assertIn("--epochs=1", lines[0])
+        self.assertTrue(all("--comm=shm_ring" in l for l in lines[1:]))
+        full = run_driver("--dry_run", "--train=/t").stdout.splitlines()
+        # PyTorch DDP, 6 synchronisers x 3 communicators, ringlab 1 rank, PyTorch 1 process.
+        self.assertEqual(len(full), 21)
+        mpi = [l for l in full if "--comm=mpi" in l]
+        self.assertEqual(len(mpi), 6)
+        self.assertTrue(all(l.startswith("mpirun --allow-run-as-root") for l in mpi))
+        self.assertTrue(all("--nprocs" not in l for l in mpi))
+        self.assertEqual(sum("--overlap=false" in l for l in full), 3)
+        self.assertEqual(sum("--avg_period=64" in l for l in full), 3)
+
+
+class IdxTest(unittest.TestCase):
+    def write(self, name, payload):
+        path = os.path.join(tempfile.mkdtemp(), name)
+        with gzip.open(path, "wb") as f:
+            f.write(payload)
+        return path
+
+    def test_reads_images_as_x_over_255(self):
+        header = bytes([0, 0, 8, 3]) + (2).to_bytes(4, "big") + (1).to_bytes(4, "big") * 2
+        path = self.write("t10k-images-idx3-ubyte.gz", header + bytes([51, 255]))
+        self.assertEqual(pytorch_ddp.read_idx(path, 3).shape, (2, 1, 1))
+        labels = bytes([0, 0, 8, 1]) + (2).to_bytes(4, "big") + bytes([9, 0])
+        with gzip.open(os.path.join(os.path.dirname(path), "t10k-labels-idx1-ubyte.gz"),
+                       "wb") as f:
+            f.write(labels)
+        x, y = pytorch_ddp.load_split(os.path.dirname(path), "test", 1, 10)
+        self.assertEqual(x.dtype.name, "float32")
+        self.assertEqual(x.reshape(-1).tolist(), [0.20000000298023224, 1.0])  # float32(51/255)
+        self.assertEqual(y.tolist(), [9, 0])
+        with self.assertRaisesRegex(pytorch_ddp.UsageError, "label 9 >= 9 classes"):
+            pytorch_ddp.load_split(os.path.dirname(path), "test", 1, 9)
+
+    def test_truncated_and_wrong_kind(self):
+        header = bytes([0, 0, 8, 1]) + (3).to_bytes(4, "big")
+        with self.assertRaisesRegex(pytorch_ddp.UsageError, r"2 data bytes .*\(3 expected\)"):
+            pytorch_ddp.read_idx(self.write("lab.gz", header + bytes([1, 2])), 1)
+        with self.assertRaisesRegex(pytorch_ddp.UsageError, "not an IDX file"):
+            pytorch_ddp.read_idx(self.write("lab.gz", header + bytes([1, 2, 3])), 3)
+
+
+if __name__ == "__main__":
+    unittest.main()

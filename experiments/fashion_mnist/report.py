@@ -1,0 +1,258 @@
+"""The fashion_mnist experiment's report: report.md, results.csv and four PNG plots, from the run
+directories an invocation left under <out_dir>/runs (each with run.json, saying what the run
+was and whether it finished) and <out_dir>/invocation.json (the machine, torch, the date).
+
+Nothing here trains: the test drives it with small hand-made files.
+"""
+
+import csv
+import json
+import math
+import os
+
+import analysis
+
+# Targets from issue 13, item 6.
+ACCURACY_POINTS_TARGET = 0.5
+LOSS_REL_TARGET = 1e-4
+STEP_RATIO_TARGET = 0.4
+HEADLINE = "shm_ring_allreduce_overlap"  # the ringlab run compared to PyTorch DDP
+PYTORCH_DDP, PYTORCH_ONE, RINGLAB_ONE = "pytorch_ddp", "pytorch_1proc", "ringlab_1rank"
+RESULT_COLUMNS = ["run", "label", "framework", "sync", "avg_period", "overlap", "comm", "ranks",
+                  "status", "epochs", "final_test_accuracy", "epochs_to_85", "seconds_to_85",
+                  "median_step_ms", "exposed_comm_ms_per_step", "compute_ms_per_step",
+                  "optimiser_ms_per_step", "comm_thread_ms_per_step", "bytes_per_step",
+                  "ratio_to_pytorch_ddp", "run_wall_s"]
+
+
+class ReportError(Exception):
+    """The directory holds no invocation to report on."""
+
+
+def load_runs(out_dir):
+    """(invocation dict, runs in plan order: run.json plus 'stats' or a failed status)."""
+    try:
+        with open(os.path.join(out_dir, "invocation.json")) as f:
+            invocation = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{out_dir}/invocation.json is missing or not JSON: {e}") from None
+    runs_dir = os.path.join(out_dir, "runs")
+    names = sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []
+    runs = []
+    for name in names:
+        try:
+            with open(os.path.join(runs_dir, name, "run.json")) as f:
+                run = json.load(f)
+        except (OSError, ValueError):
+            continue  # not a run of this invocation
+        run["name"] = name
+        if run.get("status") == "ok":
+            try:
+                run["stats"] = analysis.summarise_run(os.path.join(runs_dir, name))
+            except analysis.AnalysisError as e:
+                run["status"] = f"failed: {e}"
+        runs.append(run)
+    if not runs:
+        raise ReportError(f"no run.json under {runs_dir}")
+    runs.sort(key=lambda r: r.get("order", 0))
+    return invocation, runs
+
+
+def _stats(runs, name):
+    for run in runs:
+        if run["name"] == name and run.get("stats"):
+            return run["stats"]
+    return None
+
+
+def _fmt(value, spec, missing="n/a"):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return missing
+    return format(value, spec)
+
+
+def _bytes(value):
+    if value is None or math.isnan(value):
+        return "n/a"
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def result_rows(runs):
+    """One dict per run with RESULT_COLUMNS (numbers unformatted, None where not measured)."""
+    ddp = _stats(runs, PYTORCH_DDP)
+    rows = []
+    for run in runs:
+        s = run.get("stats")
+        row = {c: run.get(c) for c in RESULT_COLUMNS}
+        row["run"], row["run_wall_s"] = run["name"], run.get("wall_s")
+        if s:
+            trace = s["trace"] or {}
+            row.update({
+                "epochs": s["epochs"], "final_test_accuracy": s["final_accuracy"],
+                "epochs_to_85": s["reach_epoch"], "seconds_to_85": s["reach_seconds"],
+                "median_step_ms": s["median_step_ms"],
+                "exposed_comm_ms_per_step": trace.get("exposed_ms"),
+                "compute_ms_per_step": trace.get("compute_ms"),
+                "optimiser_ms_per_step": trace.get("optimiser_ms"),
+                "comm_thread_ms_per_step": trace.get("comm_thread_ms"),
+                "bytes_per_step": None if math.isnan(s["bytes_per_step"]) else s["bytes_per_step"],
+                "ratio_to_pytorch_ddp": (s["median_step_ms"] / ddp["median_step_ms"]
+                                         if ddp else None),
+            })
+        rows.append(row)
+    return rows
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=RESULT_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+
+
+def _runs_table(runs, rows):
+    header = ["run", "status", "final test accuracy", "epochs to 85%", "seconds to 85%",
+              "median step (ms)", "exposed comm/step (ms)", "bytes/step (rank 0)",
+              "step ÷ PyTorch DDP"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for run, row in zip(runs, rows):
+        if not run.get("stats"):
+            lines.append(f"| {run['label']} | {run['status']} |" + " |" * (len(header) - 2))
+            continue
+        reached = row["epochs_to_85"] is not None
+        lines.append("| " + " | ".join([
+            run["label"], "ok", f"{100 * row['final_test_accuracy']:.2f}%",
+            str(row["epochs_to_85"]) if reached else "not reached",
+            _fmt(row["seconds_to_85"], ".1f") if reached else "not reached",
+            _fmt(row["median_step_ms"], ".2f"),
+            _fmt(row["exposed_comm_ms_per_step"], ".3f", "n/a (no trace)"),
+            _bytes(row["bytes_per_step"]), _fmt(row["ratio_to_pytorch_ddp"], ".2f"),
+        ]) + " |")
+    return lines
+
+
+def _verdict(value, target):
+    if value is None or math.isnan(value):
+        return "not measured"
+    return "PASS" if value <= target else "FAIL"
+
+
+def _fidelity_lines(runs):
+    ddp, one = _stats(runs, PYTORCH_DDP), _stats(runs, PYTORCH_ONE)
+    head = next((r for r in runs if r["name"] == HEADLINE), None)
+    lines = ["## Fidelity: ringlab against PyTorch", ""]
+    if not ddp or not head or not head.get("stats"):
+        missing = "PyTorch DDP" if not ddp else "ringlab allreduce over shm_ring with overlap"
+        return lines + [f"Not measured: no finished {missing} run in this invocation.", ""]
+    acc, rel, epochs, steps = analysis.fidelity(head["stats"], ddp)
+    lines += [
+        f"Same initial parameters (torch.manual_seed), sampler and hyper-parameters; "
+        f"{head['label']} against PyTorch DDP:", "",
+        f"- max |Δ per-epoch test accuracy|: **{_fmt(acc, '.3f')} points** over {epochs} "
+        f"epoch(s) (target ≤ {ACCURACY_POINTS_TARGET}): **{_verdict(acc, ACCURACY_POINTS_TARGET)}**",
+        f"- max relative difference of rank 0's first {steps} losses: **{_fmt(rel, '.2e')}** "
+        f"(target ≤ {LOSS_REL_TARGET:g}): **{_verdict(rel, LOSS_REL_TARGET)}**", "",
+        "Every run that should compute the same as PyTorch:", "",
+        "| run | against | max abs Δ accuracy (points) | max rel Δ of first 100 losses |",
+        "|---|---|---|---|"]
+    for run in runs:
+        s = run.get("stats")
+        if not s or run["framework"] != "ringlab":
+            continue
+        if run.get("sync") == "allreduce" and run.get("ranks") == 2 and ddp:
+            ref, ref_label = ddp, "PyTorch DDP"
+        elif run["name"] == RINGLAB_ONE and one:
+            ref, ref_label = one, "PyTorch 1 process"
+        else:
+            continue
+        a, r, _, _ = analysis.fidelity(s, ref)
+        lines.append(f"| {run['label']} | {ref_label} | {_fmt(a, '.3f')} | {_fmt(r, '.2e')} |")
+    return lines + [""]
+
+
+def _speed_lines(runs):
+    ddp = _stats(runs, PYTORCH_DDP)
+    head = _stats(runs, HEADLINE)
+    lines = ["## Speed", ""]
+    if ddp and head:
+        ratio = head["median_step_ms"] / ddp["median_step_ms"]
+        lines.append(f"- median step at 2 ranks, ringlab allreduce (shm_ring, overlap) "
+                     f"{head['median_step_ms']:.2f} ms against PyTorch DDP "
+                     f"{ddp['median_step_ms']:.2f} ms: **{ratio:.2f}×** (target ≤ "
+                     f"{STEP_RATIO_TARGET}×): **{_verdict(ratio, STEP_RATIO_TARGET)}**")
+    for floor in (PYTORCH_ONE, RINGLAB_ONE):
+        s = _stats(runs, floor)
+        if s:
+            label = next(r["label"] for r in runs if r["name"] == floor)
+            lines.append(f"- compute floor, {label}: median step {s['median_step_ms']:.2f} ms")
+    comms = [r["comm"] for r in runs if r["name"].endswith("_allreduce_overlap")]
+    for comm in comms:
+        on = _stats(runs, f"{comm}_allreduce_overlap")
+        off = _stats(runs, f"{comm}_allreduce_no_overlap")
+        if not (on and off and on["trace"] and off["trace"]):
+            continue
+        a, b = on["trace"]["exposed_ms"], off["trace"]["exposed_ms"]
+        change = f"{100 * (a - b) / b:+.0f}%" if b > 0 else "n/a"
+        smaller = "smaller" if a < b else "NOT smaller"
+        lines.append(f"- exposed communication per step over {comm} (trace): overlap {a:.3f} ms, "
+                     f"no overlap {b:.3f} ms ({change}: {smaller} with overlap); median step "
+                     f"{on['median_step_ms']:.2f} against {off['median_step_ms']:.2f} ms")
+    if len(lines) == 2:
+        lines.append("Not measured: no finished runs to compare.")
+    return lines + [""]
+
+
+def write_markdown(path, invocation, runs, rows, plot_notes):
+    inv = invocation
+    lines = [
+        "# Fashion-MNIST: ringlab's synchronisers side by side with PyTorch DDP", "",
+        f"- date: {inv.get('date', 'unknown')}; this invocation took "
+        f"{_fmt(inv.get('duration_s', math.nan) / 60 if inv.get('duration_s') else None, '.1f')}"
+        f" min ({inv.get('mode', '?')} run)",
+        f"- machine: {inv.get('cpu_model', 'unknown')}, {inv.get('cores', '?')} core(s); load "
+        f"average before the runs {inv.get('load_before', 'unknown')} (a shared machine: compare "
+        f"figures from one invocation only)",
+        f"- torch: {inv.get('torch_version') or 'not importable: PyTorch runs skipped'}",
+        f"- every run: MLP {inv.get('model', '784,1024,1024,10')}, SGD lr {inv.get('lr', 0.1)} "
+        f"without momentum, batch {inv.get('batch_size', 64)} per rank, DistributedSampler seed 0 "
+        f"with set_epoch, torch.manual_seed(0) initial parameters, {inv.get('epochs', '?')} "
+        f"epoch(s), one thread per rank, test set evaluated by rank 0 after every epoch", ""]
+    lines += [f"- note: {n}" for n in inv.get("notes", [])]
+    lines += ["", "## Runs", ""] + _runs_table(runs, rows) + [
+        "",
+        f"- median step: rank 0's steps after the first {analysis.WARMUP_STEPS} (warm-up); "
+        "ringlab's step is its whole step (forward, backward, synchronisation, SGD), PyTorch's "
+        "time.perf_counter around zero_grad+forward+backward+step; data loading excluded.",
+        "- exposed comm/step: from the trace, the compute thread's \"wait for allreduce\" time "
+        "(the part of communication not hidden behind backward) summed over the run and divided "
+        "by rank 0's steps. PyTorch writes no trace.",
+        "- bytes/step: rank 0's bytes sent per step, mean over all steps (PyTorch does not "
+        "report them).",
+        "- seconds to 85%: training wall-clock of rank 0 at the first evaluation at or above "
+        "85%, evaluation time excluded.", ""]
+    lines += _fidelity_lines(runs) + _speed_lines(runs)
+    lines += ["## Plots", ""]
+    for title, name in (("Test accuracy against epochs", "accuracy_vs_epoch.png"),
+                        ("Test accuracy against bytes sent", "accuracy_vs_bytes.png"),
+                        ("Test accuracy against wall-clock time", "accuracy_vs_time.png"),
+                        ("Step time breakdown", "step_breakdown.png")):
+        note = plot_notes.get(name)
+        lines += [f"{title}: {note}" if note else f"![{title}]({name})", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def build(out_dir):
+    """Writes report.md, results.csv and the plots into out_dir; returns the runs."""
+    import plots  # matplotlib is imported there, only when a report is written
+
+    invocation, runs = load_runs(out_dir)
+    rows = result_rows(runs)
+    write_csv(os.path.join(out_dir, "results.csv"), rows)
+    plot_notes = plots.write_all(out_dir, runs)
+    write_markdown(os.path.join(out_dir, "report.md"), invocation, runs, rows, plot_notes)
+    return runs
