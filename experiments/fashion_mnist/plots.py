@@ -77,7 +77,8 @@ def _accuracy_figure(runs, path, x_of, xlabel, logx=False, note=None, integer_x=
             from matplotlib.ticker import MaxNLocator
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right")
     axes[0][0].set_ylabel("test accuracy (%) — red line: 85%")
     if note:
         note = textwrap.fill(note, width=int(90 * len(comms)))
