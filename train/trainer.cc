@@ -363,7 +363,8 @@ StepRecord TakeStep(nn::Mlp& model, Synchronizer& synchronizer,
   const uint64_t bytes_before = comm.bytes_sent();
   const auto start = Clock::now();
   const float loss = model.ForwardBackward(batch.x.data(), batch.y.data(),
-                                           static_cast<int>(count));
+                                           static_cast<int>(count),
+                                           synchronizer.backward_observer());
   const auto sync_start = Clock::now();
   synchronizer.AfterBackward(model);
   double comm_ms = MillisecondsSince(sync_start);
@@ -466,7 +467,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
 
   std::unique_ptr<nn::Mlp> model = CreateModel(config, layout, comm);
   auto synchronizer =
-      CreateSynchronizer(config.sync, comm, config.sync_options);
+      CreateSynchronizer(config.sync, comm, *model, config.sync_options);
   TrainResult result;
   const int64_t first_step =
       StartingPoint(config, layout, params, comm, *model, &result.history);
