@@ -45,8 +45,7 @@ TEST(EvaluationTest, LossAndAccuracyByHandInAnyBatchSize) {
 }
 
 TEST(EvaluationTest, CsvHasTheDocumentedColumns) {
-  const std::string csv =
-      EvalRecordsToCsv({{1, 469, 0.5, 0.8125, 12.5, 1000}});
+  const std::string csv = EvalRecordsToCsv({{1, 469, 0.5, 0.8125, 12.5, 1000}});
   EXPECT_EQ(csv,
             "epoch,step,test_loss,test_accuracy,wall_s,bytes_sent\n"
             "1,469,0.5,0.812500,12.500,1000\n");

@@ -169,8 +169,9 @@ TrainingData LoadTrainingData(const TrainConfig& config,
   if (kind == "fashion_mnist") {
     const std::string dir = DataDir(config);
     ImageDataSet set = ReadFashionMnist(dir);
-    return {FromImages(std::move(set.train), "fashion_mnist:" + dir),
-            FromImages(std::move(set.test), "fashion_mnist:" + dir + " (test)")};
+    return {
+        FromImages(std::move(set.train), "fashion_mnist:" + dir),
+        FromImages(std::move(set.test), "fashion_mnist:" + dir + " (test)")};
   }
   if (kind == "npy") {
     return {LoadDataset(config.data_dir, rank, layout.in_features(),
@@ -225,8 +226,7 @@ int64_t DatasetSize(const TrainConfig& config, int world_size, int data_rank,
       throw std::invalid_argument(
           "--dataset=fashion_mnist has " + std::to_string(shape.features) +
           " pixels per image and 10 classes: the model must be " +
-          std::to_string(shape.features) + ",...,10, not " +
-          layout.ToString());
+          std::to_string(shape.features) + ",...,10, not " + layout.ToString());
     }
     return shape.train_count;
   }
@@ -636,8 +636,8 @@ class Evaluator {
         std::chrono::duration<double>(eval_start - start_).count() -
         excluded_s_;
     const EvalResult r = Evaluate(model, test_);
-    out->push_back({epochs, steps, r.loss, r.accuracy, wall_s,
-                    comm.bytes_sent()});
+    out->push_back(
+        {epochs, steps, r.loss, r.accuracy, wall_s, comm.bytes_sent()});
     excluded_s_ +=
         std::chrono::duration<double>(Clock::now() - eval_start).count();
   }
@@ -704,8 +704,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
     const int64_t end = std::min(begin + config.batch_size, schedule.samples);
     {
       ScopedSpan span(tracer, Track::kCompute, "load batch", "data");
-      batch.Load(data.train, sampler, config.set_epoch ? epoch : 0, begin,
-                 end);
+      batch.Load(data.train, sampler, config.set_epoch ? epoch : 0, begin, end);
     }
     result.history.push_back(TakeStep(*model, *synchronizer, comm, batch,
                                       end - begin, sgd, epoch, step, tracer));

@@ -74,8 +74,8 @@ void ValidateConfig(const TrainConfig& config, int world_size,
                     int data_rank = -1);
 
 struct TrainResult {
-  std::vector<float> final_params;  // this rank's, on the host
-  std::vector<StepRecord> history;  // this rank's
+  std::vector<float> final_params;      // this rank's, on the host
+  std::vector<StepRecord> history;      // this rank's
   std::vector<EvalRecord> evaluations;  // rank 0's, of this run's epochs
   std::string trace_events;             // this rank's, with --trace
 };
