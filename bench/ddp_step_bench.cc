@@ -49,14 +49,25 @@ struct Job {
   }
 };
 
-void RunSteps(benchmark::State& state, train::Synchronizer* sync) {
+// sync_name null: one process, no synchroniser.
+void RunSteps(benchmark::State& state, const char* sync_name, int period) {
   Job job;
+  std::unique_ptr<train::Synchronizer> synchronizer;
+  if (sync_name != nullptr) {
+    train::SyncOptions options;
+    options.avg_period = period;
+    synchronizer =
+        train::CreateSynchronizer(sync_name, *g_comm, *job.model, options);
+  }
+  train::Synchronizer* sync = synchronizer.get();
+  nn::BackwardObserver* observer = sync ? sync->backward_observer() : nullptr;
   const nn::SgdOptions sgd{0.01f};
   int64_t step = 0;
   for (auto _ : state) {
     if (g_comm != nullptr && sync != nullptr) g_comm->Barrier();
     const auto start = std::chrono::steady_clock::now();
-    job.model->ForwardBackward(job.data.x.data(), job.data.y.data(), 50);
+    job.model->ForwardBackward(job.data.x.data(), job.data.y.data(), 50,
+                               observer);
     if (sync != nullptr) sync->AfterBackward(*job.model);
     job.model->SgdStep(sgd);
     if (sync != nullptr) sync->AfterStep(*job.model, step);
@@ -71,13 +82,12 @@ void RunSteps(benchmark::State& state, train::Synchronizer* sync) {
                       : "one process, no communication");
 }
 
-void BM_SingleProcessStep(benchmark::State& state) { RunSteps(state, nullptr); }
+void BM_SingleProcessStep(benchmark::State& state) {
+  RunSteps(state, nullptr, 0);
+}
 
 void BM_DdpStep(benchmark::State& state, const char* sync_name, int period) {
-  train::SyncOptions options;
-  options.avg_period = period;
-  auto sync = train::CreateSynchronizer(sync_name, *g_comm, options);
-  RunSteps(state, sync.get());
+  RunSteps(state, sync_name, period);
 }
 
 class SilentReporter : public benchmark::BenchmarkReporter {

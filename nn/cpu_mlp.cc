@@ -58,10 +58,10 @@ void CpuMlp::SetGrads(const float* host) {
   std::memcpy(grads_, host, n_ * sizeof(float));
 }
 
-float CpuMlp::ForwardBackward(const float* x, const int64_t* labels,
-                              int batch) {
+float CpuMlp::ForwardBackward(const float* x, const int64_t* labels, int batch,
+                              BackwardObserver* observer) {
   return MlpForwardBackward(layout(), params_, grads_, x, labels, batch,
-                            options_.gemm, &ws_);
+                            options_.gemm, &ws_, observer);
 }
 
 void CpuMlp::Forward(const float* x, int batch, float* logits) {

@@ -40,8 +40,9 @@ class CpuMlp : public Mlp {
   void GetParams(float* host) const override;
   void GetGrads(float* host) const override;
   void SetGrads(const float* host) override;
-  float ForwardBackward(const float* x, const int64_t* labels,
-                        int batch) override;
+  using Mlp::ForwardBackward;
+  float ForwardBackward(const float* x, const int64_t* labels, int batch,
+                        BackwardObserver* observer) override;
   void Forward(const float* x, int batch, float* logits) override;
   void SgdStep(const SgdOptions& options) override;
 

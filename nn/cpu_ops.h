@@ -300,23 +300,29 @@ void MlpForward(const MlpLayout& layout, const T* params, const T* x, int batch,
 template <typename T>
 T MlpForwardBackward(const MlpLayout& layout, const T* params, T* grads,
                      const T* x, const int64_t* labels, int batch,
-                     GemmMode mode, MlpWorkspace<T>* ws) {
+                     GemmMode mode, MlpWorkspace<T>* ws,
+                     BackwardObserver* observer = nullptr) {
   if (batch < 0) {
     throw std::invalid_argument("batch must be >= 0, got " +
                                 std::to_string(batch));
   }
   CheckLabels(labels, batch, layout.num_classes());
+  const int layers = layout.num_layers();
   if (batch == 0) {
     std::fill(grads, grads + layout.num_params(), T(0));
+    if (observer != nullptr) {
+      observer->OnForwardDone();
+      for (int l = layers - 1; l >= 0; --l) observer->OnLayerGrads(l, [] {});
+    }
     return T(0);
   }
   MlpForward(layout, params, x, batch, mode, ws);
-  const int layers = layout.num_layers();
   ws->grad.resize(layers);
   for (int l = 0; l < layers; ++l) ws->grad[l].resize(ws->act[l].size());
   const T loss =
       SoftmaxCrossEntropy(ws->act.back().data(), labels, batch,
                           layout.num_classes(), ws->grad.back().data());
+  if (observer != nullptr) observer->OnForwardDone();
   for (int l = layers - 1; l >= 0; --l) {
     const int fi = layout.widths()[l], fo = layout.widths()[l + 1];
     if (l + 1 < layers) {
@@ -327,6 +333,7 @@ T MlpForwardBackward(const MlpLayout& layout, const T* params, T* grads,
     LinearBackward(in, params + layout.weight(l).offset, ws->grad[l].data(),
                    grads + layout.weight(l).offset,
                    grads + layout.bias(l).offset, din, batch, fi, fo, mode);
+    if (observer != nullptr) observer->OnLayerGrads(l, [] {});
   }
   return loss;
 }

@@ -67,10 +67,18 @@ class DeviceBuffer {
 class CudaMlp : public Mlp {
  public:
   explicit CudaMlp(const MlpLayout& layout)
-      : Mlp(layout), act_(layout.num_layers()), grad_(layout.num_layers()) {
+      : Mlp(layout),
+        layer_events_(layout.num_layers(), nullptr),
+        act_(layout.num_layers()),
+        grad_(layout.num_layers()) {
+    RINGLAB_CUDA_CHECK(cudaGetDevice(&device_));
     RINGLAB_CUDA_CHECK(
         cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     try {
+      for (cudaEvent_t& event : layer_events_) {
+        RINGLAB_CUDA_CHECK(
+            cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+      }
       RINGLAB_CUBLAS_CHECK(cublasCreate(&blas_));
       RINGLAB_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
       // Keep FP32 GEMMs in full FP32 (no TF32), so results stay comparable
@@ -117,8 +125,9 @@ class CudaMlp : public Mlp {
     RINGLAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  float ForwardBackward(const float* x, const int64_t* labels,
-                        int batch) override {
+  using Mlp::ForwardBackward;
+  float ForwardBackward(const float* x, const int64_t* labels, int batch,
+                        BackwardObserver* observer) override {
     const MlpLayout& L = layout();
     if (batch < 0) {
       throw std::invalid_argument("batch must be >= 0, got " +
@@ -128,6 +137,12 @@ class CudaMlp : public Mlp {
     if (batch == 0) {
       RINGLAB_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, Bytes(), stream_));
       RINGLAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (observer != nullptr) {
+        observer->OnForwardDone();
+        for (int l = L.num_layers() - 1; l >= 0; --l) {
+          observer->OnLayerGrads(l, [] {});
+        }
+      }
       return 0.0f;
     }
     RunForward(x, batch);
@@ -145,6 +160,7 @@ class CudaMlp : public Mlp {
         row_loss_.get(), grad_[layers - 1].get(), stream_));
     RINGLAB_CUDA_CHECK(
         cuda::MeanLoss(row_loss_.get(), batch, loss_.get(), stream_));
+    if (observer != nullptr) observer->OnForwardDone();
     const float one = 1.0f, zero = 0.0f;
     for (int l = layers - 1; l >= 0; --l) {
       const int in = L.widths()[l], out = L.widths()[l + 1];
@@ -172,12 +188,17 @@ class CudaMlp : public Mlp {
             blas_, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, &one, w, in,
             grad_[l].get(), out, &zero, grad_[l - 1].get(), in));
       }
+      if (observer != nullptr) NotifyLayerGrads(l, observer);
     }
     float loss = 0.0f;
     RINGLAB_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_.get(), sizeof(float),
                                        cudaMemcpyDeviceToHost, stream_));
     RINGLAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return loss;
+  }
+
+  void BindThread() const override {
+    RINGLAB_CUDA_CHECK(cudaSetDevice(device_));
   }
 
   void Forward(const float* x, int batch, float* logits) override {
@@ -211,7 +232,20 @@ class CudaMlp : public Mlp {
  private:
   size_t Bytes() const { return layout().num_params() * sizeof(float); }
 
+  // Records an event after layer l's gradient kernels, which the observer's
+  // wait_ready (possibly on another thread) synchronises with.
+  void NotifyLayerGrads(int l, BackwardObserver* observer) {
+    cudaEvent_t event = layer_events_[l];
+    RINGLAB_CUDA_CHECK(cudaEventRecord(event, stream_));
+    observer->OnLayerGrads(
+        l, [event] { RINGLAB_CUDA_CHECK(cudaEventSynchronize(event)); });
+  }
+
   void Release() {
+    for (cudaEvent_t& event : layer_events_) {
+      if (event) cudaEventDestroy(event);
+      event = nullptr;
+    }
     if (blas_) cublasDestroy(blas_);
     blas_ = nullptr;
     if (stream_) cudaStreamDestroy(stream_);
@@ -244,7 +278,9 @@ class CudaMlp : public Mlp {
     }
   }
 
+  int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> layer_events_;
   cublasHandle_t blas_ = nullptr;
   DeviceBuffer<float> params_, grads_, momentum_, x_, row_loss_, loss_;
   DeviceBuffer<int64_t> labels_;

@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nn/cpu_mlp.h"
@@ -132,6 +134,39 @@ TEST_F(CudaMlpTest, MatchesCpu) {
           std::string("params ") + widths + " " + Name(o) + " after 3 steps");
     }
   }
+}
+
+// Each layer's gradients, waited for on another thread (as a reducing thread
+// does), are final when its wait returns, while backward goes on enqueueing.
+class ThreadedWaitObserver : public BackwardObserver {
+ public:
+  void OnLayerGrads(int layer, std::function<void()> wait_ready) override {
+    layers_.push_back(layer);
+    waiters_.emplace_back(std::move(wait_ready));
+  }
+  std::vector<int> layers_;
+  std::vector<std::thread> waiters_;
+};
+
+TEST_F(CudaMlpTest, LayerEventsReportBackwardInOrder) {
+  const MlpLayout layout({64, 256, 128, 10});
+  std::vector<float> p(layout.num_params());
+  TorchGenerator gen(2);
+  InitLikeTorch(layout, gen, p.data());
+  const int batch = 16;
+  std::vector<float> x(batch * layout.in_features(), 0.25f);
+  std::vector<int64_t> y(batch, 3);
+  auto g = CreateMlp(Device::kCuda, layout);
+  g->SetParams(p.data());
+  ThreadedWaitObserver observer;
+  const float with = g->ForwardBackward(x.data(), y.data(), batch, &observer);
+  for (std::thread& t : observer.waiters_) t.join();
+  EXPECT_EQ(observer.layers_, (std::vector<int>{2, 1, 0}));
+  std::vector<float> observed(p.size()), plain(p.size());
+  g->GetGrads(observed.data());
+  EXPECT_EQ(g->ForwardBackward(x.data(), y.data(), batch), with);
+  g->GetGrads(plain.data());
+  EXPECT_EQ(observed, plain);
 }
 
 TEST_F(CudaMlpTest, EmptyBatchAndBadLabels) {

@@ -72,6 +72,23 @@ struct SgdOptions {
 // lr, momentum or weight decay, Nesterov without momentum or with dampening.
 void ValidateSgdOptions(const SgdOptions& options);
 
+// What ForwardBackward tells an observer as it goes, so that a synchroniser
+// can reduce gradients while backward is still running (what DDP's reducer
+// hooks do) and a timeline can show each phase.
+class BackwardObserver {
+ public:
+  virtual ~BackwardObserver() = default;
+  // The forward pass and the loss have been computed (on CUDA: enqueued).
+  virtual void OnForwardDone() {}
+  // Backward has produced layer `layer`'s weight and bias gradients; layers
+  // come last to first, each exactly once per ForwardBackward (also for an
+  // empty batch). wait_ready blocks until those gradients are in memory: a
+  // no-op on the CPU, where they are when this is called; on CUDA it waits
+  // for an event recorded after the layer's kernels. It may be called from
+  // another thread until ForwardBackward's next call.
+  virtual void OnLayerGrads(int layer, std::function<void()> wait_ready) = 0;
+};
+
 class Mlp {
  public:
   virtual ~Mlp() = default;
@@ -94,12 +111,20 @@ class Mlp {
   // Overwrites the gradients with those of the mean cross-entropy loss on this
   // batch (x: [batch, in] row-major, labels in [0, classes)) and returns the
   // loss. batch may be 0: loss 0, gradients 0.
+  // observer, when not null, is told of each phase as it completes.
   virtual float ForwardBackward(const float* x, const int64_t* labels,
-                                int batch) = 0;
+                                int batch, BackwardObserver* observer) = 0;
+  float ForwardBackward(const float* x, const int64_t* labels, int batch) {
+    return ForwardBackward(x, labels, batch, nullptr);
+  }
   // Logits [batch, classes] into host memory.
   virtual void Forward(const float* x, int batch, float* logits) = 0;
   // One optimiser step on params() from grads().
   virtual void SgdStep(const SgdOptions& options) = 0;
+  // Makes the calling thread's work go where this model lives: a thread that
+  // reduces its gradients (the CUDA backend selects its device; the CPU one
+  // has nothing to do).
+  virtual void BindThread() const {}
 
  protected:
   explicit Mlp(MlpLayout layout) : layout_(std::move(layout)) {}

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "nn/cpu_mlp.h"
 #include "nn/init.h"
+#include "nn/torch_rng.h"
 
 namespace ringlab::nn {
 namespace {
@@ -167,6 +169,73 @@ TEST(CpuMlpTest, CallersMemoryHoldsParamsAndGrads) {
   EXPECT_EQ(params.back(), -7.0f);
   EXPECT_EQ(grads.front(), -7.0f);
   EXPECT_EQ(grads.back(), -7.0f);
+}
+
+// Records, as backward reports each layer, which layers' gradients are in
+// memory by then: the ones reported must be final, the ones not yet reported
+// untouched (the buffer starts as NaN).
+class RecordingObserver : public BackwardObserver {
+ public:
+  explicit RecordingObserver(Mlp& model) : model_(model) {}
+  void OnForwardDone() override { events_.push_back("forward"); }
+  void OnLayerGrads(int layer, std::function<void()> wait_ready) override {
+    wait_ready();
+    events_.push_back("layer " + std::to_string(layer));
+    snapshots_.emplace_back(model_.layout().num_params());
+    model_.GetGrads(snapshots_.back().data());
+  }
+  std::vector<std::string> events_;
+  std::vector<std::vector<float>> snapshots_;
+
+ private:
+  Mlp& model_;
+};
+
+TEST(CpuMlpTest, ObserverSeesEachLayersGradientsAsBackwardProducesThem) {
+  const MlpLayout layout({6, 5, 4, 3});
+  auto mlp = CreateMlp(Device::kCpu, layout);
+  std::vector<float> p(layout.num_params());
+  TorchGenerator gen(5);
+  InitLikeTorch(layout, gen, p.data());
+  mlp->SetParams(p.data());
+  std::vector<float> x(2 * 6);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i);
+  const std::vector<int64_t> y = {0, 2};
+  const std::vector<float> nan(layout.num_params(), std::nanf(""));
+  mlp->SetGrads(nan.data());
+  RecordingObserver observer(*mlp);
+  const float loss = mlp->ForwardBackward(x.data(), y.data(), 2, &observer);
+  EXPECT_EQ(observer.events_, (std::vector<std::string>{"forward", "layer 2",
+                                                        "layer 1", "layer 0"}));
+  std::vector<float> final_grads(layout.num_params());
+  mlp->GetGrads(final_grads.data());
+  auto plain = CreateMlp(Device::kCpu, layout);
+  plain->SetParams(p.data());
+  EXPECT_EQ(plain->ForwardBackward(x.data(), y.data(), 2), loss);
+  std::vector<float> plain_grads(layout.num_params());
+  plain->GetGrads(plain_grads.data());
+  EXPECT_EQ(final_grads, plain_grads);  // bitwise: the observer changes nothing
+  for (int k = 0; k < 3; ++k) {
+    const int reported_down_to = 2 - k;
+    for (int l = 0; l < 3; ++l) {
+      for (const TensorSlot* t : {&layout.weight(l), &layout.bias(l)}) {
+        for (size_t i = t->offset; i < t->offset + t->size; ++i) {
+          const float seen = observer.snapshots_[k][i];
+          if (l >= reported_down_to) {
+            ASSERT_EQ(seen, final_grads[i])
+                << t->name << " at layer report " << reported_down_to;
+          } else {
+            ASSERT_TRUE(std::isnan(seen)) << t->name << " written before "
+                                          << "its layer was reported";
+          }
+        }
+      }
+    }
+  }
+  RecordingObserver empty(*mlp);
+  mlp->ForwardBackward(nullptr, nullptr, 0, &empty);
+  EXPECT_EQ(empty.events_, (std::vector<std::string>{"forward", "layer 2",
+                                                     "layer 1", "layer 0"}));
 }
 
 TEST(SgdTest, PlainIsFusedMultiplyAdd) {

@@ -12,6 +12,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin                     # the mpi communicator, mpirun
   libgloo-dev                                    # the gloo communicator (PyTorch's CPU backend)
   zlib1g-dev dataset-fashion-mnist               # gzip'd IDX files, Fashion-MNIST
+  nlohmann-json3-dev                             # JSON for traces and summaries
   iproute2 util-linux                            # ip, unshare, nsenter: the two-host test
   python3-torch python3-numpy python3-matplotlib # the PyTorch reference and the plots
   clang-format                                   # CI's formatting check (clang-format 14)

@@ -74,7 +74,63 @@ std::string Existing(const std::string& path) {
   return stat((path + ".gz").c_str(), &st) == 0 ? path + ".gz" : path;
 }
 
+// The first `bytes` bytes of a file (decompressed when gzip'd), or fewer
+// when it is shorter.
+std::vector<unsigned char> ReadHead(const std::string& path, size_t bytes) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw DataError(path + ": no such file");
+  if (S_ISDIR(st.st_mode)) throw DataError(path + ": is a directory");
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) throw DataError(path + ": cannot open");
+  std::vector<unsigned char> head(bytes);
+  const int n = gzread(file, head.data(), static_cast<unsigned>(bytes));
+  gzclose(file);
+  if (n < 0) throw DataError(path + ": cannot decompress");
+  head.resize(static_cast<size_t>(n));
+  return head;
+}
+
+// An IDX header's dimensions, without reading the data.
+std::vector<uint32_t> HeaderDimensions(const std::string& path, int rank) {
+  const std::vector<unsigned char> head = ReadHead(path, 4 + 4 * rank);
+  if (head.size() < 4 + 4 * static_cast<size_t>(rank) || head[0] != 0 ||
+      head[1] != 0 || head[2] != 0x08 || head[3] != rank) {
+    throw DataError(path + ": not an IDX file of " + std::to_string(rank) +
+                    "-dimensional unsigned bytes");
+  }
+  std::vector<uint32_t> dims;
+  for (int d = 0; d < rank; ++d) dims.push_back(BigEndian32(head, 4 + 4 * d));
+  return dims;
+}
+
 }  // namespace
+
+ImageDataSetShape ReadFashionMnistShape(const std::string& dir) {
+  ImageDataSetShape shape;
+  const char* const kinds[2] = {"train", "t10k"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string images =
+        Existing(dir + "/" + kinds[i] + "-images-idx3-ubyte");
+    const std::string labels =
+        Existing(dir + "/" + kinds[i] + "-labels-idx1-ubyte");
+    const std::vector<uint32_t> dims = HeaderDimensions(images, 3);
+    const std::vector<uint32_t> label_dims = HeaderDimensions(labels, 1);
+    if (label_dims[0] != dims[0]) {
+      throw DataError(labels + ": " + std::to_string(label_dims[0]) +
+                      " labels for the " + std::to_string(dims[0]) +
+                      " images of " + images);
+    }
+    (i == 0 ? shape.train_count : shape.test_count) = dims[0];
+    const int64_t features = int64_t{dims[1]} * dims[2];
+    if (i == 1 && features != shape.features) {
+      throw DataError(dir + ": training images have " +
+                      std::to_string(shape.features) + " pixels, test images " +
+                      std::to_string(features));
+    }
+    shape.features = features;
+  }
+  return shape;
+}
 
 LabelledImages ReadIdxImages(const std::string& images_path,
                              const std::string& labels_path, int num_classes) {

@@ -38,6 +38,13 @@ struct ImageDataSet {
 
 inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 
+// What the headers of dir's four files say, reading nothing else (a launcher's
+// cheap check before any rank reads the data).
+struct ImageDataSetShape {
+  int64_t train_count = 0, test_count = 0, features = 0;
+};
+ImageDataSetShape ReadFashionMnistShape(const std::string& dir);
+
 // dir/train-* and dir/t10k-* (".gz" or not, whichever exists), 10 classes.
 ImageDataSet ReadFashionMnist(const std::string& dir);
 

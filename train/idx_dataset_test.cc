@@ -117,6 +117,35 @@ TEST(IdxDatasetTest, DebiansFashionMnist) {
   std::vector<int> per_class(10);
   for (int64_t l : set.train.labels) ++per_class[l];
   for (int n : per_class) EXPECT_EQ(n, 6000);  // balanced, as published
+  const ImageDataSetShape shape = ReadFashionMnistShape(kFashionMnistDir);
+  EXPECT_EQ(shape.train_count, 60000);
+  EXPECT_EQ(shape.test_count, 10000);
+  EXPECT_EQ(shape.features, 784);
+}
+
+// The header-only check sees what a header says, and refuses what is not one.
+TEST(IdxDatasetTest, ShapeFromHeadersOnly) {
+  const std::string dir = TempDir() + "/shape";
+  mkdir(dir.c_str(), 0755);
+  const auto labels = Idx({2}, {1, 2});
+  // Data cut short: the header is all a shape check reads.
+  Write("shape/train-images-idx3-ubyte.gz", Idx({2, 2, 3}, {1, 2}), true);
+  Write("shape/train-labels-idx1-ubyte.gz", labels, true);
+  Write("shape/t10k-images-idx3-ubyte", Idx({2, 2, 3}, kPixels), false);
+  Write("shape/t10k-labels-idx1-ubyte", labels, false);
+  const ImageDataSetShape shape = ReadFashionMnistShape(dir);
+  EXPECT_EQ(shape.train_count, 2);
+  EXPECT_EQ(shape.test_count, 2);
+  EXPECT_EQ(shape.features, 6);
+  Write("shape/t10k-labels-idx1-ubyte", Idx({3}, {1, 2, 3}), false);
+  EXPECT_THROW(ReadFashionMnistShape(dir), DataError);
+  Write("shape/t10k-labels-idx1-ubyte", {0, 0, 8}, false);
+  try {
+    ReadFashionMnistShape(dir);
+    ADD_FAILURE() << "accepted a 3-byte header";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("t10k-labels"), std::string::npos);
+  }
 }
 
 }  // namespace

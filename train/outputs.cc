@@ -8,6 +8,7 @@
 
 #include "nn/atomic_file.h"
 #include "nn/npy.h"
+#include "train/trace.h"
 
 namespace ringlab::train {
 namespace {
@@ -139,6 +140,10 @@ void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
   const bool ranks_equal =
       std::all_of(all_hashes.begin(), all_hashes.end(),
                   [&](const std::string& h) { return h == all_hashes[0]; });
+  if (!config.trace_path.empty()) {
+    const auto all_events = exchange.AllGather(result.trace_events);
+    if (rank == 0) WriteTrace(config.trace_path, all_events);
+  }
   if (writing && rank != 0 && !ranks_equal) {
     ReplaceParamsDir(config.out_dir + "/final_rank" + std::to_string(rank),
                      layout, result.final_params);
@@ -150,6 +155,13 @@ void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
     }
     ReplaceParamsDir(config.out_dir + "/final", layout, result.final_params);
     nn::WriteFileAtomically(config.out_dir + "/losses.csv", csv);
+    if (!result.evaluations.empty()) {
+      nn::WriteFileAtomically(config.out_dir + "/eval.csv",
+                              EvalRecordsToCsv(result.evaluations));
+    } else {
+      std::error_code error;  // an earlier run's, not this one's
+      fs::remove(config.out_dir + "/eval.csv", error);
+    }
     nn::WriteFileAtomically(config.out_dir + "/config.json",
                             ConfigJson(config, world_size, data_source));
     nn::WriteFileAtomically(

@@ -1,6 +1,8 @@
 #include "train/synchronizer.h"
 
+#include <memory>
 #include <stdexcept>
+#include <vector>
 
 namespace ringlab::train {
 namespace {
@@ -10,34 +12,66 @@ bool SharesMemory(const comm::Communicator& comm, const nn::Mlp& model) {
          (model.device() == nn::Device::kCuda);
 }
 
+// DDP: the gradients averaged bucket by bucket as backward produces them
+// (bucket_reducer.h), or, where the model's memory is not the communicator's,
+// in one piece through host memory after backward.
 class AllReduceSynchronizer : public Synchronizer {
  public:
-  explicit AllReduceSynchronizer(comm::Communicator& comm) : comm_(comm) {}
+  AllReduceSynchronizer(comm::Communicator& comm, nn::Mlp& model,
+                        const SyncOptions& options, Tracer& tracer)
+      : comm_(comm), tracer_(tracer) {
+    if (SharesMemory(comm, model)) {
+      reducer_ = std::make_unique<BucketReducer>(
+          comm, model, model.grads(),
+          AssignBuckets(model.layout(), options.first_bucket_bytes,
+                        options.bucket_cap_bytes),
+          options.overlap, tracer);
+    }
+  }
   const char* name() const override { return "allreduce"; }
+  nn::BackwardObserver* backward_observer() override { return reducer_.get(); }
   void AfterBackward(nn::Mlp& model) override {
+    ScopedSpan wait(tracer_, Track::kCompute, "wait for allreduce",
+                    kExposedCommCategory);
+    if (reducer_) {
+      reducer_->Finish();
+      return;
+    }
+    ScopedSpan reduce(tracer_, Track::kComm, "allreduce gradients", "comm",
+                      static_cast<int64_t>(comm::AllReduceBusBytes(
+                          model.layout().num_params(), comm_.world_size())));
     AverageModelBuffer(comm_, model, ModelBuffer::kGrads);
   }
   void AfterStep(nn::Mlp&, int64_t) override {}
 
  private:
   comm::Communicator& comm_;
+  Tracer& tracer_;
+  std::unique_ptr<BucketReducer> reducer_;
 };
 
+// Local SGD: the parameters averaged every K steps after the warm-up.
 class ParamAvgSynchronizer : public Synchronizer {
  public:
-  ParamAvgSynchronizer(comm::Communicator& comm, SyncOptions options)
-      : comm_(comm), options_(options) {}
+  ParamAvgSynchronizer(comm::Communicator& comm, SyncOptions options,
+                       Tracer& tracer)
+      : comm_(comm), options_(options), tracer_(tracer) {}
   const char* name() const override { return "param_avg"; }
   void AfterBackward(nn::Mlp&) override {}
   void AfterStep(nn::Mlp& model, int64_t step) override {
-    if (IsAveragingStep(step, options_)) {
-      AverageModelBuffer(comm_, model, ModelBuffer::kParams);
-    }
+    if (!IsAveragingStep(step, options_)) return;
+    ScopedSpan wait(tracer_, Track::kCompute, "wait for allreduce",
+                    kExposedCommCategory);
+    ScopedSpan reduce(tracer_, Track::kComm, "allreduce parameters", "comm",
+                      static_cast<int64_t>(comm::AllReduceBusBytes(
+                          model.layout().num_params(), comm_.world_size())));
+    AverageModelBuffer(comm_, model, ModelBuffer::kParams);
   }
 
  private:
   comm::Communicator& comm_;
   SyncOptions options_;
+  Tracer& tracer_;
 };
 
 class NoSynchronizer : public Synchronizer {
@@ -64,6 +98,9 @@ void ValidateSync(const std::string& name, const SyncOptions& options) {
                                 std::to_string(kMaxSteps) + "], not " +
                                 std::to_string(options.avg_period));
   }
+  if (options.first_bucket_bytes == 0 || options.bucket_cap_bytes == 0) {
+    throw std::invalid_argument("bucket caps must be positive");
+  }
   if (options.avg_warmup < 0 || options.avg_warmup > kMaxSteps) {
     throw std::invalid_argument("--avg_warmup must be in [0, " +
                                 std::to_string(kMaxSteps) + "], not " +
@@ -73,11 +110,17 @@ void ValidateSync(const std::string& name, const SyncOptions& options) {
 
 std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
                                                  comm::Communicator& comm,
-                                                 const SyncOptions& options) {
+                                                 nn::Mlp& model,
+                                                 const SyncOptions& options,
+                                                 Tracer* tracer) {
   ValidateSync(name, options);
-  if (name == "allreduce") return std::make_unique<AllReduceSynchronizer>(comm);
+  static Tracer disabled(/*enabled=*/false, 0);
+  Tracer& trace = tracer != nullptr ? *tracer : disabled;
+  if (name == "allreduce") {
+    return std::make_unique<AllReduceSynchronizer>(comm, model, options, trace);
+  }
   if (name == "param_avg") {
-    return std::make_unique<ParamAvgSynchronizer>(comm, options);
+    return std::make_unique<ParamAvgSynchronizer>(comm, options, trace);
   }
   return std::make_unique<NoSynchronizer>();
 }

@@ -15,6 +15,8 @@
 
 #include "comm/communicator.h"
 #include "nn/mlp.h"
+#include "train/bucket_reducer.h"
+#include "train/trace.h"
 
 namespace ringlab::train {
 
@@ -22,6 +24,9 @@ class Synchronizer {
  public:
   virtual ~Synchronizer() = default;
   virtual const char* name() const = 0;
+  // What to pass to the model's ForwardBackward (null: nothing to observe):
+  // allreduce's bucket reducer, which starts reducing during backward.
+  virtual nn::BackwardObserver* backward_observer() { return nullptr; }
   // Between backward and the optimiser step: DDP's gradient averaging.
   virtual void AfterBackward(nn::Mlp& model) = 0;
   // After the optimiser step; step counts from 0 on each rank.
@@ -35,16 +40,28 @@ inline constexpr int64_t kMaxSteps = 1'000'000'000'000'000'000;
 struct SyncOptions {
   int64_t avg_period = 4;  // param_avg: K
   int64_t avg_warmup = 0;  // param_avg: steps before the first average
+  // allreduce: DDP's buckets (bucket_reducer.h) and whether their allreduces
+  // overlap backward.
+  size_t first_bucket_bytes = kFirstBucketBytes;
+  size_t bucket_cap_bytes = size_t{25} << 20;  // DDP's bucket_cap_mb=25
+  bool overlap = true;
 };
 
 // Throws std::invalid_argument unless name is "allreduce", "param_avg" or
-// "none", the period in [1, kMaxSteps] and the warm-up in [0, kMaxSteps].
+// "none", the period in [1, kMaxSteps], the warm-up in [0, kMaxSteps] and
+// both bucket caps positive.
 void ValidateSync(const std::string& name, const SyncOptions& options);
 
-// A synchroniser by name, after ValidateSync.
+// A synchroniser by name for this model, after ValidateSync. Where the
+// communicator cannot reach the model's memory (a CUDA model over a host
+// communicator), allreduce stages the whole gradient buffer through host
+// memory after backward instead of reducing buckets during it. tracer, when
+// not null, records its communication.
 std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
                                                  comm::Communicator& comm,
-                                                 const SyncOptions& options);
+                                                 nn::Mlp& model,
+                                                 const SyncOptions& options,
+                                                 Tracer* tracer = nullptr);
 
 // True where PeriodicModelAverager.average_parameters() averages at this step.
 bool IsAveragingStep(int64_t step, const SyncOptions& options);

@@ -54,12 +54,16 @@ TEST(SynchronizerTest, AllReduceAveragesGradientsOnly) {
   model->SetParams(params.data());
   const float x[2] = {1.0f, -1.0f};
   const int64_t y[1] = {1};
-  model->ForwardBackward(x, y, 1);
+  auto plain = nn::CreateMlp(nn::Device::kCpu, layout);
+  plain->SetParams(params.data());
+  plain->ForwardBackward(x, y, 1);
   std::vector<float> grads(6);
-  model->GetGrads(grads.data());
+  plain->GetGrads(grads.data());
 
   PeerCommunicator comm(std::vector<float>(6, 1.0f));
-  auto sync = CreateSynchronizer("allreduce", comm, {});
+  auto sync = CreateSynchronizer("allreduce", comm, *model, {});
+  ASSERT_NE(sync->backward_observer(), nullptr);
+  model->ForwardBackward(x, y, 1, sync->backward_observer());
   sync->AfterBackward(*model);
   std::vector<float> averaged(6);
   model->GetGrads(averaged.data());
@@ -79,7 +83,7 @@ TEST(SynchronizerTest, ParamAvgAveragesParametersOnSchedule) {
   const std::vector<float> params = {1, 2, 3, 4, 5, 6};
   model->SetParams(params.data());
   PeerCommunicator comm(std::vector<float>(6, 3.0f));
-  auto sync = CreateSynchronizer("param_avg", comm, {2, 1});
+  auto sync = CreateSynchronizer("param_avg", comm, *model, {2, 1});
   sync->AfterBackward(*model);
   sync->AfterStep(*model, 0);  // warm-up: nothing
   EXPECT_EQ(comm.allreduce_calls, 0);
@@ -96,7 +100,7 @@ TEST(SynchronizerTest, NoneNeverCommunicates) {
   const nn::MlpLayout layout({2, 2});
   auto model = nn::CreateMlp(nn::Device::kCpu, layout);
   PeerCommunicator comm(std::vector<float>(6, 3.0f));
-  auto sync = CreateSynchronizer("none", comm, {});
+  auto sync = CreateSynchronizer("none", comm, *model, {});
   for (int step = 0; step < 5; ++step) {
     sync->AfterBackward(*model);
     sync->AfterStep(*model, step);
@@ -106,10 +110,16 @@ TEST(SynchronizerTest, NoneNeverCommunicates) {
 
 TEST(SynchronizerTest, RejectsBadNamesAndOptions) {
   PeerCommunicator comm({});
-  EXPECT_THROW(CreateSynchronizer("ddp", comm, {}), std::invalid_argument);
-  EXPECT_THROW(CreateSynchronizer("param_avg", comm, {0, 0}),
+  auto model = nn::CreateMlp(nn::Device::kCpu, nn::MlpLayout({2, 2}));
+  EXPECT_THROW(CreateSynchronizer("ddp", comm, *model, {}),
                std::invalid_argument);
-  EXPECT_THROW(CreateSynchronizer("param_avg", comm, {1, -1}),
+  EXPECT_THROW(CreateSynchronizer("param_avg", comm, *model, {0, 0}),
+               std::invalid_argument);
+  EXPECT_THROW(CreateSynchronizer("param_avg", comm, *model, {1, -1}),
+               std::invalid_argument);
+  SyncOptions no_cap;
+  no_cap.bucket_cap_bytes = 0;
+  EXPECT_THROW(CreateSynchronizer("allreduce", comm, *model, no_cap),
                std::invalid_argument);
 }
 

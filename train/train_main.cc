@@ -61,9 +61,26 @@ DEFINE_bool(set_epoch, false,
 DEFINE_bool(
     per_rank_data, false,
     "synthetic data drawn per rank with seed + rank (the document's quirk)");
+DEFINE_string(dataset, "",
+              "synthetic | npy (--data_dir's .npy files) | fashion_mnist (IDX "
+              "files, default dir /usr/share/datasets/fashion-mnist); "
+              "default: npy with --data_dir, else synthetic");
 DEFINE_string(
     data_dir, "",
-    "data.npy + targets.npy, or data_rank{r}.npy + targets_rank{r}.npy");
+    "npy: data.npy + targets.npy, or data_rank{r}.npy + targets_rank{r}.npy; "
+    "fashion_mnist: the directory of its train-* and t10k-* IDX files");
+DEFINE_int64(eval_every, 1,
+             "epochs between test-set evaluations into eval.csv (0: none; "
+             "data sets with a test split)");
+DEFINE_double(bucket_cap_mb, 25,
+              "allreduce: gradient bucket size in MiB (DDP's bucket_cap_mb; "
+              "the first bucket is capped at 1 MiB)");
+DEFINE_bool(overlap, true,
+            "allreduce: reduce each bucket while backward runs (false: all "
+            "after backward)");
+DEFINE_string(trace, "",
+              "write a Chrome trace of every rank here (open in Perfetto or "
+              "chrome://tracing)");
 DEFINE_string(init_dir, "",
               "initial parameters, <state_dict name>.npy per tensor");
 DEFINE_string(
@@ -121,7 +138,18 @@ TrainConfig ConfigFromFlags() {
   c.drop_last = FLAGS_drop_last;
   c.set_epoch = FLAGS_set_epoch;
   c.per_rank_data = FLAGS_per_rank_data;
+  c.dataset = FLAGS_dataset;
   c.data_dir = FLAGS_data_dir;
+  c.eval_every = FLAGS_eval_every;
+  c.trace_path = FLAGS_trace;
+  if (!(FLAGS_bucket_cap_mb > 0) || FLAGS_bucket_cap_mb > 1e6) {
+    throw std::invalid_argument("--bucket_cap_mb must be in (0, 1e6]");
+  }
+  c.sync_options.bucket_cap_bytes = std::max<size_t>(
+      1, static_cast<size_t>(FLAGS_bucket_cap_mb * 1024 * 1024));
+  c.sync_options.first_bucket_bytes =
+      std::min(train::kFirstBucketBytes, c.sync_options.bucket_cap_bytes);
+  c.sync_options.overlap = FLAGS_overlap;
   c.init_dir = FLAGS_init_dir;
   c.out_dir = FLAGS_out_dir;
   c.sync_options.avg_period = FLAGS_avg_period;

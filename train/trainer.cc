@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -18,8 +19,11 @@
 #include "nn/torch_rng.h"
 #include "train/dataset.h"
 #include "train/distributed_sampler.h"
+#include "train/evaluation.h"
+#include "train/idx_dataset.h"
 #include "train/outputs.h"
 #include "train/rank_exchange.h"
+#include "train/trace.h"
 
 namespace ringlab::train {
 namespace {
@@ -45,6 +49,19 @@ double MillisecondsSince(Clock::time_point start) {
       .count();
 }
 
+// --dataset, its default resolved.
+std::string DatasetKind(const TrainConfig& c) {
+  if (!c.dataset.empty()) return c.dataset;
+  return c.data_dir.empty() ? "synthetic" : "npy";
+}
+
+std::string DataDir(const TrainConfig& c) {
+  if (DatasetKind(c) == "fashion_mnist" && c.data_dir.empty()) {
+    return kFashionMnistDir;
+  }
+  return c.data_dir;
+}
+
 // What every rank must share, by name: DDP's constructor checks the model's
 // shapes; ringlab also checks the rest of the job, since a rank with another
 // learning rate or data-set size would silently train something else.
@@ -62,6 +79,10 @@ Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
           {"--set_epoch", std::to_string(c.set_epoch)},
           {"--avg_period", std::to_string(c.sync_options.avg_period)},
           {"--avg_warmup", std::to_string(c.sync_options.avg_warmup)},
+          {"--dataset", DatasetKind(c)},
+          {"the first bucket's cap",
+           std::to_string(c.sync_options.first_bucket_bytes)},
+          {"--bucket_cap_mb", std::to_string(c.sync_options.bucket_cap_bytes)},
           {"--checkpoint_every", std::to_string(c.checkpoint_every)},
           {"--resume", std::to_string(c.resume)},
           {"the data set size", std::to_string(dataset_size)}};
@@ -125,15 +146,41 @@ void CheckRanksAgree(const TrainConfig& config, int64_t dataset_size,
   }
 }
 
-Dataset LoadOrMakeDataset(const TrainConfig& config,
-                          const nn::MlpLayout& layout, int rank,
-                          nn::TorchGenerator& generator) {
-  if (!config.data_dir.empty()) {
-    return LoadDataset(config.data_dir, rank, layout.in_features(),
-                       layout.num_classes());
+Dataset FromImages(LabelledImages images, std::string source) {
+  Dataset data;
+  data.size = images.count;
+  data.features = static_cast<int>(images.features);
+  data.x = std::move(images.pixels);
+  data.y = std::move(images.labels);
+  data.source = std::move(source);
+  return data;
+}
+
+// The training data and, where the data set has one, the test split.
+struct TrainingData {
+  Dataset train;
+  Dataset test;
+};
+
+TrainingData LoadTrainingData(const TrainConfig& config,
+                              const nn::MlpLayout& layout, int rank,
+                              nn::TorchGenerator& generator) {
+  const std::string kind = DatasetKind(config);
+  if (kind == "fashion_mnist") {
+    const std::string dir = DataDir(config);
+    ImageDataSet set = ReadFashionMnist(dir);
+    return {
+        FromImages(std::move(set.train), "fashion_mnist:" + dir),
+        FromImages(std::move(set.test), "fashion_mnist:" + dir + " (test)")};
   }
-  return MakeSyntheticDataset(config.samples, layout.in_features(),
-                              layout.num_classes(), generator);
+  if (kind == "npy") {
+    return {LoadDataset(config.data_dir, rank, layout.in_features(),
+                        layout.num_classes()),
+            {}};
+  }
+  return {MakeSyntheticDataset(config.samples, layout.in_features(),
+                               layout.num_classes(), generator),
+          {}};
 }
 
 std::vector<float> LoadInitDir(const std::string& dir,
@@ -163,7 +210,26 @@ std::vector<float> InitialParams(const TrainConfig& config,
 // not negative, and returns the size they share.
 int64_t DatasetSize(const TrainConfig& config, int world_size, int data_rank,
                     const nn::MlpLayout& layout) {
-  if (config.data_dir.empty()) return config.samples;
+  const std::string kind = DatasetKind(config);
+  if (kind == "synthetic") return config.samples;
+  if (kind == "fashion_mnist") {
+    ImageDataSetShape shape;
+    try {
+      shape = ReadFashionMnistShape(DataDir(config));
+    } catch (const DataError& e) {
+      if (!config.data_dir.empty()) throw;
+      throw DataError(std::string(e.what()) +
+                      " (apt-get install dataset-fashion-mnist, or give "
+                      "--data_dir)");
+    }
+    if (shape.features != layout.in_features() || layout.num_classes() != 10) {
+      throw std::invalid_argument(
+          "--dataset=fashion_mnist has " + std::to_string(shape.features) +
+          " pixels per image and 10 classes: the model must be " +
+          std::to_string(shape.features) + ",...,10, not " + layout.ToString());
+    }
+    return shape.train_count;
+  }
   int64_t size = -1;
   const int first = data_rank >= 0 ? data_rank : 0;
   const int last = data_rank >= 0 ? data_rank : std::max(world_size, 1) - 1;
@@ -261,6 +327,33 @@ void CheckBounds(const TrainConfig& c, int world_size) {
   }
 }
 
+void CheckDataFlags(const TrainConfig& c) {
+  const std::string kind = DatasetKind(c);
+  if (kind != "synthetic" && kind != "npy" && kind != "fashion_mnist") {
+    throw std::invalid_argument("unknown --dataset=" + kind +
+                                " (expected synthetic, npy or fashion_mnist)");
+  }
+  if (kind == "npy" && c.data_dir.empty()) {
+    throw std::invalid_argument("--dataset=npy needs --data_dir");
+  }
+  if (kind == "synthetic" && !c.data_dir.empty()) {
+    throw std::invalid_argument(
+        "--data_dir is for --dataset=npy or --dataset=fashion_mnist");
+  }
+  if (kind != "synthetic" && c.per_rank_data) {
+    throw std::invalid_argument("--per_rank_data draws synthetic data");
+  }
+  CheckRange("--eval_every", c.eval_every, 0, kMaxEpochs);
+  if (!c.trace_path.empty()) {
+    const fs::path parent = fs::path(c.trace_path).parent_path();
+    if (fs::is_directory(c.trace_path) ||
+        (!parent.empty() && !fs::is_directory(parent))) {
+      throw std::invalid_argument("--trace=" + c.trace_path +
+                                  ": not a file in an existing directory");
+    }
+  }
+}
+
 // Testing: rank --fault_rank kills itself (SIGKILL) at `point` of step
 // --fault_after_step, as a crash there would stop it.
 void MaybeFault(const TrainConfig& c, int rank, int64_t step,
@@ -355,19 +448,55 @@ struct Batch {
   }
 };
 
-// One step: forward and backward, the synchroniser, SGD; what losses.csv
-// records of it.
+// Records forward and each layer's backward on the compute track, passing
+// every report on to the synchroniser's observer.
+class TracingObserver : public nn::BackwardObserver {
+ public:
+  TracingObserver(Tracer& tracer, nn::BackwardObserver* inner,
+                  Clock::time_point start)
+      : tracer_(tracer), inner_(inner), last_(start) {}
+  void OnForwardDone() override {
+    Mark("forward");
+    if (inner_ != nullptr) inner_->OnForwardDone();
+  }
+  void OnLayerGrads(int layer, std::function<void()> wait_ready) override {
+    Mark("backward fc" + std::to_string(layer + 1));
+    if (inner_ != nullptr) inner_->OnLayerGrads(layer, std::move(wait_ready));
+  }
+
+ private:
+  void Mark(std::string name) {
+    const auto now = Clock::now();
+    tracer_.Span(Track::kCompute, std::move(name), "compute", last_, now);
+    last_ = now;
+  }
+  Tracer& tracer_;
+  nn::BackwardObserver* inner_;
+  Clock::time_point last_;
+};
+
+// One step: forward and backward (the synchroniser's observer reducing
+// buckets as they complete), the synchroniser, SGD; what losses.csv records
+// of it (comm_ms: the time this thread spent on communication, the part of
+// it that backward did not hide).
 StepRecord TakeStep(nn::Mlp& model, Synchronizer& synchronizer,
                     comm::Communicator& comm, const Batch& batch, int64_t count,
-                    const nn::SgdOptions& sgd, int64_t epoch, int64_t step) {
+                    const nn::SgdOptions& sgd, int64_t epoch, int64_t step,
+                    Tracer& tracer) {
   const uint64_t bytes_before = comm.bytes_sent();
   const auto start = Clock::now();
-  const float loss = model.ForwardBackward(batch.x.data(), batch.y.data(),
-                                           static_cast<int>(count));
+  nn::BackwardObserver* observer = synchronizer.backward_observer();
+  TracingObserver traced(tracer, observer, start);
+  const float loss = model.ForwardBackward(
+      batch.x.data(), batch.y.data(), static_cast<int>(count),
+      tracer.enabled() ? &traced : observer);
   const auto sync_start = Clock::now();
   synchronizer.AfterBackward(model);
   double comm_ms = MillisecondsSince(sync_start);
-  model.SgdStep(sgd);
+  {
+    ScopedSpan span(tracer, Track::kCompute, "sgd step", "compute");
+    model.SgdStep(sgd);
+  }
   const auto average_start = Clock::now();
   synchronizer.AfterStep(model, step);
   comm_ms += MillisecondsSince(average_start);
@@ -399,6 +528,7 @@ void ValidateConfig(const TrainConfig& config, int world_size, int data_rank) {
     throw std::invalid_argument("--comm=" + config.comm +
                                 " works on GPU memory: add --device=cuda");
   }
+  CheckDataFlags(config);
   for (const std::string* dir : {&config.data_dir, &config.init_dir}) {
     if (!dir->empty() && !fs::is_directory(*dir)) {
       throw std::invalid_argument("no such directory: " + *dir);
@@ -442,6 +572,86 @@ std::unique_ptr<nn::Mlp> CreateModel(const TrainConfig& config,
   return nn::CreateCpuMlp(layout, options);
 }
 
+namespace {
+
+// How the epochs divide into steps for this rank.
+struct Schedule {
+  int64_t samples = 0;  // this rank's share per epoch
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;
+};
+
+void PrintJobLine(const TrainConfig& config, const nn::MlpLayout& layout,
+                  const comm::Communicator& comm, const Schedule& schedule,
+                  int64_t first_step) {
+  std::printf(
+      "ringlab train: model %s, %d rank(s), --sync=%s --comm=%s "
+      "--device=%s, --dataset=%s, %lld samples/rank, %lld step(s)/epoch%s\n",
+      layout.ToString().c_str(), comm.world_size(), config.sync.c_str(),
+      comm.backend(), nn::DeviceName(config.device),
+      DatasetKind(config).c_str(), static_cast<long long>(schedule.samples),
+      static_cast<long long>(schedule.steps_per_epoch),
+      first_step > 0
+          ? (", resumed after step " + std::to_string(first_step)).c_str()
+          : "");
+  std::fflush(stdout);
+}
+
+void PrintEpochLine(const TrainConfig& config, const StepRecord& record,
+                    const std::vector<EvalRecord>& evaluations) {
+  std::string test;
+  if (!evaluations.empty() && evaluations.back().step == record.step + 1) {
+    char text[96];
+    std::snprintf(text, sizeof(text), "; test loss %.4f, accuracy %.4f",
+                  evaluations.back().test_loss,
+                  evaluations.back().test_accuracy);
+    test = text;
+  }
+  std::printf(
+      "epoch %lld/%lld: loss %.6f (rank 0, its last batch), %.3f ms/step, "
+      "%.3f ms of it synchronising%s\n",
+      static_cast<long long>(record.epoch + 1),
+      static_cast<long long>(config.epochs), record.loss, record.step_ms,
+      record.comm_ms, test.c_str());
+  std::fflush(stdout);
+}
+
+// Rank 0's test-set evaluation after `epochs` epochs, timed apart from
+// training.
+class Evaluator {
+ public:
+  Evaluator(const TrainConfig& config, const Dataset& test, int rank)
+      : every_(config.eval_every),
+        test_(test),
+        active_(rank == 0 && every_ > 0 && test.size > 0),
+        start_(Clock::now()) {}
+
+  void AfterEpoch(int64_t epochs, int64_t steps, nn::Mlp& model,
+                  const comm::Communicator& comm, Tracer& tracer,
+                  std::vector<EvalRecord>* out) {
+    if (!active_ || epochs % every_ != 0) return;
+    const auto eval_start = Clock::now();
+    ScopedSpan span(tracer, Track::kCompute, "evaluation", "eval");
+    const double wall_s =
+        std::chrono::duration<double>(eval_start - start_).count() -
+        excluded_s_;
+    const EvalResult r = Evaluate(model, test_);
+    out->push_back(
+        {epochs, steps, r.loss, r.accuracy, wall_s, comm.bytes_sent()});
+    excluded_s_ +=
+        std::chrono::duration<double>(Clock::now() - eval_start).count();
+  }
+
+ private:
+  int64_t every_;
+  const Dataset& test_;
+  bool active_;
+  Clock::time_point start_;
+  double excluded_s_ = 0;
+};
+
+}  // namespace
+
 TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
                     comm::Store* store) {
   const int rank = comm.rank();
@@ -455,75 +665,69 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
 
   nn::TorchGenerator generator(config.seed + (config.per_rank_data ? rank : 0));
   std::vector<float> params = InitialParams(config, layout, generator);
-  const Dataset data = LoadOrMakeDataset(config, layout, rank, generator);
+  const TrainingData data = LoadTrainingData(config, layout, rank, generator);
 
   // Before the agreement check, a collective no rank passes before rank 0.
   if (rank == 0 && !config.out_dir.empty()) {
-    PrepareCheckpoints(config, world_size, data.size);
+    PrepareCheckpoints(config, world_size, data.train.size);
   }
   RankExchange exchange(comm, store, config.timeout);
-  CheckRanksAgree(config, data.size, exchange);
+  CheckRanksAgree(config, data.train.size, exchange);
 
+  Tracer tracer(!config.trace_path.empty(), rank);
   std::unique_ptr<nn::Mlp> model = CreateModel(config, layout, comm);
-  auto synchronizer =
-      CreateSynchronizer(config.sync, comm, config.sync_options);
+  auto synchronizer = CreateSynchronizer(config.sync, comm, *model,
+                                         config.sync_options, &tracer);
   TrainResult result;
   const int64_t first_step =
       StartingPoint(config, layout, params, comm, *model, &result.history);
 
   const DistributedSampler sampler(
-      data.size, world_size, rank,
+      data.train.size, world_size, rank,
       {config.shuffle, config.sampler_seed, config.drop_last});
-  const int64_t samples = sampler.num_samples();
-  const int64_t steps_per_epoch =
-      (samples + config.batch_size - 1) / config.batch_size;
-  const int64_t total_steps = steps_per_epoch * config.epochs;
+  Schedule schedule;
+  schedule.samples = sampler.num_samples();
+  schedule.steps_per_epoch =
+      (schedule.samples + config.batch_size - 1) / config.batch_size;
+  schedule.total_steps = schedule.steps_per_epoch * config.epochs;
   if (rank == 0 && !config.quiet) {
-    std::printf(
-        "ringlab train: model %s, %d rank(s), --sync=%s --comm=%s "
-        "--device=%s, %lld samples/rank, %lld step(s)/epoch%s\n",
-        layout.ToString().c_str(), world_size, config.sync.c_str(),
-        comm.backend(), nn::DeviceName(config.device),
-        static_cast<long long>(samples),
-        static_cast<long long>(steps_per_epoch),
-        first_step > 0
-            ? (", resumed after step " + std::to_string(first_step)).c_str()
-            : "");
-    std::fflush(stdout);
+    PrintJobLine(config, layout, comm, schedule, first_step);
   }
 
   const nn::SgdOptions sgd{config.lr};
+  Evaluator evaluator(config, data.test, rank);
   Batch batch;
-  for (int64_t step = first_step; step < total_steps; ++step) {
-    const int64_t epoch = step / steps_per_epoch;
-    const int64_t index = step % steps_per_epoch;
+  for (int64_t step = first_step; step < schedule.total_steps; ++step) {
+    const int64_t epoch = step / schedule.steps_per_epoch;
+    const int64_t index = step % schedule.steps_per_epoch;
     const int64_t begin = index * config.batch_size;
-    const int64_t end = std::min(begin + config.batch_size, samples);
-    batch.Load(data, sampler, config.set_epoch ? epoch : 0, begin, end);
-
+    const int64_t end = std::min(begin + config.batch_size, schedule.samples);
+    {
+      ScopedSpan span(tracer, Track::kCompute, "load batch", "data");
+      batch.Load(data.train, sampler, config.set_epoch ? epoch : 0, begin, end);
+    }
     result.history.push_back(TakeStep(*model, *synchronizer, comm, batch,
-                                      end - begin, sgd, epoch, step));
-    const StepRecord& record = result.history.back();
+                                      end - begin, sgd, epoch, step, tracer));
 
     if (config.checkpoint_every > 0 &&
-        (step + 1) % config.checkpoint_every == 0 && step + 1 < total_steps) {
+        (step + 1) % config.checkpoint_every == 0 &&
+        step + 1 < schedule.total_steps) {
       TakeCheckpoint(config, layout, *model, result.history, step, comm);
     }
     MaybeFault(config, rank, step, "after_step");
-    if (rank == 0 && !config.quiet && index == steps_per_epoch - 1) {
-      std::printf(
-          "epoch %lld/%lld: loss %.6f (rank 0, its last batch), %.3f ms/step, "
-          "%.3f ms of it synchronising\n",
-          static_cast<long long>(epoch + 1),
-          static_cast<long long>(config.epochs), record.loss, record.step_ms,
-          record.comm_ms);
-      std::fflush(stdout);
+    if (index == schedule.steps_per_epoch - 1) {
+      evaluator.AfterEpoch(epoch + 1, step + 1, *model, comm, tracer,
+                           &result.evaluations);
+      if (rank == 0 && !config.quiet) {
+        PrintEpochLine(config, result.history.back(), result.evaluations);
+      }
     }
   }
 
   result.final_params.resize(layout.num_params());
   model->GetParams(result.final_params.data());
-  WriteRunOutputs(config, layout, data.source, result, exchange, comm);
+  if (tracer.enabled()) result.trace_events = tracer.EventsJson();
+  WriteRunOutputs(config, layout, data.train.source, result, exchange, comm);
   return result;
 }
 

@@ -14,6 +14,7 @@
 #include "comm/store.h"
 #include "nn/mlp.h"
 #include "train/checkpoint.h"
+#include "train/evaluation.h"
 #include "train/synchronizer.h"
 
 namespace ringlab::train {
@@ -35,7 +36,16 @@ struct TrainConfig {
   bool drop_last = false;
   bool set_epoch = false;      // the document never calls sampler.set_epoch
   bool per_rank_data = false;  // synthetic data drawn per rank (seed + rank)
+  // "synthetic", "npy" (data_dir's .npy files) or "fashion_mnist" (IDX files
+  // in data_dir, default kFashionMnistDir); empty: npy with a data_dir, else
+  // synthetic.
+  std::string dataset;
   std::string data_dir;
+  // Epochs between test-set evaluations into eval.csv (0: none); only data
+  // sets with a test split (fashion_mnist) have one.
+  int64_t eval_every = 1;
+  // Where to write the Chrome trace of every rank (empty: none).
+  std::string trace_path;
   std::string init_dir;
   std::string out_dir;
   SyncOptions sync_options;
@@ -64,8 +74,10 @@ void ValidateConfig(const TrainConfig& config, int world_size,
                     int data_rank = -1);
 
 struct TrainResult {
-  std::vector<float> final_params;  // this rank's, on the host
-  std::vector<StepRecord> history;  // this rank's
+  std::vector<float> final_params;      // this rank's, on the host
+  std::vector<StepRecord> history;      // this rank's
+  std::vector<EvalRecord> evaluations;  // rank 0's, of this run's epochs
+  std::string trace_events;             // this rank's, with --trace
 };
 
 // Runs one rank to the end. Rank 0 writes the outputs when out_dir is set.

@@ -1,0 +1,138 @@
+#include "train/bucket_reducer.h"
+
+#include <stdexcept>
+#include <utility>
+
+namespace ringlab::train {
+
+std::vector<Bucket> AssignBuckets(const nn::MlpLayout& layout,
+                                  size_t first_cap_bytes, size_t cap_bytes) {
+  if (first_cap_bytes == 0 || cap_bytes == 0) {
+    throw std::invalid_argument("bucket caps must be positive");
+  }
+  std::vector<Bucket> buckets;
+  const std::vector<nn::TensorSlot>& tensors = layout.tensors();
+  Bucket current;
+  size_t bytes = 0;
+  for (size_t i = tensors.size(); i-- > 0;) {
+    const nn::TensorSlot& t = tensors[i];
+    if (current.tensors.empty()) current.end = t.offset + t.size;
+    current.begin = t.offset;
+    current.first_layer = static_cast<int>(i / 2);  // weight, bias per layer
+    current.tensors.push_back(t.name);
+    bytes += t.size * sizeof(float);
+    const size_t cap = buckets.empty() ? first_cap_bytes : cap_bytes;
+    if (bytes >= cap || i == 0) {
+      buckets.push_back(std::move(current));
+      current = Bucket();
+      bytes = 0;
+    }
+  }
+  return buckets;
+}
+
+BucketReducer::BucketReducer(comm::Communicator& comm, const nn::Mlp& model,
+                             float* grads, std::vector<Bucket> buckets,
+                             bool overlap, Tracer& tracer)
+    : comm_(comm),
+      model_(model),
+      grads_(grads),
+      buckets_(std::move(buckets)),
+      overlap_(overlap),
+      tracer_(tracer) {
+  if (overlap_) thread_ = std::thread([this] { ThreadMain(); });
+}
+
+BucketReducer::~BucketReducer() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  // A collective in flight ends by the communicator's deadline.
+  if (thread_.joinable()) thread_.join();
+}
+
+void BucketReducer::OnLayerGrads(int layer, std::function<void()> wait_ready) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (failure_) return;  // Finish reports it; nothing more goes out
+  // Backward reports layers last to first: every bucket whose lowest layer
+  // this is now holds final gradients (the first of them needs this layer's
+  // kernels done; the wait covers the rest, which came earlier).
+  while (next_bucket_ < buckets_.size() &&
+         buckets_[next_bucket_].first_layer >= layer) {
+    queue_.push_back({next_bucket_++, wait_ready});
+  }
+  if (overlap_) changed_.notify_all();
+}
+
+void BucketReducer::Reduce(const Ready& ready) {
+  ready.wait_ready();
+  const Bucket& bucket = buckets_[ready.bucket];
+  const size_t count = bucket.end - bucket.begin;
+  ScopedSpan span(
+      tracer_, Track::kComm, "allreduce bucket " + std::to_string(ready.bucket),
+      "comm",
+      static_cast<int64_t>(comm::AllReduceBusBytes(count, comm_.world_size())));
+  comm_.AllReduce(grads_ + bucket.begin, count, comm::ReduceOp::kAvg);
+}
+
+void BucketReducer::ThreadMain() {
+  bool bound = false;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    Ready ready = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    std::exception_ptr failure;
+    try {
+      if (!bound) model_.BindThread();
+      bound = true;
+      Reduce(ready);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    lock.lock();
+    ++reduced_;
+    if (failure && !failure_) failure_ = failure;
+    if (failure) queue_.clear();  // later buckets would wait on a broken job
+    changed_.notify_all();
+  }
+}
+
+void BucketReducer::Finish() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (next_bucket_ != buckets_.size() && !failure_) {
+    throw std::logic_error(
+        "BucketReducer::Finish before backward reported "
+        "every layer");
+  }
+  if (overlap_) {
+    changed_.wait(lock, [this] {
+      return failure_ != nullptr || reduced_ == buckets_.size();
+    });
+  } else {
+    while (!queue_.empty() && !failure_) {
+      Ready ready = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      try {
+        Reduce(ready);
+      } catch (...) {
+        lock.lock();
+        failure_ = std::current_exception();
+        break;
+      }
+      lock.lock();
+      ++reduced_;
+    }
+  }
+  next_bucket_ = 0;
+  reduced_ = 0;
+  queue_.clear();
+  if (failure_) std::rethrow_exception(failure_);
+}
+
+}  // namespace ringlab::train

@@ -1,0 +1,93 @@
+// DDP's reducer over the model's flat gradient buffer: the gradients are
+// grouped into buckets in reverse parameter order (the order backward
+// produces them; the first bucket capped at 1 MiB, the others at
+// --bucket_cap_mb, a bucket closing once it reaches its cap, as
+// torch.distributed's bucket assignment does), and each bucket's allreduce
+// (average) starts as soon as backward has produced all of its layers'
+// gradients. With overlap the allreduces run on a communication thread while
+// backward goes on; without, they all run after backward, in the same order.
+// The buckets and their order are the same either way, so overlap changes no
+// result bit. Because the layout is layer by layer, weight then bias, a bucket
+// of tensors in reverse order is one contiguous range of the buffer.
+#ifndef RINGLAB_TRAIN_BUCKET_REDUCER_H_
+#define RINGLAB_TRAIN_BUCKET_REDUCER_H_
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "nn/mlp.h"
+#include "train/trace.h"
+
+namespace ringlab::train {
+
+// torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES.
+inline constexpr size_t kFirstBucketBytes = size_t{1} << 20;
+
+struct Bucket {
+  size_t begin = 0;  // in floats, into the flat buffer
+  size_t end = 0;
+  int first_layer = 0;  // the lowest layer with a tensor in it: once backward
+                        // reports it, the bucket is complete
+  std::vector<std::string> tensors;  // state_dict names, in bucket order
+};
+
+// Tensors in reverse order into buckets: the first closes once it holds at
+// least first_cap_bytes, each later one at cap_bytes (a tensor larger than
+// the cap gets a bucket of its own). Both caps must be positive.
+std::vector<Bucket> AssignBuckets(const nn::MlpLayout& layout,
+                                  size_t first_cap_bytes, size_t cap_bytes);
+
+class BucketReducer : public nn::BackwardObserver {
+ public:
+  // grads is the model's gradient buffer, in the communicator's memory.
+  // With overlap, a thread bound to the model's device (Mlp::BindThread)
+  // runs the allreduces.
+  BucketReducer(comm::Communicator& comm, const nn::Mlp& model, float* grads,
+                std::vector<Bucket> buckets, bool overlap, Tracer& tracer);
+  ~BucketReducer() override;
+  BucketReducer(const BucketReducer&) = delete;
+  BucketReducer& operator=(const BucketReducer&) = delete;
+
+  void OnLayerGrads(int layer, std::function<void()> wait_ready) override;
+  // After ForwardBackward: returns once every bucket is averaged (without
+  // overlap, averaging them here); rethrows the first failure of any.
+  void Finish();
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+ private:
+  struct Ready {
+    size_t bucket;
+    std::function<void()> wait_ready;
+  };
+  void Reduce(const Ready& ready);
+  void ThreadMain();
+
+  comm::Communicator& comm_;
+  const nn::Mlp& model_;
+  float* grads_;
+  std::vector<Bucket> buckets_;
+  bool overlap_;
+  Tracer& tracer_;
+  size_t next_bucket_ = 0;  // the next one backward completes
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Ready> queue_;
+  size_t reduced_ = 0;  // buckets of this step averaged
+  std::exception_ptr failure_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ringlab::train
+
+#endif  // RINGLAB_TRAIN_BUCKET_REDUCER_H_

@@ -1,0 +1,198 @@
+#include "train/bucket_reducer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "nn/init.h"
+#include "nn/mlp.h"
+#include "nn/torch_rng.h"
+
+namespace ringlab::train {
+namespace {
+
+TEST(AssignBucketsTest, DdpDefaultsOnTheFashionMnistMlp) {
+  const nn::MlpLayout layout({784, 1024, 1024, 10});
+  // The first bucket closes once it reaches 1 MiB: fc2.weight (4 MiB) takes
+  // it past; the rest (3.1 MiB) stays under 25 MiB.
+  const auto buckets = AssignBuckets(layout, kFirstBucketBytes, 25u << 20);
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets[0].tensors,
+            (std::vector<std::string>{"fc3.bias", "fc3.weight", "fc2.bias",
+                                      "fc2.weight"}));
+  EXPECT_EQ(buckets[0].begin, layout.weight(1).offset);
+  EXPECT_EQ(buckets[0].end, layout.num_params());
+  EXPECT_EQ(buckets[0].first_layer, 1);
+  EXPECT_EQ(buckets[1].tensors,
+            (std::vector<std::string>{"fc1.bias", "fc1.weight"}));
+  EXPECT_EQ(buckets[1].begin, 0u);
+  EXPECT_EQ(buckets[1].end, layout.weight(1).offset);
+  EXPECT_EQ(buckets[1].first_layer, 0);
+}
+
+TEST(AssignBucketsTest, CapsDecideTheGrouping) {
+  const nn::MlpLayout layout({6, 5, 4, 3});
+  const auto each = AssignBuckets(layout, 1, 1);  // a tensor per bucket
+  ASSERT_EQ(each.size(), 6u);
+  size_t end = layout.num_params();
+  for (size_t b = 0; b < each.size(); ++b) {
+    const nn::TensorSlot& t = layout.tensors()[5 - b];
+    EXPECT_EQ(each[b].tensors, std::vector<std::string>{t.name});
+    EXPECT_EQ(each[b].end, end);  // contiguous, backwards
+    EXPECT_EQ(each[b].begin, t.offset);
+    EXPECT_EQ(each[b].first_layer, static_cast<int>((5 - b) / 2));
+    end = t.offset;
+  }
+  EXPECT_EQ(AssignBuckets(layout, 1 << 20, 1 << 20).size(), 1u);
+  EXPECT_THROW(AssignBuckets(layout, 0, 1), std::invalid_argument);
+}
+
+// Rank 0 of two whose peer's gradients are `peer`: averages each bucket with
+// the peer's values at the same offsets, recording the order of the buckets.
+class PeerComm : public comm::Communicator {
+ public:
+  PeerComm(const float* base, std::vector<float> peer)
+      : base_(base), peer_(std::move(peer)) {}
+  const char* backend() const override { return "peer"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  comm::MemoryKind memory() const override { return comm::MemoryKind::kHost; }
+  void AllReduce(float* data, size_t count, comm::ReduceOp op) override {
+    const size_t offset = static_cast<size_t>(data - base_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      offsets_.push_back(offset);
+    }
+    started_ = true;
+    if (offset == fail_at_) throw comm::CommError("peer: rank 1 exited");
+    for (size_t i = 0; i < count; ++i) {
+      data[i] = (data[i] + peer_[offset + i]) / 2;
+    }
+    EXPECT_EQ(op, comm::ReduceOp::kAvg);
+  }
+  void Broadcast(float*, size_t, int) override {}
+  void Barrier() override {}
+  uint64_t bytes_sent() const override { return 0; }
+
+  std::vector<size_t> offsets() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return offsets_;
+  }
+  std::atomic<bool> started_{false};
+  size_t fail_at_ = SIZE_MAX;
+
+ private:
+  const float* base_;
+  std::vector<float> peer_;
+  std::mutex mutex_;
+  std::vector<size_t> offsets_;
+};
+
+// Forwards to the reducer; when backward reports its last layer, records
+// whether a bucket's allreduce had started (waiting up to 10 s for it), which
+// with overlap it must have: the first buckets were complete long before.
+class ProbeObserver : public nn::BackwardObserver {
+ public:
+  ProbeObserver(BucketReducer& reducer, PeerComm& comm, bool expect_started)
+      : reducer_(reducer), comm_(comm), expect_started_(expect_started) {}
+  void OnLayerGrads(int layer, std::function<void()> wait_ready) override {
+    if (layer == 0) {
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (expect_started_ && !comm_.started_ &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      started_before_last_layer = comm_.started_;
+    }
+    reducer_.OnLayerGrads(layer, std::move(wait_ready));
+  }
+  bool started_before_last_layer = false;
+
+ private:
+  BucketReducer& reducer_;
+  PeerComm& comm_;
+  bool expect_started_;
+};
+
+struct Fixture {
+  nn::MlpLayout layout{{6, 5, 4, 3}};
+  std::unique_ptr<nn::Mlp> model = nn::CreateMlp(nn::Device::kCpu, layout);
+  std::vector<float> x = std::vector<float>(2 * 6, 0.5f);
+  std::vector<int64_t> y = {0, 2};
+  std::vector<float> peer = std::vector<float>(layout.num_params(), 0.25f);
+  Fixture() {
+    std::vector<float> p(layout.num_params());
+    nn::TorchGenerator generator(1);
+    nn::InitLikeTorch(layout, generator, p.data());
+    model->SetParams(p.data());
+  }
+  // The averaged gradients, reduced in one piece.
+  std::vector<float> Expected() {
+    auto plain = nn::CreateMlp(nn::Device::kCpu, layout);
+    std::vector<float> p(layout.num_params()), g(layout.num_params());
+    model->GetParams(p.data());
+    plain->SetParams(p.data());
+    plain->ForwardBackward(x.data(), y.data(), 2);
+    plain->GetGrads(g.data());
+    for (size_t i = 0; i < g.size(); ++i) g[i] = (g[i] + peer[i]) / 2;
+    return g;
+  }
+};
+
+void CheckBucketsReduced(bool overlap) {
+  Fixture f;
+  PeerComm comm(f.model->grads(), f.peer);
+  Tracer tracer(false, 0);
+  BucketReducer reducer(comm, *f.model, f.model->grads(),
+                        AssignBuckets(f.layout, 1, 1), overlap, tracer);
+  const std::vector<float> expected = f.Expected();
+  for (int step = 0; step < 2; ++step) {
+    comm.started_ = false;
+    ProbeObserver probe(reducer, comm, overlap);
+    f.model->ForwardBackward(f.x.data(), f.y.data(), 2, &probe);
+    EXPECT_EQ(probe.started_before_last_layer, overlap);
+    reducer.Finish();
+    std::vector<float> grads(f.layout.num_params());
+    f.model->GetGrads(grads.data());
+    EXPECT_EQ(grads, expected);  // bitwise: buckets change no sum
+  }
+  std::vector<size_t> order;
+  for (const Bucket& b : reducer.buckets()) order.push_back(b.begin);
+  std::vector<size_t> twice = order;
+  twice.insert(twice.end(), order.begin(), order.end());
+  EXPECT_EQ(comm.offsets(), twice);  // each bucket once per step, in order
+}
+
+TEST(BucketReducerTest, OverlapStartsBucketsDuringBackward) {
+  CheckBucketsReduced(/*overlap=*/true);
+}
+
+TEST(BucketReducerTest, WithoutOverlapBucketsWaitForBackward) {
+  CheckBucketsReduced(/*overlap=*/false);
+}
+
+TEST(BucketReducerTest, AFailedBucketFailsFinishAndStopsTheRest) {
+  for (bool overlap : {true, false}) {
+    Fixture f;
+    PeerComm comm(f.model->grads(), f.peer);
+    const auto buckets = AssignBuckets(f.layout, 1, 1);
+    comm.fail_at_ = buckets[1].begin;
+    Tracer tracer(false, 0);
+    BucketReducer reducer(comm, *f.model, f.model->grads(), buckets, overlap,
+                          tracer);
+    f.model->ForwardBackward(f.x.data(), f.y.data(), 2, &reducer);
+    EXPECT_THROW(reducer.Finish(), comm::CommError) << "overlap " << overlap;
+    EXPECT_EQ(comm.offsets(),
+              (std::vector<size_t>{buckets[0].begin, buckets[1].begin}));
+  }
+}
+
+}  // namespace
+}  // namespace ringlab::train
