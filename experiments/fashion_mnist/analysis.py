@@ -11,6 +11,8 @@ import math
 import os
 import statistics
 
+import numpy as np
+
 LOSSES_COLUMNS = ["rank", "epoch", "step", "loss", "step_ms", "comm_ms", "bytes_sent"]
 EVAL_COLUMNS = ["epoch", "step", "test_loss", "test_accuracy", "wall_s", "bytes_sent"]
 WARMUP_STEPS = 20  # rank 0's first steps, left out of the median step time
@@ -170,3 +172,20 @@ def fidelity(ours, reference, steps=100):
     rel = [abs(a - b) / abs(b) if b else abs(a - b) for a, b in pairs]
     return (max(deltas) if deltas else math.nan, max(rel) if rel else math.nan, len(deltas),
             len(pairs))
+
+
+def loss_ulps(ours, reference, steps=100):
+    """How far apart rank 0's first `steps` losses are in units in the last place of float32
+    (both files hold float32 values exactly): (steps identical, leading steps within 1 ulp,
+    first step that differs or None, steps compared)."""
+    n = min(steps, len(ours["losses0"]), len(reference["losses0"]))
+    if n == 0:
+        return 0, 0, None, 0
+    a = np.array(ours["losses0"][:n], dtype=np.float32).view(np.int32).astype(np.int64)
+    b = np.array(reference["losses0"][:n], dtype=np.float32).view(np.int32).astype(np.int64)
+    ulps = np.abs(a - b)
+    differing = np.flatnonzero(ulps)
+    beyond_one = np.flatnonzero(ulps > 1)
+    leading = int(beyond_one[0]) if beyond_one.size else n
+    first = int(differing[0]) if differing.size else None
+    return int((ulps == 0).sum()), leading, first, n

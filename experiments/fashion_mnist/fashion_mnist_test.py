@@ -139,6 +139,9 @@ class ReportTest(unittest.TestCase):
     def test_fidelity_and_speed(self):
         self.assertIn("**0.350 points** over 2 epoch(s) (target ≤ 0.5): **PASS**", self.report)
         self.assertIn("first 30 losses: **5.00e-05** (target ≤ 0.0001): **PASS**", self.report)
+        # 5e-5 relative is hundreds of float32 ulps from step 0 on.
+        self.assertIn("0 of rank 0's first 30 losses are bitwise identical; the first difference "
+                      "is at step 0; the first 0 steps are within 1 ulp", self.report)
         self.assertIn("**0.35×** (target ≤ 0.4×): **PASS**", self.report)
         # No overlap: 0.35 points below PyTorch at epoch 1... 1.1 at epoch 2; losses equal.
         self.assertIn("| ringlab allreduce, no overlap (shm_ring) | PyTorch DDP | 1.100 | "
@@ -216,6 +219,21 @@ class DefectTest(unittest.TestCase):
         eval_csv(path, [85.0], [1.0], 0)  # a percentage where a fraction belongs
         with self.assertRaisesRegex(analysis.AnalysisError, "not in"):
             analysis.read_eval(path)
+
+
+class UlpTest(unittest.TestCase):
+    def test_counts_float32_ulps(self):
+        import numpy as np
+
+        def up(x, k):  # the float32 k ulps above x
+            bits = np.array([x], dtype=np.float32).view(np.int32) + k
+            return float(bits.view(np.float32)[0])
+
+        ref = {"losses0": [2.0, 1.5, 1.25, 1.0, 0.5]}
+        ours = {"losses0": [2.0, up(1.5, 1), 1.25, up(1.0, -3), up(0.5, 1)]}
+        # identical at steps 0 and 2; 1 ulp at step 1; 3 ulps at step 3.
+        self.assertEqual(analysis.loss_ulps(ours, ref), (2, 3, 1, 5))
+        self.assertEqual(analysis.loss_ulps(ref, ref, steps=3), (3, 3, None, 3))
 
 
 class PlanTest(unittest.TestCase):
