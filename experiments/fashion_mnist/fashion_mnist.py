@@ -22,6 +22,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -103,6 +104,21 @@ def command(run, args, run_dir):
     return argv + [f"--nprocs={run['ranks']}"]
 
 
+def stop(process, grace_s=10):
+    """Ends a run and all its ranks: SIGTERM first, which mpirun forwards to ranks it started in
+    process groups of their own, then SIGKILL to the run's group."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace_s)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
 def execute(argv, deadline_s, log_path):
     """Runs argv in its own session (killed with all its ranks past the deadline); its output
     goes to log_path. Returns (status, seconds)."""
@@ -120,9 +136,11 @@ def execute(argv, deadline_s, log_path):
         try:
             code = process.wait(timeout=deadline_s)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait()
+            stop(process)
             return f"failed: no result after {deadline_s:.0f} s: killed", time.monotonic() - start
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): no rank outlives the driver
+            stop(process)
+            raise
     wall = time.monotonic() - start
     if code == 0:
         return "ok", wall
@@ -208,7 +226,12 @@ def run_all(args, out):
         json.dump(invocation, f, indent=2)
 
 
+def _terminate(signum, frame):
+    raise SystemExit(f"error: stopped by signal {signum}")
+
+
 def main(argv=None):
+    signal.signal(signal.SIGTERM, _terminate)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     default_out = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()),
                                "out", "fashion_mnist")

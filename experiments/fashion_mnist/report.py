@@ -218,11 +218,11 @@ def _speed_lines(runs):
 
 def write_markdown(path, invocation, runs, rows, plot_notes):
     inv = invocation
+    minutes = inv["duration_s"] / 60 if isinstance(inv.get("duration_s"), (int, float)) else None
     lines = [
         "# Fashion-MNIST: ringlab's synchronisers side by side with PyTorch DDP", "",
-        f"- date: {inv.get('date', 'unknown')}; this invocation took "
-        f"{_fmt(inv.get('duration_s', math.nan) / 60 if inv.get('duration_s') else None, '.1f')}"
-        f" min ({inv.get('mode', '?')} run)",
+        f"- date: {inv.get('date', 'unknown')}; this invocation took {_fmt(minutes, '.1f')} min "
+        f"({inv.get('mode', '?')} run)",
         f"- machine: {inv.get('cpu_model', 'unknown')}, {inv.get('cores', '?')} core(s); load "
         f"average before the runs {inv.get('load_before', 'unknown')} (a shared machine: compare "
         f"figures from one invocation only)",
