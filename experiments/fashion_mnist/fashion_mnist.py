@@ -20,6 +20,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -119,6 +120,11 @@ def stop(process, grace_s=10):
     process.wait()
 
 
+def children_cpu_s():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def execute(argv, deadline_s, log_path):
     """Runs argv in its own session (killed with all its ranks past the deadline); its output
     goes to log_path. Returns (status, seconds)."""
@@ -211,8 +217,13 @@ def run_all(args, out):
         elif run["comm"] == "mpi" and not have_mpi:
             run["status"], run["wall_s"] = "skipped: no mpirun", None
         else:
+            cpu_before = children_cpu_s()
             run["status"], run["wall_s"] = execute(argv, deadline,
                                                    os.path.join(run_dir, "log.txt"))
+            # CPU seconds of the run's processes (mpirun's ranks are its children): with the
+            # wall time, how much the machine's other work stretched the run.
+            run["cpu_s"] = round(children_cpu_s() - cpu_before, 1)
+        run["load_after"] = round(os.getloadavg()[0], 2)
         with open(os.path.join(run_dir, "run.json"), "w") as f:
             json.dump(run, f, indent=2)
         if run["status"] == "ok":
@@ -222,6 +233,7 @@ def run_all(args, out):
                 run["status"] = f"failed: {e}"
         print(progress(index, len(runs), run), flush=True)
     invocation["duration_s"] = time.monotonic() - started
+    invocation["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with open(os.path.join(out, "invocation.json"), "w") as f:
         json.dump(invocation, f, indent=2)
 

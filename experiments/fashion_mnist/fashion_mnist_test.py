@@ -69,7 +69,7 @@ def make_run(out, order, name, label, framework, sync="allreduce", comm="shm_rin
     with open(os.path.join(run_dir, "run.json"), "w") as f:
         json.dump(dict(order=order, name=name, label=label, framework=framework, sync=sync,
                        avg_period=None, overlap=overlap, comm=comm, ranks=ranks, status=status,
-                       wall_s=12.5, command="fixture"), f)
+                       wall_s=12.5, command="fixture", load_after=2.25), f)
     if "losses" in files:
         losses_csv(os.path.join(run_dir, "losses.csv"), *files["losses"])
     if "evals" in files:
@@ -128,9 +128,9 @@ class ReportTest(unittest.TestCase):
         # 85.25%, reached at epoch 2 after 31.0 s, median 7.00 ms, exposed 300 us per step,
         # 4 MB per step, 7 / 20 = 0.35 of PyTorch's step.
         self.assertIn("| ringlab allreduce, overlap (shm_ring) | ok | 85.25% | 2 | 31.0 | 7.00 | "
-                      "0.300 | 4.00 MB | 0.35 |", self.report)
+                      "0.300 | 4.00 MB | 0.35 | 2.2 |", self.report)
         self.assertIn("| PyTorch DDP (gloo, 2 ranks) | ok | 85.10% | 2 | 30.0 | 20.00 | "
-                      "n/a (no trace) | n/a | 1.00 |", self.report)
+                      "n/a (no trace) | n/a | 1.00 | 2.2 |", self.report)
         self.assertIn("| ringlab allreduce, no overlap (shm_ring) | ok | 84.00% | not reached | "
                       "not reached | 7.00 | 2.000 |", self.report)
         self.assertIn("| PyTorch 1 process (compute floor) | skipped: torch does not import |",

@@ -17,6 +17,7 @@ VARIANT_STYLE = {
     "param_avg_k64": ("C4", "param_avg K=64"),
     "none": ("C5", "none (no communication)"),
 }
+PANEL_HEIGHT_IN = 4.4
 REFERENCE_STYLE = {
     "pytorch_ddp": dict(color="black", ls="--", lw=2.5, alpha=0.6),
     "pytorch_1proc": dict(color="grey", ls=":", lw=2),
@@ -53,21 +54,25 @@ def _accuracy_figure(runs, path, x_of, xlabel, logx=False, note=None, integer_x=
     if not panels and not references:
         return "no finished run to plot"
     comms = list(panels) or ["(no ringlab 2-rank run)"]
-    fig, axes = plt.subplots(1, len(comms), figsize=(5.2 * len(comms), 4.4), sharey=True,
-                             squeeze=False)
-    drawn = 0
+    fig, axes = plt.subplots(1, len(comms), figsize=(5.2 * len(comms), PANEL_HEIGHT_IN),
+                             sharey=True, squeeze=False)
+    legend = {}  # label -> handle, one legend for every panel
     for ax, comm in zip(axes[0], comms):
         curves = [(REFERENCE_STYLE[r["name"]], r["label"], r) for r in references]
         for variant, run in panels.get(comm, []):
             color, label = VARIANT_STYLE.get(variant, (None, variant))
-            curves.append((dict(color=color, marker="o", ms=3), f"ringlab {label}", run))
+            # Overlap on and off train identically: the dashes keep both visible.
+            dashed = variant.endswith("no_overlap")
+            curves.append((dict(color=color, marker="x" if dashed else "o", ms=4,
+                                ls="--" if dashed else "-"), f"ringlab {label}", run))
         for style, label, run in curves:
             points = [(x_of(run, e), 100 * e["test_accuracy"]) for e in run["stats"]["evals"]]
             points = [(x, y) for x, y in points if x is not None and not math.isnan(x)
                       and (x > 0 or not logx)]
             if points:
-                ax.plot([p[0] for p in points], [p[1] for p in points], label=label, **style)
-                drawn += 1
+                (line,) = ax.plot([p[0] for p in points], [p[1] for p in points], label=label,
+                                  **style)
+                legend.setdefault(label, line)
         ax.axhline(85, color="red", lw=0.8, alpha=0.5)
         ax.set_title(f"2 ranks over {comm}" if comm in panels else comm)
         ax.set_xlabel(xlabel)
@@ -77,16 +82,24 @@ def _accuracy_figure(runs, path, x_of, xlabel, logx=False, note=None, integer_x=
             from matplotlib.ticker import MaxNLocator
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="lower right")
     axes[0][0].set_ylabel("test accuracy (%) — red line: 85%")
+    # Below the panels: the legend, then the note (sizes in inches, added to the height).
+    ncol = 3 if len(comms) > 1 else 2
+    rows = -(-len(legend) // ncol)
+    note = textwrap.fill(note, width=int(95 * len(comms))) if note else ""
+    note_in = 0.15 * (note.count("\n") + 1) + 0.05 if note else 0.0
+    legend_in = 0.2 * rows + 0.15 if legend else 0.0
+    height = PANEL_HEIGHT_IN + legend_in + note_in
+    fig.set_figheight(height)
+    if legend:
+        fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=ncol,
+                   fontsize=8, frameon=False, bbox_to_anchor=(0.5, note_in / height))
     if note:
-        note = textwrap.fill(note, width=int(90 * len(comms)))
         fig.text(0.01, 0.01, note, fontsize=7, alpha=0.8)
-    fig.tight_layout(rect=(0, 0.025 * (note.count("\n") + 2) if note else 0, 1, 1))
+    fig.tight_layout(rect=(0, (legend_in + note_in) / height, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return None if drawn else "no curve with data"
+    return None if legend else "no curve with data"
 
 
 def _breakdown_figure(runs, path):
@@ -132,6 +145,23 @@ def _breakdown_figure(runs, path):
     return None
 
 
+def _bytes_note(runs):
+    """Which runs the log axis of bytes leaves out, and why."""
+    unmeasured, zero = [], []
+    for run in _finished(runs):
+        sent = [e["bytes_sent"] for e in run["stats"]["evals"]]
+        if all(math.isnan(b) for b in sent):
+            unmeasured.append(run["label"])
+        elif all(b <= 0 for b in sent if not math.isnan(b)):
+            zero.append(run["label"])
+    parts = []
+    if unmeasured:
+        parts.append(f"{', '.join(unmeasured)} (bytes not reported)")
+    if zero:
+        parts.append(f"{', '.join(zero)} (0 bytes: no place on a log axis)")
+    return "Not drawn: " + "; ".join(parts) + "." if parts else None
+
+
 def write_all(out_dir, runs):
     """Writes the four PNGs; returns {file name: why it is missing} for those not written."""
     try:
@@ -147,8 +177,7 @@ def write_all(out_dir, runs):
         "accuracy_vs_bytes.png": lambda p: _accuracy_figure(
             runs, p, lambda run, e: e["bytes_sent"] / 1e6,
             "MB sent by rank 0 so far (log scale)", logx=True,
-            note="Not drawn: PyTorch (gloo does not report bytes), ringlab 'none' and 1 rank "
-                 "(0 bytes: no place on a log axis)."),
+            note=_bytes_note(runs)),
         "accuracy_vs_time.png": lambda p: _accuracy_figure(
             runs, p, lambda run, e: e["wall_s"],
             "training wall-clock of rank 0 (s, evaluation excluded)"),

@@ -19,10 +19,10 @@ STEP_RATIO_TARGET = 0.4
 HEADLINE = "shm_ring_allreduce_overlap"  # the ringlab run compared to PyTorch DDP
 PYTORCH_DDP, PYTORCH_ONE, RINGLAB_ONE = "pytorch_ddp", "pytorch_1proc", "ringlab_1rank"
 RESULT_COLUMNS = ["run", "label", "framework", "sync", "avg_period", "overlap", "comm", "ranks",
-                  "status", "epochs", "final_test_accuracy", "epochs_to_85", "seconds_to_85",
-                  "median_step_ms", "exposed_comm_ms_per_step", "compute_ms_per_step",
-                  "optimiser_ms_per_step", "comm_thread_ms_per_step", "bytes_per_step",
-                  "ratio_to_pytorch_ddp", "run_wall_s"]
+                  "status", "load_after", "epochs", "final_test_accuracy", "epochs_to_85",
+                  "seconds_to_85", "median_step_ms", "exposed_comm_ms_per_step",
+                  "compute_ms_per_step", "optimiser_ms_per_step", "comm_thread_ms_per_step",
+                  "bytes_per_step", "ratio_to_pytorch_ddp", "run_wall_s"]
 
 
 class ReportError(Exception):
@@ -117,7 +117,7 @@ def write_csv(path, rows):
 def _runs_table(runs, rows):
     header = ["run", "status", "final test accuracy", "epochs to 85%", "seconds to 85%",
               "median step (ms)", "exposed comm/step (ms)", "bytes/step (rank 0)",
-              "step ÷ PyTorch DDP"]
+              "step ÷ PyTorch DDP", "load after"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for run, row in zip(runs, rows):
         if not run.get("stats"):
@@ -131,6 +131,7 @@ def _runs_table(runs, rows):
             _fmt(row["median_step_ms"], ".2f"),
             _fmt(row["exposed_comm_ms_per_step"], ".3f", "n/a (no trace)"),
             _bytes(row["bytes_per_step"]), _fmt(row["ratio_to_pytorch_ddp"], ".2f"),
+            _fmt(run.get("load_after"), ".1f"),
         ]) + " |")
     return lines
 
@@ -162,7 +163,8 @@ def _fidelity_lines(runs):
         f"Same initial parameters (torch.manual_seed), sampler and hyper-parameters; "
         f"{head['label']} against PyTorch DDP:", "",
         f"- max |Δ per-epoch test accuracy|: **{_fmt(acc, '.3f')} points** over {epochs} "
-        f"epoch(s) (target ≤ {ACCURACY_POINTS_TARGET}): **{_verdict(acc, ACCURACY_POINTS_TARGET)}**",
+        f"epoch(s) (target ≤ {ACCURACY_POINTS_TARGET}): "
+        f"**{_verdict(acc, ACCURACY_POINTS_TARGET)}**",
         f"- max relative difference of rank 0's first {steps} losses: **{_fmt(rel, '.2e')}** "
         f"(target ≤ {LOSS_REL_TARGET:g}): **{_verdict(rel, LOSS_REL_TARGET)}**",
         _ulp_line(head["stats"], ddp), "",
@@ -224,13 +226,22 @@ def write_markdown(path, invocation, runs, rows, plot_notes):
         f"- date: {inv.get('date', 'unknown')}; this invocation took {_fmt(minutes, '.1f')} min "
         f"({inv.get('mode', '?')} run)",
         f"- machine: {inv.get('cpu_model', 'unknown')}, {inv.get('cores', '?')} core(s); load "
-        f"average before the runs {inv.get('load_before', 'unknown')} (a shared machine: compare "
-        f"figures from one invocation only)",
+        f"average (1, 5, 15 min) before the runs {inv.get('load_before', 'unknown')}, after "
+        f"{inv.get('load_after', 'unknown')}: the runs use every core, so a load above "
+        f"{inv.get('cores', 2)} means other work shared them and stretched the times",
         f"- torch: {inv.get('torch_version') or 'not importable: PyTorch runs skipped'}",
         f"- every run: MLP {inv.get('model', '784,1024,1024,10')}, SGD lr {inv.get('lr', 0.1)} "
         f"without momentum, batch {inv.get('batch_size', 64)} per rank, DistributedSampler seed 0 "
         f"with set_epoch, torch.manual_seed(0) initial parameters, {inv.get('epochs', '?')} "
         f"epoch(s), one thread per rank, test set evaluated by rank 0 after every epoch", ""]
+    timed = [r for r in runs if isinstance(r.get("cpu_s"), (int, float))]
+    if timed:
+        cpu = [r["cpu_s"] / r["ranks"] for r in timed]
+        lines.append(f"- the runs' processes used {sum(r['cpu_s'] for r in timed) / 60:.1f} "
+                     f"min of CPU time: with each rank on a core of its own and nothing else "
+                     f"running, their training would take about {sum(cpu) / 60:.1f} min of the "
+                     f"{_fmt(minutes, '.1f')} (an estimate: waiting ranks spin, and spin for "
+                     f"longer on a busy machine)")
     lines += [f"- note: {n}" for n in inv.get("notes", [])]
     lines += ["", "## Runs", ""] + _runs_table(runs, rows) + [
         "",
@@ -243,7 +254,9 @@ def write_markdown(path, invocation, runs, rows, plot_notes):
         "- bytes/step: rank 0's bytes sent per step, mean over all steps (PyTorch does not "
         "report them).",
         "- seconds to 85%: training wall-clock of rank 0 at the first evaluation at or above "
-        "85%, evaluation time excluded.", ""]
+        "85%, evaluation time excluded.",
+        "- load after: the machine's 1-minute load average when the run ended (2 ranks of a run "
+        "make about 2): well above that, the run's times are stretched by other work.", ""]
     lines += _fidelity_lines(runs) + _speed_lines(runs)
     lines += ["## Plots", ""]
     for title, name in (("Test accuracy against epochs", "accuracy_vs_epoch.png"),

@@ -209,7 +209,8 @@ def main():
     with open(os.path.join(reference, "meta.json")) as f:
         meta = json.load(f)
     timing = meta.get("timing") or {}
-    ref_ms = statistics.median([t["median_ms"] for t in timing.values()]) if timing else float("nan")
+    ref_ms = (statistics.median([t["median_ms"] for t in timing.values()]) if timing
+              else float("nan"))
     if not timing:
         ref_time = "n/a"
     elif fresh_reference:
