@@ -233,7 +233,7 @@ def write_markdown(path, invocation, runs, rows, plot_notes):
         f"- every run: MLP {inv.get('model', '784,1024,1024,10')}, SGD lr {inv.get('lr', 0.1)} "
         f"without momentum, batch {inv.get('batch_size', 64)} per rank, DistributedSampler seed 0 "
         f"with set_epoch, torch.manual_seed(0) initial parameters, {inv.get('epochs', '?')} "
-        f"epoch(s), one thread per rank, test set evaluated by rank 0 after every epoch", ""]
+        f"epoch(s), one thread per rank, test set evaluated by rank 0 after every epoch"]
     timed = [r for r in runs if isinstance(r.get("cpu_s"), (int, float))]
     if timed:
         cpu = [r["cpu_s"] / r["ranks"] for r in timed]
