@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "nn/atomic_file.h"
@@ -15,46 +16,39 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out + "\"";
-}
-
 std::string ConfigJson(const TrainConfig& c, int world_size,
                        const std::string& data_source) {
-  auto boolean = [](bool value) { return value ? "true" : "false"; };
-  std::string json = "{\n";
-  json += "  \"model\": " + Quote(c.model) + ",\n";
-  json += "  \"sync\": " + Quote(c.sync) + ",\n";
-  json += "  \"comm\": " + Quote(c.comm) + ",\n";
-  json += "  \"device\": " + Quote(nn::DeviceName(c.device)) + ",\n";
-  json += "  \"world_size\": " + std::to_string(world_size) + ",\n";
-  json += "  \"epochs\": " + std::to_string(c.epochs) + ",\n";
-  json += "  \"lr\": " + FloatText(c.lr) + ",\n";
-  json += "  \"batch_size\": " + std::to_string(c.batch_size) + ",\n";
-  json += "  \"samples\": " + std::to_string(c.samples) + ",\n";
-  json += "  \"seed\": " + std::to_string(c.seed) + ",\n";
-  json += "  \"sampler_seed\": " + std::to_string(c.sampler_seed) + ",\n";
-  json += "  \"shuffle\": " + std::string(boolean(c.shuffle)) + ",\n";
-  json += "  \"drop_last\": " + std::string(boolean(c.drop_last)) + ",\n";
-  json += "  \"set_epoch\": " + std::string(boolean(c.set_epoch)) + ",\n";
-  json +=
-      "  \"per_rank_data\": " + std::string(boolean(c.per_rank_data)) + ",\n";
-  json +=
-      "  \"avg_period\": " + std::to_string(c.sync_options.avg_period) + ",\n";
-  json +=
-      "  \"avg_warmup\": " + std::to_string(c.sync_options.avg_warmup) + ",\n";
-  json += "  \"data\": " + Quote(data_source) + ",\n";
-  json += "  \"init_dir\": " + Quote(c.init_dir) + ",\n";
-  json +=
-      "  \"checkpoint_every\": " + std::to_string(c.checkpoint_every) + ",\n";
-  json += "  \"resume\": " + std::string(boolean(c.resume)) + ",\n";
-  json += "  \"timeout_ms\": " + std::to_string(c.timeout.count()) + "\n";
-  return json + "}\n";
+  const nlohmann::ordered_json json = {
+      {"model", c.model},
+      {"sync", c.sync},
+      {"comm", c.comm},
+      {"device", nn::DeviceName(c.device)},
+      {"world_size", world_size},
+      {"epochs", c.epochs},
+      // The float's shortest exact text, read back as a number.
+      {"lr", std::stod(FloatText(c.lr))},
+      {"batch_size", c.batch_size},
+      {"samples", c.samples},
+      {"seed", c.seed},
+      {"sampler_seed", c.sampler_seed},
+      {"shuffle", c.shuffle},
+      {"drop_last", c.drop_last},
+      {"set_epoch", c.set_epoch},
+      {"per_rank_data", c.per_rank_data},
+      {"avg_period", c.sync_options.avg_period},
+      {"avg_warmup", c.sync_options.avg_warmup},
+      {"first_bucket_bytes", c.sync_options.first_bucket_bytes},
+      {"bucket_cap_bytes", c.sync_options.bucket_cap_bytes},
+      {"overlap", c.sync_options.overlap},
+      {"dataset", c.dataset.empty() ? "default" : c.dataset},
+      {"data", data_source},
+      {"eval_every", c.eval_every},
+      {"init_dir", c.init_dir},
+      {"checkpoint_every", c.checkpoint_every},
+      {"resume", c.resume},
+      {"trace", c.trace_path},
+      {"timeout_ms", c.timeout.count()}};
+  return json.dump(2) + "\n";
 }
 
 // A parameters directory is written whole into a temporary directory and
@@ -110,10 +104,10 @@ void RemoveOtherRanksParams(const std::string& out_dir) {
 }
 
 std::string SummaryJson(bool ranks_equal, int world_size, size_t steps) {
-  return std::string("{\n  \"ranks_bitwise_equal\": ") +
-         (ranks_equal ? "true" : "false") +
-         ",\n  \"world_size\": " + std::to_string(world_size) +
-         ",\n  \"steps_per_rank\": " + std::to_string(steps) + "\n}\n";
+  const nlohmann::ordered_json json = {{"ranks_bitwise_equal", ranks_equal},
+                                       {"world_size", world_size},
+                                       {"steps_per_rank", steps}};
+  return json.dump(2) + "\n";
 }
 
 }  // namespace
