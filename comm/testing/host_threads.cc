@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/call_agreement.h"
 #include "comm/communicator.h"
 #include "comm/store.h"
 #include "comm/thread_group.h"
@@ -112,9 +113,7 @@ class HostThreads : public Communicator {
   // Each piece: every rank posts its part of its block in its staging
   // buffer, all line up, every rank copies every peer's.
   void AllGather(const float* send, float* recv, size_t count) override {
-    if ((send == nullptr || recv == nullptr) && count > 0) {
-      throw std::invalid_argument("host_threads: null data");
-    }
+    CheckAllGatherArguments(kName, send, recv, count, rank_, world_size_);
     float* own = recv + static_cast<size_t>(rank_) * count;
     if (count > 0 && send != own) std::copy(send, send + count, own);
     if (count == 0 || world_size_ == 1) return;
