@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "comm/gather_strings.h"
 #include "nn/atomic_file.h"
 #include "nn/cpu_mlp.h"
 #include "nn/init.h"
@@ -19,7 +20,6 @@
 #include "train/dataset.h"
 #include "train/distributed_sampler.h"
 #include "train/outputs.h"
-#include "train/rank_exchange.h"
 
 namespace ringlab::train {
 namespace {
@@ -108,9 +108,9 @@ std::vector<std::string> SplitLines(const std::string& text) {
 // Like DDP's constructor: every rank checks that all agree, and all fail
 // together, with the same message, when one does not.
 void CheckRanksAgree(const TrainConfig& config, int64_t dataset_size,
-                     RankExchange& exchange) {
+                     comm::Communicator& comm) {
   const Settings settings = SharedSettings(config, dataset_size);
-  const auto all = exchange.AllGather(SerializeSettings(settings));
+  const auto all = comm::AllGatherStrings(comm, SerializeSettings(settings));
   const std::vector<std::string> reference = SplitLines(all[0]);
   for (size_t r = 1; r < all.size(); ++r) {
     const std::vector<std::string> theirs = SplitLines(all[r]);
@@ -461,8 +461,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   if (rank == 0 && !config.out_dir.empty()) {
     PrepareCheckpoints(config, world_size, data.size);
   }
-  RankExchange exchange(comm, store, config.timeout);
-  CheckRanksAgree(config, data.size, exchange);
+  CheckRanksAgree(config, data.size, comm);
 
   std::unique_ptr<nn::Mlp> model = CreateModel(config, layout, comm);
   auto synchronizer =
@@ -523,7 +522,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
 
   result.final_params.resize(layout.num_params());
   model->GetParams(result.final_params.data());
-  WriteRunOutputs(config, layout, data.source, result, exchange, comm);
+  WriteRunOutputs(config, layout, data.source, result, comm);
   return result;
 }
 
