@@ -199,6 +199,51 @@ TEST(ShmRingTest, AllGatherEveryPath) {
   }
 }
 
+// A rank killed in the middle of allgathers, on the ring and on the staged
+// path: the survivors fail by themselves, well before their 30 s deadline,
+// naming it.
+TEST(ShmRingTest, RankKilledMidAllGatherIsNamed) {
+  const Env paths[] = {
+      {{"RINGLAB_SHM_RING_BYTES", "0"}, {"RINGLAB_SHM_CHUNK_BYTES", "4096"}},
+      {{"RINGLAB_SHM_RING_BYTES", "1073741824"},
+       {"RINGLAB_SHM_STAGE_BYTES", "65536"}}};
+  for (const Env& env : paths) {
+    SCOPED_TRACE(env[0].second);
+    constexpr int world = 3, victim = 2;
+    constexpr size_t count = size_t{1} << 20;
+    const auto start = std::chrono::steady_clock::now();
+    auto results = RunRanks(
+        world,
+        [&](const RankContext& c) {
+          for (const auto& [name, value] : env) setenv(name, value, 1);
+          auto comm = MakeRing(c, milliseconds(30000));
+          std::vector<float> mine(count, 1.0f), all(world * count);
+          comm->AllGather(mine.data(), all.data(), count);
+          if (c.rank == victim) {
+            std::thread([] {
+              std::this_thread::sleep_for(milliseconds(5));
+              kill(getpid(), SIGKILL);
+            }).detach();
+          }
+          for (;;) comm->AllGather(mine.data(), all.data(), count);
+        },
+        milliseconds(60000));
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(15))
+        << Describe(results);
+    EXPECT_EQ(results[victim].term_signal, SIGKILL) << Describe(results);
+    for (const RankResult& r : results) {
+      if (r.rank == victim) continue;
+      EXPECT_EQ(r.exit_code, 1) << Describe(results);
+      EXPECT_NE(r.output.find("rank 2"), std::string::npos)
+          << Describe(results);
+      EXPECT_NE(r.output.find("AllGather"), std::string::npos)
+          << Describe(results);
+    }
+    ExpectNoLeftovers();
+  }
+}
+
 // Inputs whose sums round: the order matters, and every rank must still hold
 // the same bits (each element is reduced once, by one rank, in a fixed
 // order), through the ring, the staged path and the one-shot path.
