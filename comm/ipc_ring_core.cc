@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "comm/call_agreement.h"
 #include "comm/cuda_device.h"
 
 namespace ringlab::comm {
@@ -153,6 +154,32 @@ void IpcRingCore::Broadcast(float* data, size_t count, int root) {
     Run(launch, "Broadcast");
   }
   bytes_sent_ += BroadcastBusBytes(count, world_size_);
+}
+
+// Each piece: every rank posts its part of its block in its registered
+// buffer, then copies every peer's (ipc_ring_kernels.cu, AllGather).
+void IpcRingCore::AllGather(const float* send, float* recv, size_t count) {
+  CheckUsable("AllGather");
+  CheckAllGatherArguments(name_, send, recv, count, rank_, world_size_);
+  if (count == 0) return;
+  if (world_size_ == 1) {
+    if (send != recv) {
+      CudaCheck(cudaMemcpy(recv, send, count * sizeof(float),
+                           cudaMemcpyDeviceToDevice),
+                name_, "cudaMemcpy (AllGather of one rank)");
+    }
+    return;
+  }
+  for (size_t offset = 0; offset < count; offset += capacity_) {
+    IpcRingLaunch launch;
+    launch.kind = IpcRingKind::kAllGather;
+    launch.in = send + offset;
+    launch.out = recv + offset;
+    launch.count = std::min(capacity_, count - offset);
+    launch.stride = count;
+    Run(launch, "AllGather");
+  }
+  bytes_sent_ += AllGatherBusBytes(count, world_size_);
 }
 
 void IpcRingCore::Barrier() {

@@ -42,6 +42,7 @@ class IpcRingCore : public Communicator {
   void AllReduce(float* data, size_t count, ReduceOp op) override;
   void Broadcast(float* data, size_t count, int root) override;
   void Barrier() override;
+  void AllGather(const float* send, float* recv, size_t count) override;
 
  protected:
   // Throws std::invalid_argument for a world size outside 1..kIpcRingMaxRanks.

@@ -87,7 +87,7 @@ struct IpcRingStatus {
   volatile uint64_t theirs[2];  // kIpcRingMismatch: the peer's descriptor
 };
 
-enum class IpcRingKind { kRing, kOneShot, kBroadcast, kBarrier };
+enum class IpcRingKind { kRing, kOneShot, kBroadcast, kBarrier, kAllGather };
 
 struct IpcRingLaunch {
   IpcRingKind kind = IpcRingKind::kRing;
@@ -96,6 +96,10 @@ struct IpcRingLaunch {
   const float* in = nullptr;  // the caller's device buffer (may equal out)
   float* out = nullptr;
   size_t count = 0;  // floats, at most the registered capacity
+  // kAllGather: every rank's piece of `count` floats lands at out + q *
+  // stride (the caller's count per rank; pieces of it when larger than the
+  // registered buffer).
+  size_t stride = 0;
   bool average = false;
   int root = 0;       // kBroadcast
   int chunks = 1;     // per segment (kRing)
@@ -107,14 +111,14 @@ struct IpcRingLaunch {
 // What a rank is doing, published next to its counters so that peers check
 // that they are in the same collective (as shm_ring does): word 0 holds the
 // kind, op, root and the low 32 bits of the base (the call history), word 1
-// the count.
+// the count (an allgather's: the caller's count per rank, its stride).
 struct IpcRingDescriptor {
   uint64_t word[2];
 };
 IpcRingDescriptor IpcRingDescribe(const IpcRingLaunch& launch);
 // In the words of every backend's mismatch reports (the conformance suite
 // looks for them): "AllReduce(count=1021, op=avg; one-shot)",
-// "Broadcast(count=5, root=1)", "Barrier".
+// "Broadcast(count=5, root=1)", "AllGather(count=8)", "Barrier".
 std::string IpcRingDescriptorText(const IpcRingDescriptor& descriptor);
 
 // Counter increments one launch makes (the same on every rank and block).

@@ -15,7 +15,8 @@
 //   - on registered memory (Allocate), zero-copy: each rank sums one segment
 //     from every rank's slot into all of them (shm_regions.h).
 // Every element is reduced once, in a fixed order, by one rank: results are
-// bitwise identical on every rank and every run.
+// bitwise identical on every rank and every run. AllGather takes the same
+// paths by size (one-shot banks, staged, ring; shm_allgather.cc).
 //
 // Waits spin briefly, yield, then sleep on a futex, so more ranks than cores
 // still progress and a busy core is not burnt; every wait has the

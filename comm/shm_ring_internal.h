@@ -9,6 +9,7 @@
 //   shm_oneshot.cc        the inline, one-shot and registered allreduces
 //   shm_ring_allreduce.cc the ring: reduce-scatter, then all-gather
 //   shm_broadcast.cc      broadcast and barrier
+//   shm_allgather.cc      allgather: one-shot, staged and ring
 //   shm_ring.cc           choosing the algorithm, Allocate, registration
 #ifndef RINGLAB_COMM_SHM_RING_INTERNAL_H_
 #define RINGLAB_COMM_SHM_RING_INTERNAL_H_
@@ -47,7 +48,12 @@ constexpr size_t kPage = 4096;
 
 inline size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-enum class Kind : uint32_t { kAllReduce = 1, kBroadcast = 2, kBarrier = 3 };
+enum class Kind : uint32_t {
+  kAllReduce = 1,
+  kBroadcast = 2,
+  kBarrier = 3,
+  kAllGather = 4,
+};
 
 inline const char* KindName(Kind k) {
   switch (k) {
@@ -57,6 +63,8 @@ inline const char* KindName(Kind k) {
       return "Broadcast";
     case Kind::kBarrier:
       return "Barrier";
+    case Kind::kAllGather:
+      return "AllGather";
   }
   return "?";
 }
@@ -196,6 +204,7 @@ class ShmRing final : public Communicator {
   void AllReduce(float* data, size_t count, ReduceOp op) override;
   void Broadcast(float* data, size_t count, int root) override;
   void Barrier() override;
+  void AllGather(const float* send, float* recv, size_t count) override;
   uint64_t bytes_sent() const override { return bytes_sent_; }
   float* Allocate(size_t count) override;
 
@@ -289,6 +298,14 @@ class ShmRing final : public Communicator {
   // r's address of it); each rank reduces one segment into all of them.
   void RegisteredAllReduce(Call& call, const std::vector<float*>& slots,
                            size_t count, ReduceOp op);
+  // The allgather's paths (shm_allgather.cc), count > 0 but for the
+  // one-shot: through the one-shot banks; through the staging areas in
+  // pieces; round the ring through the mailboxes.
+  void OneShotAllGather(Call& call, const float* send, float* recv,
+                        size_t count);
+  void StagedAllGather(Call& call, const float* send, float* recv,
+                       size_t count);
+  void RingAllGather(Call& call, const float* send, float* recv, size_t count);
 
   int rank_, world_;
   int left_, right_;

@@ -1,6 +1,7 @@
 // shm_ring's own tests: paths forced through its tuning variables (the ring
-// with tiny chunks, streaming stores, one-shot against ring), a bad variable
-// on one rank, CPU pinning, creation errors. What every backend must do —
+// with tiny chunks, streaming stores, one-shot against ring; for the
+// allreduce and the allgather), a bad variable on one rank, CPU pinning,
+// creation errors. What every backend must do —
 // exact sums, broadcasts, mismatches, dead and absent ranks — is the
 // conformance suite's (conformance_test.cc), run over shm_ring too.
 #include "comm/shm_ring.h"
@@ -9,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -122,6 +124,123 @@ TEST(ShmRingTest, ExactSumsStagedInSmallPieces) {
                  {{"RINGLAB_SHM_ONESHOT_BYTES", "0"},
                   {"RINGLAB_SHM_STAGE_BYTES", "65536"},
                   {"RINGLAB_SHM_RING_BYTES", "1073741824"}});
+  }
+}
+
+// Rank r's element i in the allgather tests: distinct across ranks and
+// exact as a float.
+float GatherInput(int rank, size_t i) {
+  return static_cast<float>((static_cast<size_t>(rank) << 20) + i % 1048573);
+}
+
+// For each count: an AllGather out of place, one in place (each checked bit
+// for bit), then an AllReduce (exact sums), so that the allgather's use of
+// the banks, mailboxes and staging areas alternates with the allreduce's.
+void RunAllGathers(int world, const std::vector<size_t>& counts,
+                   const Env& env) {
+  auto results = RunRanks(
+      world,
+      [&](const RankContext& c) {
+        for (const auto& [name, value] : env) setenv(name, value, 1);
+        auto comm = MakeRing(c);
+        for (size_t count : counts) {
+          std::vector<float> mine(count);
+          for (size_t i = 0; i < count; ++i) mine[i] = GatherInput(c.rank, i);
+          for (bool in_place : {false, true}) {
+            std::vector<float> all(world * count, -1.0f);
+            float* own = all.data() + c.rank * count;
+            if (in_place) std::copy(mine.begin(), mine.end(), own);
+            comm->AllGather(in_place ? own : mine.data(), all.data(), count);
+            for (size_t j = 0; j < all.size(); ++j) {
+              Check(
+                  all[j] == GatherInput(static_cast<int>(j / count), j % count),
+                  std::string(in_place ? "in-place " : "") + "count " +
+                      std::to_string(count) + ": element " + std::to_string(j));
+            }
+          }
+          std::vector<float> x(count);
+          for (size_t i = 0; i < count; ++i) x[i] = ExactSumInput(c.rank, i);
+          comm->AllReduce(x.data(), count, ReduceOp::kSum);
+          CheckExactAllReduce(x.data(), count, world, ReduceOp::kSum);
+        }
+      },
+      milliseconds(120000));
+  ExpectAllExitedZero(results);
+}
+
+// AllGather through each path, forced at every world size: the ring with
+// 4 KiB chunks (blocks of many chunks forwarded round every rank, mailbox
+// wrap-around; cached and streaming stores), the staged path with a 64 KiB
+// area (many pieces), and the one-shot banks.
+TEST(ShmRingTest, AllGatherEveryPath) {
+  const std::vector<size_t> counts = {0, 1, 3, 1021, 4099, 65537, 262147};
+  const std::pair<const char*, Env> paths[] = {
+      {"ring cached",
+       {{"RINGLAB_SHM_ONESHOT_BYTES", "0"},
+        {"RINGLAB_SHM_RING_BYTES", "0"},
+        {"RINGLAB_SHM_CHUNK_BYTES", "4096"},
+        {"RINGLAB_SHM_STREAM_STORES", "0"}}},
+      {"ring streaming",
+       {{"RINGLAB_SHM_ONESHOT_BYTES", "0"},
+        {"RINGLAB_SHM_RING_BYTES", "0"},
+        {"RINGLAB_SHM_CHUNK_BYTES", "4096"},
+        {"RINGLAB_SHM_STREAM_STORES", "1"}}},
+      {"staged",
+       {{"RINGLAB_SHM_ONESHOT_BYTES", "0"},
+        {"RINGLAB_SHM_STAGE_BYTES", "65536"},
+        {"RINGLAB_SHM_RING_BYTES", "1073741824"}}},
+      {"one-shot", {{"RINGLAB_SHM_ONESHOT_BYTES", "16777216"}}},
+  };
+  for (const auto& [path, env] : paths) {
+    for (int world : {2, 3, 4}) {
+      SCOPED_TRACE(std::string(path) + " world " + std::to_string(world));
+      RunAllGathers(world, counts, env);
+    }
+  }
+}
+
+// A rank killed in the middle of allgathers, on the ring and on the staged
+// path: the survivors fail by themselves, well before their 30 s deadline,
+// naming it.
+TEST(ShmRingTest, RankKilledMidAllGatherIsNamed) {
+  const Env paths[] = {
+      {{"RINGLAB_SHM_RING_BYTES", "0"}, {"RINGLAB_SHM_CHUNK_BYTES", "4096"}},
+      {{"RINGLAB_SHM_RING_BYTES", "1073741824"},
+       {"RINGLAB_SHM_STAGE_BYTES", "65536"}}};
+  for (const Env& env : paths) {
+    SCOPED_TRACE(env[0].second);
+    constexpr int world = 3, victim = 2;
+    constexpr size_t count = size_t{1} << 20;
+    const auto start = std::chrono::steady_clock::now();
+    auto results = RunRanks(
+        world,
+        [&](const RankContext& c) {
+          for (const auto& [name, value] : env) setenv(name, value, 1);
+          auto comm = MakeRing(c, milliseconds(30000));
+          std::vector<float> mine(count, 1.0f), all(world * count);
+          comm->AllGather(mine.data(), all.data(), count);
+          if (c.rank == victim) {
+            std::thread([] {
+              std::this_thread::sleep_for(milliseconds(5));
+              kill(getpid(), SIGKILL);
+            }).detach();
+          }
+          for (;;) comm->AllGather(mine.data(), all.data(), count);
+        },
+        milliseconds(60000));
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(15))
+        << Describe(results);
+    EXPECT_EQ(results[victim].term_signal, SIGKILL) << Describe(results);
+    for (const RankResult& r : results) {
+      if (r.rank == victim) continue;
+      EXPECT_EQ(r.exit_code, 1) << Describe(results);
+      EXPECT_NE(r.output.find("rank 2"), std::string::npos)
+          << Describe(results);
+      EXPECT_NE(r.output.find("AllGather"), std::string::npos)
+          << Describe(results);
+    }
+    ExpectNoLeftovers();
   }
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "comm/gather_strings.h"
 #include "nn/atomic_file.h"
 #include "nn/npy.h"
 #include "train/trace.h"
@@ -120,22 +121,24 @@ std::string FloatText(float value) {
 
 void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
                      const std::string& data_source, const TrainResult& result,
-                     RankExchange& exchange, comm::Communicator& comm) {
+                     comm::Communicator& comm) {
   const int rank = comm.rank();
   const int world_size = comm.world_size();
   const bool writing = !config.out_dir.empty();
   // Before the first exchange, which no rank passes before rank 0: no rank
   // is writing its final_rank<r>/ yet.
   if (rank == 0 && writing) RemoveOtherRanksParams(config.out_dir);
-  const auto all_records = exchange.AllGather(RecordsToBytes(result.history));
+  const auto all_records =
+      comm::AllGatherStrings(comm, RecordsToBytes(result.history));
   // Whether every rank ends with rank 0's parameters, bit for bit.
-  const auto all_hashes = exchange.AllGather(Fnv1a(
-      result.final_params.data(), result.final_params.size() * sizeof(float)));
+  const auto all_hashes = comm::AllGatherStrings(
+      comm, Fnv1a(result.final_params.data(),
+                  result.final_params.size() * sizeof(float)));
   const bool ranks_equal =
       std::all_of(all_hashes.begin(), all_hashes.end(),
                   [&](const std::string& h) { return h == all_hashes[0]; });
   if (!config.trace_path.empty()) {
-    const auto all_events = exchange.AllGather(result.trace_events);
+    const auto all_events = comm::AllGatherStrings(comm, result.trace_events);
     if (rank == 0) WriteTrace(config.trace_path, all_events);
   }
   if (writing && rank != 0 && !ranks_equal) {

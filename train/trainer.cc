@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "comm/gather_strings.h"
 #include "nn/atomic_file.h"
 #include "nn/cpu_mlp.h"
 #include "nn/init.h"
@@ -22,7 +23,6 @@
 #include "train/evaluation.h"
 #include "train/idx_dataset.h"
 #include "train/outputs.h"
-#include "train/rank_exchange.h"
 #include "train/trace.h"
 
 namespace ringlab::train {
@@ -129,9 +129,9 @@ std::vector<std::string> SplitLines(const std::string& text) {
 // Like DDP's constructor: every rank checks that all agree, and all fail
 // together, with the same message, when one does not.
 void CheckRanksAgree(const TrainConfig& config, int64_t dataset_size,
-                     RankExchange& exchange) {
+                     comm::Communicator& comm) {
   const Settings settings = SharedSettings(config, dataset_size);
-  const auto all = exchange.AllGather(SerializeSettings(settings));
+  const auto all = comm::AllGatherStrings(comm, SerializeSettings(settings));
   const std::vector<std::string> reference = SplitLines(all[0]);
   for (size_t r = 1; r < all.size(); ++r) {
     const std::vector<std::string> theirs = SplitLines(all[r]);
@@ -671,8 +671,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   if (rank == 0 && !config.out_dir.empty()) {
     PrepareCheckpoints(config, world_size, data.train.size);
   }
-  RankExchange exchange(comm, store, config.timeout);
-  CheckRanksAgree(config, data.train.size, exchange);
+  CheckRanksAgree(config, data.train.size, comm);
 
   Tracer tracer(!config.trace_path.empty(), rank);
   std::unique_ptr<nn::Mlp> model = CreateModel(config, layout, comm);
@@ -727,7 +726,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   result.final_params.resize(layout.num_params());
   model->GetParams(result.final_params.data());
   if (tracer.enabled()) result.trace_events = tracer.EventsJson();
-  WriteRunOutputs(config, layout, data.train.source, result, exchange, comm);
+  WriteRunOutputs(config, layout, data.train.source, result, comm);
   return result;
 }
 
