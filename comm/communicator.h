@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/tuning.h"
+
 namespace ringlab::comm {
 
 class Store;
@@ -100,6 +102,10 @@ struct CommOptions {
   int local_rank = 0;
   // The local address gloo's TCP pairs listen on (peers must reach it).
   std::string gloo_address = "127.0.0.1";
+  // Backends' thresholds and buffer sizes (comm/tuning.h), validated by
+  // CreateCommunicator; binaries fill them from RINGLAB_* variables with
+  // comm/tuning_env.h.
+  BackendTuning tuning;
 };
 
 // Everything a backend needs to find its peers.
@@ -140,8 +146,9 @@ using CommunicatorFactory = std::function<std::unique_ptr<Communicator>(
 bool RegisterCommunicator(const std::string& name, CommunicatorFactory factory);
 std::vector<std::string> RegisteredCommunicators();
 
-// Throws std::invalid_argument for an unknown name (listing the known ones) and
-// CommError when the backend cannot start.
+// Throws std::invalid_argument for an unknown name (listing the known ones)
+// or tuning outside its ranges (ValidateTuning, before the backend starts:
+// nothing is joined), and CommError when the backend cannot start.
 std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
                                                  const RankContext& context,
                                                  const CommOptions& options);

@@ -98,7 +98,7 @@ class IpcRing : public IpcRingCore {
  private:
   void Init() {
     if (world_size_ == 1) return;  // nothing to share, nothing to launch
-    ReadTuning(store_, prefix_);
+    AgreeOnTuning(store_, prefix_);
     // A blocking stream: the caller's work on the legacy default stream
     // (a cudaMemcpy still in flight) is ordered before the kernels.
     CreateResources(cudaStreamDefault, /*wait_for_legacy=*/false);

@@ -34,14 +34,6 @@ namespace ringlab::comm {
 inline constexpr int kIpcRingMaxRanks = 16;
 inline constexpr int kIpcRingBlocks = 16;
 inline constexpr int kIpcRingThreads = 512;
-// Tuning defaults of both ipc_ring modes (RINGLAB_IPC_RING_ONESHOT_BYTES,
-// _CHUNK_BYTES, _BUFFER_BYTES override them). Not yet measured on a GPU:
-// bench/allreduce_threads_bench (or allreduce_bench with ipc_ring) with the
-// one-shot threshold at 0 (ring only) against a large value (one-shot only)
-// gives the crossover that should replace this guess.
-inline constexpr size_t kIpcRingDefaultOneShotBytes = 256 << 10;
-inline constexpr size_t kIpcRingDefaultChunkBytes = 1 << 20;
-inline constexpr size_t kIpcRingDefaultBufferBytes = 64 << 20;
 // A progress counter with this bit set means "its owner failed".
 inline constexpr uint64_t kIpcRingPoison = 1ull << 63;
 

@@ -42,11 +42,10 @@ void FinalizeAtExit() {
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(const CommOptions& options) : options_(options) {
-    // RINGLAB_MPI_CHECK_CALLS=0 (set alike on every rank) skips the call
+    // tuning.mpi.check_calls false (alike on every rank) skips the call
     // check: bench/allreduce_bench's "mpi:check=0" measures plain
     // MPI_Allreduce as the anchor that other backends are compared with.
-    const char* check = std::getenv("RINGLAB_MPI_CHECK_CALLS");
-    check_calls_ = check == nullptr || std::string(check) != "0";
+    check_calls_ = options.tuning.mpi.check_calls;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
     watchdog_ = std::thread([this] { Watch(); });

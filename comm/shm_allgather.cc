@@ -1,9 +1,9 @@
 // shm_ring's allgather (NCCL's: rank r's count floats land at r * count of
 // every rank's recv), choosing its path by size as the allreduce does:
-//   one-shot (a rank's block up to RINGLAB_SHM_ONESHOT_BYTES, and count 0):
+//   one-shot (a rank's block up to oneshot_bytes, and count 0):
 //     every rank posts its block in its one-shot bank, checks every peer's
 //     call, then copies every peer's block;
-//   staged (the gathered buffer below RINGLAB_SHM_RING_BYTES: with more
+//   staged (the gathered buffer below ring_bytes: with more
 //     ranks than cores): after a first synchronisation that checks the
 //     calls, in pieces of a staging area: every rank posts a piece of its
 //     block in its own area; (every rank has posted) every rank copies every
@@ -30,7 +30,7 @@ void ShmRing::AllGather(const float* send, float* recv, size_t count) {
     return;
   }
   Guarded(call, [&] {
-    // RINGLAB_SHM_ONESHOT_BYTES=0 sends everything but count 0 through the
+    // oneshot_bytes = 0 sends everything but count 0 through the
     // staged path or the ring (the tests use it to cover them with tiny
     // counts).
     const size_t bytes = count * sizeof(float);

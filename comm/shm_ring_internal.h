@@ -40,7 +40,8 @@ static_assert(sizeof(std::atomic<uint32_t>) == 4 &&
 // paths, which are faster there.
 constexpr size_t kRegisteredMinFloats = 256;
 
-// RINGLAB_SHM_RING_BYTES unset: the join chooses (ShmRing::ChooseWaitPolicy).
+// ShmRingTuning::ring_bytes unset: the join chooses
+// (ShmRing::ChooseWaitPolicy).
 constexpr size_t kRingBytesChosenAtJoin = size_t{1} << 41;
 
 constexpr uint64_t kMagic = 0x72696e676c616231ull;  // "ringlab1"
@@ -187,10 +188,6 @@ inline void CpuRelax() {
 #endif
 }
 
-// A byte count from the environment, fallback when unset; throws
-// std::invalid_argument naming the variable when outside [lo, hi].
-size_t EnvBytes(const char* name, size_t fallback, size_t lo, size_t hi);
-
 class ShmRing final : public Communicator {
  public:
   // Joins the ranks (shm_join.cc); throws CommError naming what went wrong.
@@ -221,7 +218,8 @@ class ShmRing final : public Communicator {
   friend class ShmJoin;  // the join fills in the segment's layout
 
   void Map(size_t bytes, int fd);
-  // Tuning from the environment (validated on every rank; rank 0's used).
+  // Tuning from options_ (rank 0's is the one used: the join copies it into
+  // the segment's header, where the others read it).
   void ReadTuning();
   // The segment's layout from the tuning; returns its size.
   size_t Layout();
@@ -323,7 +321,7 @@ class ShmRing final : public Communicator {
   uint64_t phases_ = 0;  // PhaseBarriers passed
   uint64_t calls_ = 0;
   bool stream_ = false;  // non-temporal stores into the mailbox
-  uint64_t stream_mode_ = 2;
+  uint64_t stream_mode_ = 2;  // ShmRingTuning::Stores, as the header has it
   bool oversubscribed_ = false;  // more ranks than CPUs the ranks may use
   int ncpu_ = 1;  // CPUs in the union of the ranks' affinity masks
   std::chrono::nanoseconds spin_{0};   // of a wait, spinning
