@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <exception>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bench/gpu_threads_bench.h"
 #include "benchmark/benchmark.h"
 #include "comm/rank_threads.h"
+#include "comm/tuning_env.h"
 
 DEFINE_int32(ranks, 2, "ranks, each a thread with its own stream");
 DEFINE_string(variants, "ipc_ring",
@@ -55,6 +57,12 @@ int Main(int argc, char** argv) {
   options.timeout_s = FLAGS_timeout_s;
   options.floor = FLAGS_floor;
   options.cuda_device = FLAGS_cuda_device;
+  try {
+    options.tuning = comm::TuningFromEnvironment().ipc_ring;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
   if (options.ranks < 1 || options.variants.empty() || options.min_bytes < 4 ||
       options.max_bytes < options.min_bytes || options.max_iterations < 1 ||
       !(options.timeout_s > 0)) {

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "comm/communicator.h"
 #include "comm/launch.h"
 #include "comm/rendezvous.h"
+#include "comm/tuning_env.h"
 #include "nn/init.h"
 #include "nn/mlp.h"
 #include "nn/torch_rng.h"
@@ -114,6 +116,13 @@ int main(int argc, char** argv) {
       rest.push_back(argv[i]);
     }
   }
+  comm::CommOptions options;
+  try {
+    options.tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
   try {
     if (!comm::Rendezvous::InLaunchedJob()) {
       comm::LaunchOptions launch;
@@ -123,8 +132,8 @@ int main(int argc, char** argv) {
           nprocs, std::vector<std::string>(argv, argv + argc), launch);
     }
     const auto rendezvous = comm::Rendezvous::FromEnv(std::chrono::seconds(60));
-    auto communicator = comm::CreateCommunicator(backend, rendezvous->context(),
-                                                 comm::CommOptions{});
+    auto communicator =
+        comm::CreateCommunicator(backend, rendezvous->context(), options);
     bench::g_comm = communicator.get();
     benchmark::RegisterBenchmark("BM_SingleProcessStep",
                                  bench::BM_SingleProcessStep)

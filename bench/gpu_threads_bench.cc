@@ -14,6 +14,7 @@
 #include "benchmark/benchmark.h"
 #include "comm/communicator.h"
 #include "comm/local_store.h"
+#include "comm/tuning_env.h"
 
 namespace ringlab::bench {
 namespace {
@@ -37,9 +38,11 @@ float Input(int rank, size_t i) {
   return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 61) - 30);
 }
 
-// "ipc_ring:oneshot=0:chunk=65536" -> the RINGLAB_IPC_RING_* settings.
-std::vector<std::pair<std::string, std::string>> VariantEnv(
-    const std::string& spec) {
+// "ipc_ring:oneshot=0:chunk=65536" -> base with those settings, read as the
+// RINGLAB_IPC_RING_* variables are (comm/tuning_env.h: same numbers, same
+// ranges).
+comm::IpcRingTuning VariantTuning(const std::string& spec,
+                                  comm::IpcRingTuning base) {
   std::vector<std::string> parts;
   std::stringstream in(spec);
   for (std::string part; std::getline(in, part, ':');) parts.push_back(part);
@@ -47,7 +50,7 @@ std::vector<std::pair<std::string, std::string>> VariantEnv(
     throw std::runtime_error("unknown threads variant '" + spec +
                              "' (ipc_ring[:oneshot=B][:chunk=B][:buffer=B])");
   }
-  std::vector<std::pair<std::string, std::string>> env;
+  std::map<std::string, std::string> vars;
   for (size_t i = 1; i < parts.size(); ++i) {
     const size_t eq = parts[i].find('=');
     const std::string key = parts[i].substr(0, eq);
@@ -58,9 +61,25 @@ std::vector<std::pair<std::string, std::string>> VariantEnv(
     if (var.empty() || eq == std::string::npos) {
       throw std::runtime_error("unknown option '" + parts[i] + "' in " + spec);
     }
-    env.emplace_back(var, parts[i].substr(eq + 1));
+    vars[var] = parts[i].substr(eq + 1);
   }
-  return env;
+  comm::BackendTuning variant;
+  try {
+    variant = comm::TuningFromEnvironment([&](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    });
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(spec + ": " + e.what());
+  }
+  comm::BackendTuning tuning;
+  tuning.ipc_ring = base;
+  for (const comm::TuningSetting& setting : comm::TuningSettings()) {
+    if (vars.count(setting.variable) > 0) {
+      setting.set(tuning, *setting.get(variant));
+    }
+  }
+  return tuning.ipc_ring;
 }
 
 std::string RowName(const std::string& label, int64_t bytes) {
@@ -71,7 +90,9 @@ std::string RowName(const std::string& label, int64_t bytes) {
 
 std::vector<std::pair<std::string, int64_t>> ThreadsBenchPlan(
     const ThreadsBenchOptions& o) {
-  for (const std::string& v : o.variants) VariantEnv(v);  // throws if bad
+  for (const std::string& v : o.variants) {
+    VariantTuning(v, o.tuning);  // throws if bad
+  }
   std::vector<std::pair<std::string, int64_t>> rows;
   for (int64_t bytes : SweepSizes(o.min_bytes, o.max_bytes)) {
     const int64_t iterations = IterationsFor(bytes, o.max_iterations);
@@ -166,34 +187,25 @@ class ThreadsBench::Impl {
     }
   }
 
-  // The variant's communicator on every rank, its tuning in the environment
-  // while they are created (rank 0 reads it; no rank thread sets it).
+  // The variant's communicator on every rank, with the variant's tuning.
   void Create(size_t v) {
-    const auto env = VariantEnv(o_.variants[v]);
-    for (const auto& [name, value] : env)
-      setenv(name.c_str(), value.c_str(), 1);
     comm::CommOptions options;
+    options.tuning.ipc_ring = VariantTuning(o_.variants[v], o_.tuning);
     options.timeout =
         std::chrono::milliseconds(static_cast<int64_t>(o_.timeout_s * 1000));
     options.join_timeout =
         std::max(options.timeout, std::chrono::milliseconds(30000));
     options.cuda_device = o_.cuda_device;
-    try {
-      pool_.Run([&](int r) {
-        comm::RankContext context;
-        context.rank = r;
-        context.world_size = o_.ranks;
-        context.local_rank = r;
-        context.store = &store_;
-        ranks_[r].comms[v] =
-            comm::CreateCommunicator("ipc_ring_threads", context, options);
-        return 0.0;
-      });
-    } catch (...) {
-      for (const auto& [name, value] : env) unsetenv(name.c_str());
-      throw;
-    }
-    for (const auto& [name, value] : env) unsetenv(name.c_str());
+    pool_.Run([&](int r) {
+      comm::RankContext context;
+      context.rank = r;
+      context.world_size = o_.ranks;
+      context.local_rank = r;
+      context.store = &store_;
+      ranks_[r].comms[v] =
+          comm::CreateCommunicator("ipc_ring_threads", context, options);
+      return 0.0;
+    });
   }
 
   // Buffers of `count` floats on every rank (no kernel runs meanwhile, so

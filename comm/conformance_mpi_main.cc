@@ -12,17 +12,19 @@
 #include "comm/communicator.h"
 #include "comm/rendezvous.h"
 #include "comm/testing/conformance.h"
+#include "comm/tuning_env.h"
 
 namespace ringlab::comm::testing {
 namespace {
 
-int Run(const std::string& name) {
+int Run(const std::string& name, const BackendTuning& tuning) {
   for (const ConformanceCase& c : AllCases()) {
     if (c.name != name) continue;
     auto rendezvous = Rendezvous::FromEnv(std::chrono::seconds(30));
     CommOptions options;
     options.timeout = std::chrono::seconds(30);
     options.join_timeout = std::chrono::seconds(30);
+    options.tuning = tuning;
     auto comm = CreateCommunicator("mpi", rendezvous->context(), options);
     if (comm->world_size() < c.min_world) {
       std::printf("conformance_mpi: %s needs %d ranks: skipped\n", name.c_str(),
@@ -59,8 +61,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: conformance_mpi_main --list | --case=NAME\n");
     return 2;
   }
+  ringlab::comm::BackendTuning tuning;  // RINGLAB_MPI_CHECK_CALLS and co.
   try {
-    return ringlab::comm::testing::Run(argv[1] + 7);
+    tuning = ringlab::comm::TuningFromEnvironment();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    return ringlab::comm::testing::Run(argv[1] + 7, tuning);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "conformance_mpi: FAILED: %s\n", e.what());
     return 1;

@@ -320,8 +320,8 @@ class ShmRing final : public Communicator {
          data_offset_ = 0, stage_offset_ = 0;
   uint64_t phases_ = 0;  // PhaseBarriers passed
   uint64_t calls_ = 0;
-  bool stream_ = false;  // non-temporal stores into the mailbox
-  uint64_t stream_mode_ = 2;  // ShmRingTuning::Stores, as the header has it
+  bool stream_ = false;          // non-temporal stores into the mailbox
+  uint64_t stream_mode_ = 2;     // ShmRingTuning::Stores, as the header has it
   bool oversubscribed_ = false;  // more ranks than CPUs the ranks may use
   int ncpu_ = 1;  // CPUs in the union of the ranks' affinity masks
   std::chrono::nanoseconds spin_{0};   // of a wait, spinning

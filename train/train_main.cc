@@ -29,6 +29,7 @@
 #include "comm/launch.h"
 #include "comm/rank_threads.h"
 #include "comm/rendezvous.h"
+#include "comm/tuning_env.h"
 #include "nn/mlp.h"
 #include "train/flag_parsing.h"
 #include "train/trainer.h"
@@ -197,6 +198,7 @@ int RunThisRank(const TrainConfig& config) {
   comm::CommOptions options;
   options.timeout = config.timeout;
   options.join_timeout = config.timeout;
+  options.tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
   comm::JobEnvironment job = comm::JobEnvironment::Read();
   if (!FLAGS_store_bind.empty()) job.store_bind = FLAGS_store_bind;
   const auto rendezvous = comm::Rendezvous::Join(job, config.timeout);
@@ -228,6 +230,7 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
   comm::CommOptions options;
   options.timeout = config.timeout;
   options.join_timeout = config.timeout;
+  options.tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
   const comm::RankThreadsResult result = comm::RunRankThreads(
       nprocs,
       [&](const comm::RankContext& context) {
