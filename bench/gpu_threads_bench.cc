@@ -63,21 +63,15 @@ comm::IpcRingTuning VariantTuning(const std::string& spec,
     }
     vars[var] = parts[i].substr(eq + 1);
   }
-  comm::BackendTuning variant;
+  comm::BackendTuning tuning;
+  tuning.ipc_ring = base;
   try {
-    variant = comm::TuningFromEnvironment([&](const char* name) -> const char* {
+    tuning = comm::OverrideTuning(tuning, [&](const char* name) -> const char* {
       auto it = vars.find(name);
       return it == vars.end() ? nullptr : it->second.c_str();
     });
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(spec + ": " + e.what());
-  }
-  comm::BackendTuning tuning;
-  tuning.ipc_ring = base;
-  for (const comm::TuningSetting& setting : comm::TuningSettings()) {
-    if (vars.count(setting.variable) > 0) {
-      setting.set(tuning, *setting.get(variant));
-    }
   }
   return tuning.ipc_ring;
 }

@@ -26,8 +26,9 @@ uint64_t ParseNumber(const char* variable, const char* text) {
 
 }  // namespace
 
-BackendTuning TuningFromEnvironment(const EnvironmentLookup& lookup) {
-  BackendTuning tuning;
+BackendTuning OverrideTuning(const BackendTuning& base,
+                             const EnvironmentLookup& lookup) {
+  BackendTuning tuning = base;
   for (const TuningSetting& setting : TuningSettings()) {
     const char* text = lookup(setting.variable);
     if (text == nullptr || *text == '\0') continue;
@@ -36,6 +37,10 @@ BackendTuning TuningFromEnvironment(const EnvironmentLookup& lookup) {
     setting.set(tuning, value);
   }
   return tuning;
+}
+
+BackendTuning TuningFromEnvironment(const EnvironmentLookup& lookup) {
+  return OverrideTuning(BackendTuning{}, lookup);
 }
 
 BackendTuning TuningFromEnvironment() {

@@ -14,14 +14,18 @@ namespace ringlab::comm {
 // getenv-like: a variable's value, or nullptr when it is unset.
 using EnvironmentLookup = std::function<const char*(const char* name)>;
 
-// The defaults, with every variable that lookup finds (an empty value counts
-// as unset) in place of its setting's default. Values are whole numbers of
-// bytes, or 0/1 for the switches (RINGLAB_SHM_STREAM_STORES,
-// RINGLAB_SHM_DEBUG, RINGLAB_MPI_CHECK_CALLS). Throws std::invalid_argument
-// naming the variable for text that is not a number, or a number outside
-// its setting's range (ValidateTuning's rule, so the result is valid).
+// base, with every variable that lookup finds (an empty value counts as
+// unset) in place of its setting. Values are whole numbers of bytes, or 0/1
+// for the switches (RINGLAB_SHM_STREAM_STORES, RINGLAB_SHM_DEBUG,
+// RINGLAB_MPI_CHECK_CALLS). Throws std::invalid_argument naming the variable
+// for text that is not a number, or a number outside its setting's range
+// (ValidateTuning's rule). Benchmarks' variants ("shm_ring:chunk=8192") use
+// it with their own lookup.
+BackendTuning OverrideTuning(const BackendTuning& base,
+                             const EnvironmentLookup& lookup);
+// The defaults overridden from lookup.
 BackendTuning TuningFromEnvironment(const EnvironmentLookup& lookup);
-// The same from this process's environment.
+// The defaults overridden from this process's environment.
 BackendTuning TuningFromEnvironment();
 
 }  // namespace ringlab::comm

@@ -228,6 +228,23 @@ TEST(TuningEnvironmentTest, EveryVariableReachesItsField) {
   EXPECT_TRUE(other.mpi.check_calls);
 }
 
+// What lookup does not find keeps base's value, not the default.
+TEST(TuningEnvironmentTest, OverrideKeepsWhatIsNotSet) {
+  BackendTuning base;
+  base.shm_ring.chunk_bytes = 8192;
+  base.ipc_ring.buffer_bytes = 1 << 20;
+  base.mpi.check_calls = false;
+  const BackendTuning t =
+      OverrideTuning(base, [](const char* name) -> const char* {
+        return std::string(name) == "RINGLAB_IPC_RING_BUFFER_BYTES" ? "65536"
+                                                                    : nullptr;
+      });
+  EXPECT_EQ(t.shm_ring.chunk_bytes, std::optional<size_t>(8192));
+  EXPECT_EQ(t.ipc_ring.buffer_bytes, 65536u);
+  EXPECT_FALSE(t.mpi.check_calls);
+  EXPECT_EQ(t.shm_ring.oneshot_bytes, ShmRingTuning::kDefaultOneShotBytes);
+}
+
 TEST(TuningEnvironmentTest, TextThatIsNotANumberIsRefusedNamingTheVariable) {
   for (const char* text : {"12x", "-1", " 12", "12 ", "0x10", "1e6", "+5",
                            "4 KiB", "99999999999999999999999"}) {
