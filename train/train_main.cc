@@ -116,6 +116,15 @@ bool GpuMemoryComm(const std::string& comm) {
   return comm == "nccl" || comm == "ipc_ring" || comm == kThreads;
 }
 
+// The testing flags' fault, kept out of the job's configuration.
+FaultInjection Faults() {
+  FaultInjection faults;
+  faults.after_step = FLAGS_fault_after_step;
+  faults.rank = FLAGS_fault_rank;
+  faults.point = FLAGS_fault_point;
+  return faults;
+}
+
 TrainConfig ConfigFromFlags() {
   TrainConfig c;
   c.model = FLAGS_model;
@@ -158,9 +167,6 @@ TrainConfig ConfigFromFlags() {
   c.checkpoint_every = FLAGS_checkpoint_every;
   c.resume = FLAGS_resume;
   c.quiet = FLAGS_quiet;
-  c.fault_after_step = FLAGS_fault_after_step;
-  c.fault_rank = FLAGS_fault_rank;
-  c.fault_point = FLAGS_fault_point;
   in_addr address{};
   if (!FLAGS_store_bind.empty() &&
       inet_pton(AF_INET, FLAGS_store_bind.c_str(), &address) != 1) {
@@ -180,7 +186,7 @@ TrainConfig ConfigFromFlags() {
     throw std::invalid_argument("--nprocs must be in [1, 256]");
   }
   if (c.comm == kThreads) {
-    if (c.fault_after_step >= 0) {
+    if (FLAGS_fault_after_step >= 0) {
       throw std::invalid_argument(
           "--fault_after_step kills a process, and with "
           "--comm=ipc_ring_threads every rank is a thread of this one");
@@ -208,6 +214,7 @@ int RunThisRank(const TrainConfig& config) {
   // its own data set only: a different size on another rank is caught by
   // the agreement check once all have started.
   ValidateConfig(config, context.world_size, /*data_rank=*/context.rank);
+  ValidateFaultInjection(Faults(), context.world_size);
   size_t hosts = 0;
   const std::string where = comm::DescribeHosts(context.hosts, &hosts);
   if (hosts > 1 && context.rank == 0 && !config.quiet) {
@@ -217,7 +224,7 @@ int RunThisRank(const TrainConfig& config) {
   }
   options.local_rank = context.local_rank;
   auto communicator = comm::CreateCommunicator(config.comm, context, options);
-  RunRank(config, *communicator, context.store);
+  RunRank(config, *communicator, Faults());
   return 0;
 }
 
@@ -227,6 +234,13 @@ int RunThisRank(const TrainConfig& config) {
 // the process ends without waiting for it.
 int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
   ValidateConfig(config, nprocs);  // before any rank starts
+  // The ranks are threads of this process: it may create the context they
+  // share, and refuse before any starts when there is no device.
+  try {
+    nn::CreateMlp(config.device, nn::MlpLayout::Parse(config.model));
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());
+  }
   comm::CommOptions options;
   options.timeout = config.timeout;
   options.join_timeout = config.timeout;
@@ -238,7 +252,7 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
         mine.local_rank = context.local_rank;
         auto communicator =
             comm::CreateCommunicator(config.comm, context, mine);
-        RunRank(config, *communicator, context.store);
+        RunRank(config, *communicator);
       },
       2 * config.timeout + std::chrono::seconds(10));
   if (result.ok()) return 0;
@@ -265,7 +279,13 @@ int Main(int argc, char** argv) {
   TrainConfig config;
   try {
     config = ConfigFromFlags();
-    nn::CreateMlp(config.device, nn::MlpLayout::Parse(config.model));
+    // Whether this binary has the backend, without touching a device: the
+    // launcher never creates a CUDA context; each rank finds its own GPU.
+    if (!nn::HasMlpBackend(config.device)) {
+      throw std::invalid_argument(std::string("--device=") +
+                                  nn::DeviceName(config.device) +
+                                  ": this binary was built without it");
+    }
     const auto known = comm::RegisteredCommunicators();
     if (std::find(known.begin(), known.end(), config.comm) == known.end()) {
       std::string names;
@@ -289,6 +309,7 @@ int Main(int argc, char** argv) {
         return RunRanksAsThreads(config, FLAGS_nprocs);
       }
       ValidateConfig(config, FLAGS_nprocs);  // before any rank starts
+      ValidateFaultInjection(Faults(), FLAGS_nprocs);
       comm::LaunchOptions launch;
       // One BLAS thread per rank, as PyTorch's launchers set OMP_NUM_THREADS=1:
       // N ranks on a few cores must not each start a thread per core.
