@@ -6,9 +6,8 @@
 #include <memory>
 
 #ifdef RINGLAB_WITH_CUDA
-#include <cuda_runtime_api.h>
-
-#include "comm/cuda_device.h"
+#include "cuda/device_buffer.h"
+#include "cuda/error.h"
 #endif
 
 namespace ringlab::comm {
@@ -24,20 +23,15 @@ void GatherBlocks(Communicator& comm, std::vector<float>& all, size_t count) {
   }
 #ifdef RINGLAB_WITH_CUDA
   // The communicator takes device pointers only: through one device buffer,
-  // in place there too.
-  void* buffer = nullptr;
-  CudaCheck(
-      cudaMalloc(&buffer, std::max<size_t>(1, all.size()) * sizeof(float)),
-      comm.backend(), "cudaMalloc (AllGatherStrings)");
-  std::unique_ptr<void, cudaError_t (*)(void*)> owner(buffer, cudaFree);
-  float* device = static_cast<float*>(buffer);
-  CudaCheck(cudaMemcpy(device + own, all.data() + own, count * sizeof(float),
-                       cudaMemcpyHostToDevice),
-            comm.backend(), "cudaMemcpy to the device (AllGatherStrings)");
-  comm.AllGather(device + own, device, count);
-  CudaCheck(cudaMemcpy(all.data(), device, all.size() * sizeof(float),
-                       cudaMemcpyDeviceToHost),
-            comm.backend(), "cudaMemcpy from the device (AllGatherStrings)");
+  // in place there too. CUDA's failures become CommErrors naming the backend.
+  try {
+    cuda::DeviceBuffer<float> device(all);  // this rank's block in place
+    comm.AllGather(device.get() + own, device.get(), count);
+    device.Download(all.data(), all.size());
+  } catch (const cuda::CudaError& e) {
+    throw CommError(std::string(comm.backend()) + ": " + e.what() +
+                    " (AllGatherStrings)");
+  }
 #else
   throw CommError(std::string(comm.backend()) +
                   " works on device memory, but this binary was built "

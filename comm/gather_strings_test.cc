@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 
 #ifdef RINGLAB_WITH_CUDA
-#include "comm/cuda_device.h"
+#include "cuda/device.h"
 #endif
 
 namespace ringlab::comm {
@@ -111,7 +111,7 @@ TEST(AllGatherStringsTest, RanksAsThreads) {
 TEST(AllGatherStringsTest, DeviceMemory) {
 #ifdef RINGLAB_WITH_CUDA
   std::string why;
-  if (CudaDeviceCountInChild(&why) < 1) {
+  if (cuda::DeviceCountInChild(&why) < 1) {
     GTEST_SKIP() << "no CUDA device: " << why;
   }
   for (int world : {1, 2, 3}) {

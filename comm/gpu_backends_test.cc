@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/cuda_device.h"
 #include "comm/ipc_ring.h"
 #include "comm/ipc_ring_kernels.h"
 #include "comm/store.h"
@@ -57,7 +56,7 @@ constexpr char kNoNccl[] =
     "nccl is not built here: NCCL was not found when CUDA was configured "
     "(tools/cuda/cuda_configure.bzl; set NCCL_HOME)";
 
-// Asked once, of a forked child (see cuda_device.h).
+// Asked once, of a forked child (see cuda/device.h: DeviceCountInChild).
 int Devices(std::string* why = nullptr) {
   return testing::CudaDevices(why);  // asked once, of a forked child
 }

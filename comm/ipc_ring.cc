@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/cuda_device.h"
+#include "comm/cuda_support.h"
+#include "comm/hex.h"
 #include "comm/ipc_ring_core.h"
 #include "comm/ipc_ring_kernels.h"
+#include "comm/peer_watch.h"
 #include "comm/store.h"
 
 namespace ringlab::comm {

@@ -8,7 +8,8 @@
 #include <thread>
 
 #include "comm/call_agreement.h"
-#include "comm/cuda_device.h"
+#include "comm/cuda_support.h"
+#include "comm/poll_pacer.h"
 
 namespace ringlab::comm {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/cuda_device.h"
+#include "comm/cuda_support.h"
 #include "comm/ipc_ring_core.h"
 #include "comm/store.h"
 #include "comm/thread_group.h"

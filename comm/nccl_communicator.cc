@@ -10,7 +10,10 @@
 #include <thread>
 
 #include "comm/call_agreement.h"
-#include "comm/cuda_device.h"
+#include "comm/cuda_support.h"
+#include "comm/hex.h"
+#include "comm/peer_watch.h"
+#include "comm/poll_pacer.h"
 #include "comm/store.h"
 
 namespace ringlab::comm {
