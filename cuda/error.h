@@ -15,7 +15,8 @@ namespace ringlab::cuda {
 class CudaError : public std::runtime_error {
  public:
   // status: the cudaError_t of the failed call (cudaErrorInvalidDevice where
-  // no call failed but a device index is out of range, for instance).
+  // no call failed but a device index is out of range, for instance); for a
+  // CUDA library checked the same way (nn's cuBLAS calls), its status code.
   CudaError(const std::string& what, int status)
       : std::runtime_error(what), status_(status) {}
   int status() const { return status_; }

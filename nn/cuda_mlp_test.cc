@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda/device.h"
 #include "nn/cpu_mlp.h"
 #include "nn/init.h"
 #include "nn/mlp.h"
@@ -22,7 +23,7 @@ namespace {
 TEST(CudaMlpRegistration, BackendIsLinkedIn) {
   EXPECT_TRUE(HasMlpBackend(Device::kCuda));
   std::string why;
-  if (CudaDeviceCount(&why) == 0) {
+  if (::ringlab::cuda::DeviceCount(&why) == 0) {
     // Without a device, creation fails with a clear message instead of
     // crashing.
     try {
@@ -40,7 +41,8 @@ class CudaMlpTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+    if (::ringlab::cuda::DeviceCount(&why) == 0)
+      GTEST_SKIP() << "no CUDA device: " << why;
   }
 };
 
