@@ -25,13 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "cli/flags.h"
 #include "comm/communicator.h"
 #include "comm/launch.h"
 #include "comm/rank_threads.h"
 #include "comm/rendezvous.h"
 #include "comm/tuning_env.h"
 #include "nn/mlp.h"
-#include "train/flag_parsing.h"
 #include "train/trainer.h"
 
 DEFINE_int32(nprocs, 2,
@@ -268,7 +268,7 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
 }
 
 int Main(int argc, char** argv) {
-  ParseFlagsOrExit(
+  cli::ParseFlagsOrExit(
       argc, argv,
       "trains an MLP data-parallel; the defaults are the configuration of the "
       "document's PyTorch DDP run",
@@ -295,7 +295,7 @@ int Main(int argc, char** argv) {
                                   " (this binary has: " + names + ")");
     }
   } catch (const std::exception& e) {
-    ExitWithUsageError(e.what());
+    cli::ExitWithUsageError(e.what());
   }
   const bool is_rank = comm::Rendezvous::InLaunchedJob();
   try {
@@ -321,7 +321,7 @@ int Main(int argc, char** argv) {
     }
     return RunThisRank(config);
   } catch (const std::invalid_argument& e) {
-    ExitWithUsageError(e.what());
+    cli::ExitWithUsageError(e.what());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
