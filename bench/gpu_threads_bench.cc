@@ -11,10 +11,13 @@
 
 #include "bench/device_floor.h"
 #include "bench/rank_thread_pool.h"
+#include "bench/sweep.h"
 #include "benchmark/benchmark.h"
 #include "comm/communicator.h"
 #include "comm/local_store.h"
 #include "comm/tuning_env.h"
+#include "cuda/device.h"
+#include "cuda/error.h"
 
 namespace ringlab::bench {
 namespace {
@@ -25,18 +28,6 @@ constexpr char kNcclWhy[] =
     "not run: NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\") "
     "and has no ranks-as-threads mode; allreduce_bench --backends=nccl runs "
     "it at world size 1, or one process per GPU";
-
-void Ok(cudaError_t err, const std::string& what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(what + ": " + cudaGetErrorName(err) + " (" +
-                             cudaGetErrorString(err) + ")");
-  }
-}
-
-// Exact-sum inputs, as allreduce_bench and nccl-tests choose them.
-float Input(int rank, size_t i) {
-  return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 61) - 30);
-}
 
 // "ipc_ring:oneshot=0:chunk=65536" -> base with those settings, read as the
 // RINGLAB_IPC_RING_* variables are (comm/tuning_env.h: same numbers, same
@@ -109,9 +100,10 @@ class ThreadsBench::Impl {
     try {
       pool_.Run([&](int r) {
         ranks_[r].comms.resize(o_.variants.size());
-        Ok(cudaSetDevice(o_.cuda_device), "cudaSetDevice");
-        Ok(cudaStreamCreateWithFlags(&ranks_[r].stream, cudaStreamNonBlocking),
-           "cudaStreamCreate");
+        cuda::SelectDevice(o_.cuda_device);
+        cuda::Check(
+            cudaStreamCreateWithFlags(&ranks_[r].stream, cudaStreamNonBlocking),
+            "cudaStreamCreate");
         return 0.0;
       });
       for (size_t v = 0; v < o_.variants.size(); ++v) Create(v);
@@ -207,24 +199,24 @@ class ThreadsBench::Impl {
   void Allocate(size_t count, bool staging) {
     pool_.Run([&](int r) {
       const size_t bytes = std::max<size_t>(count, 1) * sizeof(float);
-      Ok(cudaMalloc(reinterpret_cast<void**>(&ranks_[r].a), bytes),
-         "cudaMalloc");
+      cuda::Check(cudaMalloc(reinterpret_cast<void**>(&ranks_[r].a), bytes),
+                  "cudaMalloc");
       if (staging) {
-        Ok(cudaMalloc(reinterpret_cast<void**>(&ranks_[r].b), bytes),
-           "cudaMalloc");
+        cuda::Check(cudaMalloc(reinterpret_cast<void**>(&ranks_[r].b), bytes),
+                    "cudaMalloc");
       }
       std::vector<float> host(count);
-      for (size_t i = 0; i < count; ++i) host[i] = Input(r, i);
-      Ok(cudaMemcpy(ranks_[r].a, host.data(), count * sizeof(float),
-                    cudaMemcpyHostToDevice),
-         "cudaMemcpy H2D");
+      for (size_t i = 0; i < count; ++i) host[i] = ExactSumInput(r, i);
+      cuda::Check(cudaMemcpy(ranks_[r].a, host.data(), count * sizeof(float),
+                             cudaMemcpyHostToDevice),
+                  "cudaMemcpy H2D");
       return 0.0;
     });
   }
   void Free() {
     pool_.Run([&](int r) {
-      Ok(cudaFree(ranks_[r].a), "cudaFree");
-      Ok(cudaFree(ranks_[r].b), "cudaFree");
+      cuda::Check(cudaFree(ranks_[r].a), "cudaFree");
+      cuda::Check(cudaFree(ranks_[r].b), "cudaFree");
       ranks_[r].a = ranks_[r].b = nullptr;
       return 0.0;
     });
@@ -236,13 +228,13 @@ class ThreadsBench::Impl {
       comm::Communicator& c = *ranks_[r].comms[v];
       c.AllReduce(ranks_[r].a, count, comm::ReduceOp::kSum);
       std::vector<float> host(count);
-      Ok(cudaMemcpy(host.data(), ranks_[r].a, count * sizeof(float),
-                    cudaMemcpyDeviceToHost),
-         "cudaMemcpy D2H");
+      cuda::Check(cudaMemcpy(host.data(), ranks_[r].a, count * sizeof(float),
+                             cudaMemcpyDeviceToHost),
+                  "cudaMemcpy D2H");
       double bad = 0;
       for (size_t i = 0; i < count; ++i) {
         float want = 0;
-        for (int q = 0; q < o_.ranks; ++q) want += Input(q, i);
+        for (int q = 0; q < o_.ranks; ++q) want += ExactSumInput(q, i);
         bad += host[i] != want;
       }
       return bad;
@@ -282,9 +274,10 @@ class ThreadsBench::Impl {
       const double seconds = Loop(state, [&](int r) {
         pool_.Barrier(r);
         const auto t0 = Clock::now();
-        Ok(LaunchDeviceFloor(ranks_[r].a, ranks_[r].b, count, ranks_[r].stream),
-           "device floor launch");
-        Ok(cudaStreamSynchronize(ranks_[r].stream), "device floor");
+        cuda::Check(LaunchDeviceFloor(ranks_[r].a, ranks_[r].b, count,
+                                      ranks_[r].stream),
+                    "device floor launch");
+        cuda::Check(cudaStreamSynchronize(ranks_[r].stream), "device floor");
         return std::chrono::duration<double>(Clock::now() - t0).count();
       });
       Free();

@@ -7,7 +7,8 @@
 
 #include "cuda/error.h"
 
-namespace ringlab::cuda::internal {
+namespace ringlab::cuda {
+namespace internal {
 
 void* Malloc(size_t bytes) {
   void* device = nullptr;
@@ -19,6 +20,8 @@ void* Malloc(size_t bytes) {
 void Free(void* device) noexcept {
   if (device != nullptr) cudaFree(device);
 }
+
+}  // namespace internal
 
 void CopyToDevice(void* device, const void* host, size_t bytes) {
   if (bytes == 0) return;
@@ -32,4 +35,4 @@ void CopyToHost(void* host, const void* device, size_t bytes) {
         "cudaMemcpy from the device");
 }
 
-}  // namespace ringlab::cuda::internal
+}  // namespace ringlab::cuda

@@ -21,10 +21,13 @@ namespace internal {
 // so that a buffer of 0 elements still has an address to pass.
 void* Malloc(size_t bytes);
 void Free(void* device) noexcept;  // errors ignored: called by destructors
-void CopyToDevice(void* device, const void* host, size_t bytes);
-void CopyToHost(void* host, const void* device, size_t bytes);
 
 }  // namespace internal
+
+// Synchronous copies (cudaMemcpy) between host memory and device memory,
+// also memory no DeviceBuffer owns (a communicator's Allocate'd memory).
+void CopyToDevice(void* device, const void* host, size_t bytes);
+void CopyToHost(void* host, const void* device, size_t bytes);
 
 template <typename T>
 class DeviceBuffer {
@@ -70,14 +73,14 @@ class DeviceBuffer {
   // Copies n <= size() elements from the host to the start of the buffer.
   void Upload(const T* host, size_t n) {
     CheckFits(n);
-    internal::CopyToDevice(ptr_, host, n * sizeof(T));
+    CopyToDevice(ptr_, host, n * sizeof(T));
   }
   void Upload(const std::vector<T>& host) { Upload(host.data(), host.size()); }
 
   // Copies the first n <= size() elements to the host.
   void Download(T* host, size_t n) const {
     CheckFits(n);
-    internal::CopyToHost(host, ptr_, n * sizeof(T));
+    CopyToHost(host, ptr_, n * sizeof(T));
   }
   std::vector<T> Download() const {
     std::vector<T> host(size_);
