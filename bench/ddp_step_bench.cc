@@ -27,7 +27,7 @@
 #include "comm/tuning_env.h"
 #include "nn/init.h"
 #include "nn/mlp.h"
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 #include "train/dataset.h"
 #include "train/synchronizer.h"
 
@@ -48,7 +48,7 @@ struct Job {
   std::vector<int64_t> labels;
 
   Job() {
-    nn::TorchGenerator generator(0);
+    torch_compat::TorchGenerator generator(0);
     std::vector<float> params(layout.num_params());
     nn::InitLikeTorch(layout, generator, params.data());
     data = train::MakeSyntheticDataset(50, 10, 2, generator);

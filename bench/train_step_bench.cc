@@ -28,7 +28,7 @@ struct Problem {
 Problem MakeProblem(const char* widths, int batch) {
   Problem p{MlpLayout::Parse(widths), {}, {}, {}, batch};
   p.params.resize(p.layout.num_params());
-  TorchGenerator gen(0);
+  torch_compat::TorchGenerator gen(0);
   InitLikeTorch(p.layout, gen, p.params.data());
   std::mt19937 rng(1);
   std::normal_distribution<float> n(0, 1);

@@ -11,7 +11,7 @@
 
 #include "nn/cpu_mlp.h"
 #include "nn/init.h"
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 
 namespace ringlab::nn {
 namespace {
@@ -116,7 +116,7 @@ TEST(CpuMlpTest, ZeroWeightsGiveLogClasses) {
 TEST(CpuMlpTest, GemmModesAgree) {
   const MlpLayout layout({64, 128, 32, 10});
   std::vector<float> p(layout.num_params());
-  TorchGenerator gen(3);
+  torch_compat::TorchGenerator gen(3);
   InitLikeTorch(layout, gen, p.data());
   std::mt19937 rng(7);
   std::normal_distribution<float> n(0, 1);
@@ -195,7 +195,7 @@ TEST(CpuMlpTest, ObserverSeesEachLayersGradientsAsBackwardProducesThem) {
   const MlpLayout layout({6, 5, 4, 3});
   auto mlp = CreateMlp(Device::kCpu, layout);
   std::vector<float> p(layout.num_params());
-  TorchGenerator gen(5);
+  torch_compat::TorchGenerator gen(5);
   InitLikeTorch(layout, gen, p.data());
   mlp->SetParams(p.data());
   std::vector<float> x(2 * 6);
@@ -308,7 +308,7 @@ TEST(CpuMlpTest, TrainingReducesLoss) {
   const MlpLayout layout({2, 16, 2});
   auto mlp = CreateMlp(Device::kCpu, layout);
   std::vector<float> p(layout.num_params());
-  TorchGenerator gen(0);
+  torch_compat::TorchGenerator gen(0);
   InitLikeTorch(layout, gen, p.data());
   mlp->SetParams(p.data());
   std::mt19937 rng(1);

@@ -12,7 +12,7 @@
 
 #include "nn/init.h"
 #include "nn/mlp.h"
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 
 namespace ringlab::train {
 namespace {
@@ -130,7 +130,7 @@ struct Fixture {
   std::vector<float> peer = std::vector<float>(layout.num_params(), 0.25f);
   Fixture() {
     std::vector<float> p(layout.num_params());
-    nn::TorchGenerator generator(1);
+    torch_compat::TorchGenerator generator(1);
     nn::InitLikeTorch(layout, generator, p.data());
     model->SetParams(p.data());
   }

@@ -12,8 +12,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "nn/atomic_file.h"
-#include "nn/npy.h"
+#include "io/atomic_file.h"
+#include "io/npy.h"
+#include "nn/params_io.h"
 
 namespace ringlab::train {
 namespace {
@@ -96,13 +97,13 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
   MakeDirs(step_dir);
   FsyncDirectory(dir);  // step_dir's entry
   const std::string final_dir = step_dir + "/rank" + std::to_string(rank);
-  const std::string temporary = final_dir + ".tmp-" + nn::RandomHex();
+  const std::string temporary = final_dir + ".tmp-" + io::RandomHex();
   MakeDirs(temporary);
-  // Each file is fsynced as it is written (nn::WriteFileAtomically).
+  // Each file is fsynced as it is written (io::WriteFileAtomically).
   nn::SaveParams(temporary, layout, checkpoint.params.data());
-  nn::WriteFileAtomically(temporary + "/history.csv",
+  io::WriteFileAtomically(temporary + "/history.csv",
                           StepRecordsToCsv(checkpoint.history, rank, true));
-  nn::WriteFileAtomically(temporary + "/next_step",
+  io::WriteFileAtomically(temporary + "/next_step",
                           std::to_string(checkpoint.next_step) + "\n");
   FsyncDirectory(temporary);
   if (before_rename) before_rename();
@@ -117,7 +118,7 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
 }
 
 void MarkLatestCheckpoint(const std::string& dir, int64_t next_step) {
-  nn::WriteFileAtomically(dir + "/latest", std::to_string(next_step) + "\n");
+  io::WriteFileAtomically(dir + "/latest", std::to_string(next_step) + "\n");
   FsyncDirectory(dir);
 }
 
@@ -155,7 +156,7 @@ void RemoveUnfinishedCheckpoints(const std::string& dir, int64_t latest) {
 
 void WriteJobDescription(const std::string& dir, const std::string& text) {
   MakeDirs(dir);
-  nn::WriteFileAtomically(dir + "/job.txt", text);
+  io::WriteFileAtomically(dir + "/job.txt", text);
 }
 
 std::string ReadJobDescription(const std::string& dir) {
@@ -191,7 +192,7 @@ RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
   checkpoint.params.resize(layout.num_params());
   try {
     nn::LoadParams(rank_dir, layout, checkpoint.params.data());
-  } catch (const nn::NpyError& e) {
+  } catch (const io::NpyError& e) {
     throw std::invalid_argument(e.what());
   }
   std::istringstream lines(ReadFile(rank_dir + "/history.csv"));

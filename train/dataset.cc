@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "nn/npy.h"
+#include "io/npy.h"
 
 namespace ringlab::train {
 namespace {
@@ -30,7 +30,7 @@ void Dataset::Gather(const std::vector<int64_t>& indices, size_t begin,
 }
 
 Dataset MakeSyntheticDataset(int64_t size, int features, int classes,
-                             nn::TorchGenerator& generator) {
+                             torch_compat::TorchGenerator& generator) {
   Dataset data;
   data.size = size;
   data.features = features;
@@ -66,9 +66,9 @@ Dataset LoadDataset(const std::string& data_dir, int rank, int features,
   int64_t rows = 0;
   int64_t cols = 0;
   try {
-    data.x = nn::ReadFloatMatrix(x_path, &rows, &cols, features);
-    data.y = nn::ReadInt64Vector(y_path);
-  } catch (const nn::NpyError& e) {
+    data.x = io::ReadFloatMatrix(x_path, &rows, &cols, features);
+    data.y = io::ReadInt64Vector(y_path);
+  } catch (const io::NpyError& e) {
     throw std::invalid_argument(e.what());
   }
   if (static_cast<int64_t>(data.y.size()) != rows) {

@@ -8,8 +8,8 @@
 #include <stdexcept>
 
 #include "comm/gather_strings.h"
-#include "nn/atomic_file.h"
-#include "nn/npy.h"
+#include "io/atomic_file.h"
+#include "nn/params_io.h"
 #include "train/trace.h"
 
 namespace ringlab::train {
@@ -151,17 +151,17 @@ void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
       csv += StepRecordsToCsv(RecordsFromBytes(all_records[r]), r, false);
     }
     ReplaceParamsDir(config.out_dir + "/final", layout, result.final_params);
-    nn::WriteFileAtomically(config.out_dir + "/losses.csv", csv);
+    io::WriteFileAtomically(config.out_dir + "/losses.csv", csv);
     if (!result.evaluations.empty()) {
-      nn::WriteFileAtomically(config.out_dir + "/eval.csv",
+      io::WriteFileAtomically(config.out_dir + "/eval.csv",
                               EvalRecordsToCsv(result.evaluations));
     } else {
       std::error_code error;  // an earlier run's, not this one's
       fs::remove(config.out_dir + "/eval.csv", error);
     }
-    nn::WriteFileAtomically(config.out_dir + "/config.json",
+    io::WriteFileAtomically(config.out_dir + "/config.json",
                             ConfigJson(config, world_size, data_source));
-    nn::WriteFileAtomically(
+    io::WriteFileAtomically(
         config.out_dir + "/summary.json",
         SummaryJson(ranks_equal, world_size, result.history.size()));
   }

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/npy.h"
+#include "io/npy.h"
 #include "train/cli_testing.h"
 
 namespace {
@@ -105,9 +105,9 @@ TEST(TrainCliTest, PerRankDataSetsOfDifferentSizesAreRefused) {
     const std::vector<float> x(n * 10, 0.25f);
     const std::vector<int64_t> y(n, 1);
     const std::string r = std::to_string(rank);
-    ringlab::nn::WriteNpyFloat32(data + "/data_rank" + r + ".npy", {n, 10},
+    ringlab::io::WriteNpyFloat32(data + "/data_rank" + r + ".npy", {n, 10},
                                  x.data());
-    ringlab::nn::WriteNpyInt64(data + "/targets_rank" + r + ".npy", {n},
+    ringlab::io::WriteNpyInt64(data + "/targets_rank" + r + ".npy", {n},
                                y.data());
   }
   ExpectUsageError(RunTrain("--data_dir=" + data), "24 samples");
@@ -134,8 +134,8 @@ TEST(TrainCliTest, BadFilesAreOneErrorLineAndLeaveOutputsUntouched) {
   const std::string labels = TempDir("bad_labels");
   const std::vector<float> x(3 * 10, 0.5f);
   const std::vector<int64_t> y = {0, 1, 7};
-  ringlab::nn::WriteNpyFloat32(labels + "/data.npy", {3, 10}, x.data());
-  ringlab::nn::WriteNpyInt64(labels + "/targets.npy", {3}, y.data());
+  ringlab::io::WriteNpyFloat32(labels + "/data.npy", {3, 10}, x.data());
+  ringlab::io::WriteNpyInt64(labels + "/targets.npy", {3}, y.data());
   ExpectUsageError(RunTrain("--data_dir=" + labels + " --out_dir=" + out),
                    "label 7");
   EXPECT_EQ(ReadText(out + "/losses.csv"), "sentinel\n");

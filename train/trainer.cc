@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "nn/cpu_mlp.h"
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 #include "train/checkpointing.h"
 #include "train/distributed_sampler.h"
 #include "train/outputs.h"
@@ -213,7 +213,8 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
                                 " works on GPU memory: add --device=cuda");
   }
 
-  nn::TorchGenerator generator(config.seed + (config.per_rank_data ? rank : 0));
+  torch_compat::TorchGenerator generator(config.seed +
+                                         (config.per_rank_data ? rank : 0));
   std::vector<float> params = InitialParams(config, layout, generator);
   const TrainingData data = LoadTrainingData(config, layout, rank, generator);
 

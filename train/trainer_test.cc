@@ -19,9 +19,9 @@
 
 #include "comm/communicator.h"
 #include "comm/testing/multi_process.h"
+#include "io/npy.h"
 #include "nn/init.h"
-#include "nn/npy.h"
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 
 namespace ringlab::train {
 namespace {
@@ -136,7 +136,7 @@ void ExpectRanksBitwiseEqual(const TrainRun& run, const nn::MlpLayout& layout) {
 }
 
 std::vector<float> Load(const std::string& dir, const std::string& name) {
-  return nn::ReadNpyFloat32(dir + "/" + name + ".npy", nullptr);
+  return io::ReadNpyFloat32(dir + "/" + name + ".npy", nullptr);
 }
 
 // Every tensor of the 10,5,2 model in a directory, in parameter order.
@@ -324,8 +324,8 @@ TEST(TrainerTest, BroadcastGivesEveryRankRankZerosParameters) {
   const nn::MlpLayout layout({10, 5, 2});
   std::vector<float> rank0_draw(layout.num_params());
   std::vector<float> rank1_draw(layout.num_params());
-  nn::TorchGenerator generator0(0);
-  nn::TorchGenerator generator1(1);
+  torch_compat::TorchGenerator generator0(0);
+  torch_compat::TorchGenerator generator1(1);
   nn::InitLikeTorch(layout, generator0, rank0_draw.data());
   nn::InitLikeTorch(layout, generator1, rank1_draw.data());
   ASSERT_FALSE(BitwiseEqual(rank0_draw, rank1_draw));

@@ -4,8 +4,9 @@
 #include <string>
 #include <utility>
 
+#include "io/npy.h"
 #include "nn/init.h"
-#include "nn/npy.h"
+#include "nn/params_io.h"
 #include "train/idx_dataset.h"
 
 namespace ringlab::train {
@@ -37,7 +38,7 @@ std::string DataDir(const TrainConfig& c) {
 
 TrainingData LoadTrainingData(const TrainConfig& config,
                               const nn::MlpLayout& layout, int rank,
-                              nn::TorchGenerator& generator) {
+                              torch_compat::TorchGenerator& generator) {
   const std::string kind = DatasetKind(config);
   if (kind == "fashion_mnist") {
     const std::string dir = DataDir(config);
@@ -61,7 +62,7 @@ std::vector<float> LoadInitDir(const std::string& dir,
   std::vector<float> params(layout.num_params());
   try {
     nn::LoadParams(dir, layout, params.data());
-  } catch (const nn::NpyError& e) {
+  } catch (const io::NpyError& e) {
     throw std::invalid_argument(e.what());
   }
   return params;
@@ -69,7 +70,7 @@ std::vector<float> LoadInitDir(const std::string& dir,
 
 std::vector<float> InitialParams(const TrainConfig& config,
                                  const nn::MlpLayout& layout,
-                                 nn::TorchGenerator& generator) {
+                                 torch_compat::TorchGenerator& generator) {
   std::vector<float> params(layout.num_params());
   // Drawn even when --init_dir replaces them: the synthetic data drawn next
   // from the same generator must not depend on where the parameters came from.

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "nn/mlp.h"
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 #include "train/dataset.h"
 #include "train/train_config.h"
 
@@ -32,14 +32,14 @@ struct TrainingData {
 // std::invalid_argument (DataError for IDX files) naming what is wrong.
 TrainingData LoadTrainingData(const TrainConfig& config,
                               const nn::MlpLayout& layout, int rank,
-                              nn::TorchGenerator& generator);
+                              torch_compat::TorchGenerator& generator);
 
 // The parameters a rank starts from: drawn as torch's init draws them, then
 // replaced by init_dir's when given (the draw still happens, so that the
 // synthetic data drawn next do not depend on it).
 std::vector<float> InitialParams(const TrainConfig& config,
                                  const nn::MlpLayout& layout,
-                                 nn::TorchGenerator& generator);
+                                 torch_compat::TorchGenerator& generator);
 
 // init_dir's tensors, checked against the layout.
 std::vector<float> LoadInitDir(const std::string& dir,

@@ -4,14 +4,14 @@
 // reproducing torch 1.13's CPU results bit for bit (see
 // shared/pytorch-facts.md), so a run of ringlab and a run of the PyTorch script
 // start from the same numbers.
-#ifndef RINGLAB_NN_TORCH_RNG_H_
-#define RINGLAB_NN_TORCH_RNG_H_
+#ifndef RINGLAB_TORCH_COMPAT_GENERATOR_H_
+#define RINGLAB_TORCH_COMPAT_GENERATOR_H_
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
-namespace ringlab::nn {
+namespace ringlab::torch_compat {
 
 class TorchGenerator {
  public:
@@ -40,6 +40,6 @@ class TorchGenerator {
   std::mt19937 gen_;
 };
 
-}  // namespace ringlab::nn
+}  // namespace ringlab::torch_compat
 
-#endif  // RINGLAB_NN_TORCH_RNG_H_
+#endif  // RINGLAB_TORCH_COMPAT_GENERATOR_H_

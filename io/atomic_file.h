@@ -2,13 +2,13 @@
 // mix: the bytes go to a temporary beside it (a random name, so concurrent
 // writers never share one), are flushed to disk, and the temporary is renamed
 // over the target. Used by the .npy writer and the trainer's outputs.
-#ifndef RINGLAB_NN_ATOMIC_FILE_H_
-#define RINGLAB_NN_ATOMIC_FILE_H_
+#ifndef RINGLAB_IO_ATOMIC_FILE_H_
+#define RINGLAB_IO_ATOMIC_FILE_H_
 
 #include <cstddef>
 #include <string>
 
-namespace ringlab::nn {
+namespace ringlab::io {
 
 // 16 random hex digits for temporary names.
 std::string RandomHex();
@@ -19,6 +19,6 @@ std::string RandomHex();
 void WriteFileAtomically(const std::string& path, const std::string& head,
                          const void* data = nullptr, size_t size = 0);
 
-}  // namespace ringlab::nn
+}  // namespace ringlab::io
 
-#endif  // RINGLAB_NN_ATOMIC_FILE_H_
+#endif  // RINGLAB_IO_ATOMIC_FILE_H_

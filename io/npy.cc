@@ -1,4 +1,4 @@
-#include "nn/npy.h"
+#include "io/npy.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,9 +11,9 @@
 #include <limits>
 #include <sstream>
 
-#include "nn/atomic_file.h"
+#include "io/atomic_file.h"
 
-namespace ringlab::nn {
+namespace ringlab::io {
 namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
@@ -386,32 +386,4 @@ std::vector<int64_t> ReadInt64Vector(const std::string& path) {
   return data;
 }
 
-void SaveParams(const std::string& dir, const MlpLayout& layout,
-                const float* params) {
-  for (const TensorSlot& t : layout.tensors()) {
-    WriteNpyFloat32(dir + "/" + t.name + ".npy", t.shape, params + t.offset);
-  }
-}
-
-void LoadParams(const std::string& dir, const MlpLayout& layout,
-                float* params) {
-  // Read everything first so a bad file leaves params untouched.
-  std::vector<std::vector<float>> all;
-  for (const TensorSlot& t : layout.tensors()) {
-    const std::string path = dir + "/" + t.name + ".npy";
-    std::vector<int64_t> shape;
-    all.push_back(ReadNpyFloat32(path, &shape));
-    if (shape != t.shape) {
-      Fail(path, "shape mismatch for " + t.name + " of layout " +
-                     layout.ToString() + ": expected " +
-                     ShapeToString(t.shape) + ", found " +
-                     ShapeToString(shape));
-    }
-  }
-  for (size_t i = 0; i < all.size(); ++i) {
-    const TensorSlot& t = layout.tensors()[i];
-    std::memcpy(params + t.offset, all[i].data(), t.size * sizeof(float));
-  }
-}
-
-}  // namespace ringlab::nn
+}  // namespace ringlab::io

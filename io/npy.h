@@ -1,21 +1,20 @@
 // NumPy .npy files: the exchange format between ringlab and the PyTorch side
 // (data sets, exported reference values, checkpoints as one file per state_dict
-// tensor). Only what ringlab needs: little-endian float32 ('<f4') and int64
+// tensor: nn/params_io.h). Only what ringlab needs: little-endian float32
+// ('<f4') and int64
 // ('<i8'), C order, format versions 1.0 (written) and 1.0/2.0/3.0 (read). Every
 // malformed file is reported as one NpyError naming the file and the problem;
 // writes go to a temporary file that is renamed into place, so an existing
 // file is never left half-written.
-#ifndef RINGLAB_NN_NPY_H_
-#define RINGLAB_NN_NPY_H_
+#ifndef RINGLAB_IO_NPY_H_
+#define RINGLAB_IO_NPY_H_
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "nn/mlp.h"
-
-namespace ringlab::nn {
+namespace ringlab::io {
 
 class NpyError : public std::runtime_error {
  public:
@@ -61,14 +60,6 @@ std::vector<float> ReadFloatMatrix(const std::string& path, int64_t* rows,
                                    int64_t* cols, int64_t expected_cols = -1);
 std::vector<int64_t> ReadInt64Vector(const std::string& path);
 
-// Checkpoints: <dir>/<state_dict name>.npy per tensor (fc1.weight.npy, …), the
-// layout torch.save-free PyTorch code can np.save/np.load. LoadParams checks
-// each file's shape against the layout and names file, expected and found
-// shape.
-void SaveParams(const std::string& dir, const MlpLayout& layout,
-                const float* params);
-void LoadParams(const std::string& dir, const MlpLayout& layout, float* params);
+}  // namespace ringlab::io
 
-}  // namespace ringlab::nn
-
-#endif  // RINGLAB_NN_NPY_H_
+#endif  // RINGLAB_IO_NPY_H_

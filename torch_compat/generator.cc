@@ -1,6 +1,6 @@
 // Built with -ffp-contract=off (see BUILD): the one fused operation below must
 // be the explicit std::fmaf, and nothing else may be fused or reordered.
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 
 #include <cmath>
 #include <numeric>
@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-namespace ringlab::nn {
+namespace ringlab::torch_compat {
 
 float TorchGenerator::Uniform(float from, float to) {
   // 2^-24 is exact in float; the product with a 24-bit integer is exact too.
@@ -44,4 +44,4 @@ int64_t TorchGenerator::RandInt(int64_t k) {
   return static_cast<int64_t>(Next() % static_cast<uint64_t>(k));
 }
 
-}  // namespace ringlab::nn
+}  // namespace ringlab::torch_compat

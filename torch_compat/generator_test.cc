@@ -1,4 +1,4 @@
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 
 #include <gtest/gtest.h>
 
@@ -6,14 +6,17 @@
 #include <string>
 #include <vector>
 
-#include "nn/npy.h"
+#include "io/npy.h"
 
-namespace ringlab::nn {
+namespace ringlab::torch_compat {
 namespace {
 
-// Written by testdata/export_reference.py with torch 1.13.1; the test's cwd is
-// the runfiles root of the workspace, so the package-relative path works.
-std::string TestData(const std::string& name) { return "nn/testdata/" + name; }
+// Written by torch_compat/testdata/export_reference.py with torch 1.13.1; the
+// test's cwd is the runfiles root of the workspace, so the package-relative
+// path works.
+std::string TestData(const std::string& name) {
+  return "torch_compat/testdata/" + name;
+}
 
 const uint64_t kSeeds[] = {0, 1, 42, 4294967295ull, 4294967303ull};
 
@@ -38,11 +41,11 @@ TEST(TorchGeneratorTest, RandPermMatchesTorch) {
     for (int64_t n : {1, 2, 3, 10, 100, 1000, 5000}) {
       const std::string file = TestData("randperm_s" + std::to_string(seed) +
                                         "_n" + std::to_string(n) + ".npy");
-      const std::vector<int64_t> want = ReadInt64Vector(file);
+      const std::vector<int64_t> want = io::ReadInt64Vector(file);
       TorchGenerator gen(seed);
       EXPECT_EQ(gen.RandPerm(n), want) << file;
       if (n == 100) {
-        const std::vector<int64_t> want2 = ReadInt64Vector(
+        const std::vector<int64_t> want2 = io::ReadInt64Vector(
             TestData("randperm2_s" + std::to_string(seed) + "_n100.npy"));
         EXPECT_EQ(gen.RandPerm(n), want2) << "second draw, seed " << seed;
       }
@@ -57,7 +60,7 @@ TEST(TorchGeneratorTest, RandIntMatchesTorch) {
     for (int64_t k : {2, 7, 1000}) {
       const std::string file = TestData("randint_s" + std::to_string(seed) +
                                         "_k" + std::to_string(k) + ".npy");
-      const std::vector<int64_t> want = ReadInt64Vector(file);
+      const std::vector<int64_t> want = io::ReadInt64Vector(file);
       TorchGenerator gen(seed);
       std::vector<int64_t> got;
       for (size_t i = 0; i < want.size(); ++i) got.push_back(gen.RandInt(k));
@@ -72,7 +75,7 @@ TEST(TorchGeneratorTest, UniformMatchesTorchBitForBit) {
     const std::string file =
         TestData("uniform_s" + std::to_string(seed) + ".npy");
     std::vector<int64_t> shape;
-    const std::vector<float> want = ReadNpyFloat32(file, &shape);
+    const std::vector<float> want = io::ReadNpyFloat32(file, &shape);
     TorchGenerator gen(seed);
     int mismatches = 0;
     for (float w : want) mismatches += gen.Uniform(-0.3f, 0.7f) != w;
@@ -89,4 +92,4 @@ TEST(TorchGeneratorTest, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace ringlab::nn
+}  // namespace ringlab::torch_compat

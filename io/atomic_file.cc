@@ -1,4 +1,4 @@
-#include "nn/atomic_file.h"
+#include "io/atomic_file.h"
 
 #include <errno.h>
 #include <sys/random.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace ringlab::nn {
+namespace ringlab::io {
 
 std::string RandomHex() {
   uint64_t bits = 0;
@@ -49,4 +49,4 @@ void WriteFileAtomically(const std::string& path, const std::string& head,
   }
 }
 
-}  // namespace ringlab::nn
+}  // namespace ringlab::io

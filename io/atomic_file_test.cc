@@ -1,4 +1,4 @@
-#include "nn/atomic_file.h"
+#include "io/atomic_file.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace ringlab::nn {
+namespace ringlab::io {
 namespace {
 
 std::string TempDir(const std::string& name) {
@@ -64,4 +64,4 @@ TEST(AtomicFileTest, RandomHexIsSixteenDigitsAndVaries) {
 }
 
 }  // namespace
-}  // namespace ringlab::nn
+}  // namespace ringlab::io
