@@ -11,7 +11,7 @@
 namespace ringlab::train {
 namespace {
 
-constexpr char kReference[] = "experiments/seed_ddp/reference/";
+constexpr char kReference[] = "testdata/seed_ddp/reference/";
 
 // PyTorch's own indices (exported by pytorch_reference.py): n = 100, W = 2,
 // seed 0, epoch 0. Indices are integers: exact equality.

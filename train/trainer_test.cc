@@ -26,7 +26,7 @@
 namespace ringlab::train {
 namespace {
 
-constexpr char kReference[] = "experiments/seed_ddp/reference";
+constexpr char kReference[] = "testdata/seed_ddp/reference";
 const std::vector<std::string> kTensors = {"fc1.weight", "fc1.bias",
                                            "fc2.weight", "fc2.bias"};
 
