@@ -127,7 +127,10 @@ def classify(header):
 
 def function_name(header):
     before, _ = depth0_parens(header.strip())
-    words = re.findall(r"[~\w:]+|operator\S*", before or "")
+    op = re.search(r"[\w:]*\boperator\b\s*\S*", before or "")
+    if op:
+        return op.group(0)
+    words = re.findall(r"[~\w:]+", before or "")
     name = words[-1] if words else "?"
     if re.fullmatch(r"(TEST|TEST_F|TEST_P|TYPED_TEST)", name):
         m = re.search(r"\(([^)]*)\)", header)
