@@ -48,6 +48,8 @@
 #include "comm/communicator.h"
 #include "comm/launch.h"
 #include "comm/rendezvous.h"
+#include "comm/tuning.h"
+#include "comm/tuning_env.h"
 
 DEFINE_int32(nprocs, 2, "ranks to launch when not already a rank");
 DEFINE_string(backends, "",
@@ -211,9 +213,10 @@ std::vector<std::string> RegisterRows(std::vector<Backend>& backends,
 // allreduce_threads/<variant>/<bytes> against a device floor measured in the
 // same run (bench/gpu_threads_bench.h), and an nccl row saying why NCCL has
 // none (it refuses two ranks on one GPU).
-int RunThreads() {
+int RunThreads(const comm::IpcRingTuning& tuning) {
 #ifdef RINGLAB_WITH_CUDA
   ThreadsBenchOptions options;
+  options.tuning = tuning;
   options.ranks = FLAGS_threads;
   const std::vector<std::string> variants = SplitList(FLAGS_backends, ',');
   if (!variants.empty()) options.variants = variants;
@@ -224,14 +227,16 @@ int RunThreads() {
   options.floor = FLAGS_floor;
   return RunThreadsBench(options);
 #else
-  std::fprintf(stderr, "error: --threads needs a build with CUDA\n");
-  return 2;
+  (void)tuning;
+  cli::ExitWithUsageError("--threads needs a build with CUDA");
 #endif
 }
 
 // This rank's sweep: every backend that starts, the rows, rank 0's report.
-int RunRank() {
+// tuning: the RINGLAB_* variables' (each backend spec's options over it).
+int RunRank(const comm::BackendTuning& tuning) {
   comm::CommOptions options;
+  options.tuning = tuning;
   options.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(FLAGS_timeout_s * 1000));
   options.join_timeout = options.timeout;
@@ -280,11 +285,23 @@ int Main(int argc, char** argv) {
   if (const std::string bad = BadFlags(); !bad.empty()) {
     cli::ExitWithUsageError(bad);
   }
-  if (FLAGS_threads > 0) return RunThreads();
+  comm::BackendTuning tuning;
+  try {
+    tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
+    // A spec that cannot apply is bad input, not a backend to skip.
+    if (FLAGS_threads == 0) {
+      for (const std::string& spec : SplitList(FLAGS_backends, ',')) {
+        VariantTuning(spec, tuning);
+      }
+    }
+  } catch (const std::invalid_argument& e) {
+    cli::ExitWithUsageError(e.what());
+  }
+  if (FLAGS_threads > 0) return RunThreads(tuning.ipc_ring);
   if (!comm::Rendezvous::InLaunchedJob() && FLAGS_nprocs > 1) {
     return comm::LaunchRanks(FLAGS_nprocs, original);
   }
-  return RunRank();
+  return RunRank(tuning);
 }
 
 }  // namespace

@@ -1,13 +1,15 @@
 #include "bench/backend_variants.h"
 
-#include <cstdlib>
+#include <map>
 #include <sstream>
 #include <stdexcept>
+
+#include "comm/tuning_env.h"
 
 namespace ringlab::bench {
 namespace {
 
-// The environment variable an option sets, "" for none.
+// The variable an option stands for, "" for none.
 std::string VariableOf(const std::string& key) {
   return key == "oneshot"  ? "RINGLAB_SHM_ONESHOT_BYTES"
          : key == "chunk"  ? "RINGLAB_SHM_CHUNK_BYTES"
@@ -30,31 +32,35 @@ std::vector<std::string> SplitList(const std::string& s, char separator) {
   return out;
 }
 
-std::unique_ptr<comm::Communicator> CreateVariant(
-    const std::string& spec, const comm::RankContext& context,
-    const comm::CommOptions& options) {
+comm::BackendTuning VariantTuning(const std::string& spec,
+                                  const comm::BackendTuning& base) {
   const std::vector<std::string> parts = SplitList(spec, ':');
-  std::vector<std::string> set;
+  std::map<std::string, std::string> variables;
   for (size_t i = 1; i < parts.size(); ++i) {
     const auto eq = parts[i].find('=');
-    const std::string var = VariableOf(parts[i].substr(0, eq));
-    if (var.empty() || eq == std::string::npos) {
-      for (const std::string& v : set) unsetenv(v.c_str());
+    const std::string variable = VariableOf(parts[i].substr(0, eq));
+    if (variable.empty() || eq == std::string::npos) {
       throw std::invalid_argument("unknown backend option '" + parts[i] +
                                   "' in " + spec);
     }
-    setenv(var.c_str(), parts[i].substr(eq + 1).c_str(), 1);
-    set.push_back(var);
+    variables[variable] = parts[i].substr(eq + 1);
   }
-  std::unique_ptr<comm::Communicator> c;
   try {
-    c = comm::CreateCommunicator(parts.at(0), context, options);
-  } catch (...) {
-    for (const std::string& v : set) unsetenv(v.c_str());
-    throw;
+    return comm::OverrideTuning(base, [&](const char* name) -> const char* {
+      const auto it = variables.find(name);
+      return it == variables.end() ? nullptr : it->second.c_str();
+    });
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(spec + ": " + e.what());
   }
-  for (const std::string& v : set) unsetenv(v.c_str());
-  return c;
+}
+
+std::unique_ptr<comm::Communicator> CreateVariant(
+    const std::string& spec, const comm::RankContext& context,
+    const comm::CommOptions& options) {
+  comm::CommOptions variant = options;
+  variant.tuning = VariantTuning(spec, options.tuning);
+  return comm::CreateCommunicator(SplitList(spec, ':').at(0), context, variant);
 }
 
 }  // namespace ringlab::bench

@@ -49,6 +49,10 @@ if [[ -v bin[allreduce_bench] ]]; then
   expect_usage_error allreduce_bench --threads=-1
   expect_usage_error allreduce_bench --benchmark_repetitions=x
   expect_usage_error allreduce_bench --benchmark_no_such=1
+  # Backend variants are typed tuning, checked before any rank starts.
+  expect_usage_error allreduce_bench --backends=shm_ring:chunk=12
+  expect_usage_error allreduce_bench --backends=shm_ring:bogus=1
+  RINGLAB_SHM_CHUNK_BYTES=abc expect_usage_error allreduce_bench
 fi
 if [[ -v bin[allreduce_threads_bench] ]]; then
   expect_usage_error allreduce_threads_bench --ranks=two
