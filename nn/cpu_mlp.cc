@@ -114,6 +114,9 @@ __attribute__((target("avx2,fma"))) void PlainSgdFma(float neg_lr,
     const __m256 g = _mm256_loadu_ps(grads + i);
     _mm256_storeu_ps(params + i, _mm256_fmadd_ps(g, scale, p));
   }
+  // Leave the upper halves clean: otherwise every SSE instruction after this
+  // (in code built without AVX) pays a state-transition penalty.
+  _mm256_zeroupper();
   for (; i < n; ++i) params[i] = __builtin_fmaf(grads[i], neg_lr, params[i]);
 }
 
