@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -269,7 +270,12 @@ std::string ShapeToString(const std::vector<int64_t>& shape) {
   return s + ")";
 }
 
-NpyHeader ParseNpy(const std::string& what, const std::string& bytes) {
+namespace {
+
+// The header at the start of `bytes` (the whole file, or at least its
+// header), checked against the file's size.
+NpyHeader ParseNpyPrefix(const std::string& what, const std::string& bytes,
+                         uint64_t file_size) {
   if (bytes.size() < kMagicLen + 2 ||
       bytes.compare(0, kMagicLen, kMagic, kMagicLen) != 0) {
     Fail(what, "not a .npy file (bad magic)");
@@ -322,7 +328,8 @@ NpyHeader ParseNpy(const std::string& what, const std::string& bytes) {
   h.data_offset = prefix + header_len;
   const uint64_t want =
       static_cast<uint64_t>(h.num_elements) * ItemSize(h.dtype);
-  const uint64_t have = bytes.size() - h.data_offset;
+  if (file_size < h.data_offset) Fail(what, "truncated header");
+  const uint64_t have = file_size - h.data_offset;
   if (have < want) {
     Fail(what, "truncated data: shape " + ShapeToString(h.shape) + " needs " +
                    std::to_string(want) + " bytes, file has " +
@@ -334,6 +341,29 @@ NpyHeader ParseNpy(const std::string& what, const std::string& bytes) {
                    ShapeToString(h.shape));
   }
   return h;
+}
+
+}  // namespace
+
+NpyHeader ParseNpy(const std::string& what, const std::string& bytes) {
+  return ParseNpyPrefix(what, bytes, bytes.size());
+}
+
+NpyHeader ReadNpyHeader(const std::string& path) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) {
+    Fail(path, std::string("cannot open: ") + std::strerror(errno));
+  }
+  if (S_ISDIR(info.st_mode)) Fail(path, "is a directory, not a .npy file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail(path, std::string("cannot open: ") + std::strerror(errno));
+  std::string head(std::min<uint64_t>(static_cast<uint64_t>(info.st_size),
+                                      kMagicLen + 2 + 4 + kMaxHeaderLen),
+                   '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  if (in.bad()) Fail(path, "read error");
+  head.resize(static_cast<size_t>(in.gcount()));
+  return ParseNpyPrefix(path, head, static_cast<uint64_t>(info.st_size));
 }
 
 std::vector<float> ReadNpyFloat32(const std::string& path,

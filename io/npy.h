@@ -38,6 +38,11 @@ struct NpyHeader {
 // data that follows has exactly the size the shape implies.
 NpyHeader ParseNpy(const std::string& what, const std::string& bytes);
 
+// A file's header, reading nothing past it: the data's size is checked
+// against the file's (a truncated or padded file is refused), its values are
+// not read. For a launcher's cheap checks.
+NpyHeader ReadNpyHeader(const std::string& path);
+
 // "(3, 4)" — the shape as NumPy prints it.
 std::string ShapeToString(const std::vector<int64_t>& shape);
 

@@ -94,6 +94,27 @@ TEST(NpyTest, RoundTripFloatAndInt) {
   EXPECT_NE(ReadBytes(Path("i.npy")).find("'shape': (3,)"), std::string::npos);
 }
 
+// The header alone: what the file holds, checked against its size, without
+// reading the data.
+TEST(NpyTest, HeaderOnlyReadChecksTheFileSize) {
+  const std::vector<float> f(6, 0.5f);
+  WriteNpyFloat32(Path("h.npy"), {2, 3}, f.data());
+  const NpyHeader h = ReadNpyHeader(Path("h.npy"));
+  EXPECT_EQ(h.dtype, NpyDtype::kFloat32);
+  EXPECT_EQ(h.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(h.data_offset, 128u);
+  const std::string bytes = ReadBytes(Path("h.npy"));
+  std::ofstream(Path("cut.npy"), std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size() - 4));
+  EXPECT_THROW(ReadNpyHeader(Path("cut.npy")), NpyError);
+  std::ofstream(Path("long.npy"), std::ios::binary) << bytes << "xx";
+  EXPECT_THROW(ReadNpyHeader(Path("long.npy")), NpyError);
+  std::ofstream(Path("stub.npy"), std::ios::binary) << bytes.substr(0, 20);
+  EXPECT_THROW(ReadNpyHeader(Path("stub.npy")), NpyError);
+  EXPECT_THROW(ReadNpyHeader(Path("missing.npy")), NpyError);
+  EXPECT_THROW(ReadNpyHeader(TmpDir()), NpyError);
+}
+
 TEST(NpyTest, ReadsVersion2And3AndPythonSpacing) {
   WriteBytes(
       Path("v2.npy"),

@@ -21,6 +21,9 @@ void SaveParams(const std::string& dir, const MlpLayout& layout,
 // and the found shape, and leaves params untouched on any error.
 void LoadParams(const std::string& dir, const MlpLayout& layout, float* params);
 
+// What LoadParams checks, from the files' headers only (no values read).
+void CheckParamsDir(const std::string& dir, const MlpLayout& layout);
+
 }  // namespace ringlab::nn
 
 #endif  // RINGLAB_NN_PARAMS_IO_H_

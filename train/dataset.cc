@@ -14,7 +14,58 @@ bool FileExists(const std::string& path) {
   return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
+struct DataFiles {
+  std::string x, y;
+};
+
+// data_rank{rank}.npy + targets_rank{rank}.npy when present, else the shared
+// data.npy + targets.npy.
+DataFiles FindDataFiles(const std::string& data_dir, int rank) {
+  DataFiles files{data_dir + "/data_rank" + std::to_string(rank) + ".npy",
+                  data_dir + "/targets_rank" + std::to_string(rank) + ".npy"};
+  if (!FileExists(files.x)) {
+    // Per-rank files for some ranks and a shared set for others would train
+    // ranks on unrelated data without a word: refuse the mix.
+    if (FileExists(data_dir + "/data_rank0.npy")) {
+      throw std::invalid_argument("--data_dir " + data_dir +
+                                  " has per-rank data sets but no " + files.x);
+    }
+    files = {data_dir + "/data.npy", data_dir + "/targets.npy"};
+  }
+  if (!FileExists(files.x)) {
+    throw std::invalid_argument("--data_dir " + data_dir +
+                                ": neither data.npy nor data_rank" +
+                                std::to_string(rank) + ".npy exists");
+  }
+  return files;
+}
+
 }  // namespace
+
+int64_t NpyDatasetSize(const std::string& data_dir, int rank, int features) {
+  const DataFiles files = FindDataFiles(data_dir, rank);
+  try {
+    const io::NpyHeader x = io::ReadNpyHeader(files.x);
+    const io::NpyHeader y = io::ReadNpyHeader(files.y);
+    if (x.dtype != io::NpyDtype::kFloat32 || x.shape.size() != 2 ||
+        x.shape[1] != features) {
+      throw std::invalid_argument(files.x + ": expected float32 of shape (n, " +
+                                  std::to_string(features) + "), found " +
+                                  io::NpyDtypeName(x.dtype) + " " +
+                                  io::ShapeToString(x.shape));
+    }
+    if (y.dtype != io::NpyDtype::kInt64 || y.shape.size() != 1 ||
+        y.shape[0] != x.shape[0]) {
+      throw std::invalid_argument(files.y + ": expected int64 of shape (" +
+                                  std::to_string(x.shape[0]) + ",), found " +
+                                  io::NpyDtypeName(y.dtype) + " " +
+                                  io::ShapeToString(y.shape));
+    }
+    return x.shape[0];
+  } catch (const io::NpyError& e) {
+    throw std::invalid_argument(e.what());
+  }
+}
 
 void Dataset::Gather(const std::vector<int64_t>& indices, size_t begin,
                      size_t end, std::vector<float>* batch_x,
@@ -44,24 +95,9 @@ Dataset MakeSyntheticDataset(int64_t size, int features, int classes,
 
 Dataset LoadDataset(const std::string& data_dir, int rank, int features,
                     int classes) {
-  std::string x_path = data_dir + "/data_rank" + std::to_string(rank) + ".npy";
-  std::string y_path =
-      data_dir + "/targets_rank" + std::to_string(rank) + ".npy";
-  if (!FileExists(x_path)) {
-    // Per-rank files for some ranks and a shared set for others would train
-    // ranks on unrelated data without a word: refuse the mix.
-    if (FileExists(data_dir + "/data_rank0.npy")) {
-      throw std::invalid_argument("--data_dir " + data_dir +
-                                  " has per-rank data sets but no " + x_path);
-    }
-    x_path = data_dir + "/data.npy";
-    y_path = data_dir + "/targets.npy";
-  }
-  if (!FileExists(x_path)) {
-    throw std::invalid_argument("--data_dir " + data_dir +
-                                ": neither data.npy nor data_rank" +
-                                std::to_string(rank) + ".npy exists");
-  }
+  const DataFiles files = FindDataFiles(data_dir, rank);
+  const std::string& x_path = files.x;
+  const std::string& y_path = files.y;
   Dataset data;
   int64_t rows = 0;
   int64_t cols = 0;

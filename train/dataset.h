@@ -36,6 +36,10 @@ Dataset MakeSyntheticDataset(int64_t size, int features, int classes,
 Dataset LoadDataset(const std::string& data_dir, int rank, int features,
                     int classes);
 
+// What LoadDataset would find, from the files' headers only (dtypes, shapes,
+// sizes; labels are not read): the number of samples.
+int64_t NpyDatasetSize(const std::string& data_dir, int rank, int features);
+
 }  // namespace ringlab::train
 
 #endif  // RINGLAB_TRAIN_DATASET_H_

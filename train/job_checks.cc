@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "comm/gather_strings.h"
+#include "io/npy.h"
+#include "nn/params_io.h"
 #include "train/checkpoint.h"
 #include "train/idx_dataset.h"
 #include "train/outputs.h"
@@ -110,9 +112,8 @@ void CheckRanksAgree(const TrainConfig& config, int64_t dataset_size,
 }
 namespace {
 
-// Loads (so checks) every rank's data set, or only data_rank's when it is
-// not negative, and returns the size they share.
-int64_t DatasetSize(const TrainConfig& config, int world_size, int data_rank,
+// From the data files' headers, the size every rank's data set shares.
+int64_t DatasetSize(const TrainConfig& config, int world_size,
                     const nn::MlpLayout& layout) {
   const std::string kind = DatasetKind(config);
   if (kind == "synthetic") return config.samples;
@@ -134,20 +135,19 @@ int64_t DatasetSize(const TrainConfig& config, int world_size, int data_rank,
     }
     return shape.train_count;
   }
+  // A shared data.npy is one file for all ranks: its header is read once.
+  const bool per_rank = fs::exists(config.data_dir + "/data_rank0.npy");
   int64_t size = -1;
-  const int first = data_rank >= 0 ? data_rank : 0;
-  const int last = data_rank >= 0 ? data_rank : std::max(world_size, 1) - 1;
-  for (int rank = first; rank <= last; ++rank) {
-    const Dataset data = LoadDataset(
-        config.data_dir, rank, layout.in_features(), layout.num_classes());
-    if (size >= 0 && data.size != size) {
-      throw std::invalid_argument("--data_dir " + config.data_dir + ": rank " +
-                                  std::to_string(rank) + "'s data set holds " +
-                                  std::to_string(data.size) +
-                                  " samples, rank 0's " + std::to_string(size) +
-                                  " (DistributedSampler needs one size)");
+  for (int rank = 0; rank < (per_rank ? std::max(world_size, 1) : 1); ++rank) {
+    const int64_t rows =
+        NpyDatasetSize(config.data_dir, rank, layout.in_features());
+    if (size >= 0 && rows != size) {
+      throw std::invalid_argument(
+          "--data_dir " + config.data_dir + ": rank " + std::to_string(rank) +
+          "'s data set holds " + std::to_string(rows) + " samples, rank 0's " +
+          std::to_string(size) + " (DistributedSampler needs one size)");
     }
-    size = data.size;
+    size = rows;
   }
   if (size > kMaxSamples) {
     throw std::invalid_argument("--data_dir " + config.data_dir + " holds " +
@@ -157,8 +157,10 @@ int64_t DatasetSize(const TrainConfig& config, int world_size, int data_rank,
   return size;
 }
 
+}  // namespace
+
 void CheckResumable(const TrainConfig& config, int world_size,
-                    int64_t dataset_size) {
+                    int64_t dataset_size, bool every_part) {
   const std::string dir = config.out_dir + "/checkpoints";
   std::optional<int64_t> latest;
   try {
@@ -185,12 +187,14 @@ void CheckResumable(const TrainConfig& config, int world_size,
   // is refused here, before any rank starts.
   try {
     for (int rank = 0; rank < world_size; ++rank) {
-      ReadRankCheckpoint(dir, rank, layout, *latest);
+      if (every_part) ReadRankCheckpoint(dir, rank, layout, *latest);
     }
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("--resume: ") + e.what());
   }
 }
+
+namespace {
 
 void CheckRange(const char* flag, int64_t value, int64_t lo, int64_t hi) {
   if (value < lo || value > hi) {
@@ -253,7 +257,8 @@ void CheckDataFlags(const TrainConfig& c) {
 }
 }  // namespace
 
-void ValidateConfig(const TrainConfig& config, int world_size, int data_rank) {
+void ValidateConfig(const TrainConfig& config, int world_size,
+                    ValidationScope scope) {
   const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
   CheckBounds(config, world_size);
   if (!(config.lr >= 0.0f) || config.lr > 1e6f) {
@@ -280,9 +285,6 @@ void ValidateConfig(const TrainConfig& config, int world_size, int data_rank) {
       throw std::invalid_argument("no such directory: " + *dir);
     }
   }
-  const int64_t dataset_size =
-      DatasetSize(config, world_size, data_rank, layout);
-  if (!config.init_dir.empty()) LoadInitDir(config.init_dir, layout);
   if (!config.out_dir.empty()) {
     MakeDirs(config.out_dir);
     const std::string probe = config.out_dir + "/.ringlab-write-probe";
@@ -292,6 +294,16 @@ void ValidateConfig(const TrainConfig& config, int world_size, int data_rank) {
                                   " is not writable");
     }
     std::remove(probe.c_str());
+  }
+  // A rank reads its inputs once, in RunRank, which checks them there.
+  if (scope == ValidationScope::kRank) return;
+  const int64_t dataset_size = DatasetSize(config, world_size, layout);
+  if (!config.init_dir.empty()) {
+    try {
+      nn::CheckParamsDir(config.init_dir, layout);
+    } catch (const io::NpyError& e) {
+      throw std::invalid_argument(e.what());
+    }
   }
   if (config.resume) CheckResumable(config, world_size, dataset_size);
 }

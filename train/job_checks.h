@@ -15,12 +15,26 @@
 
 namespace ringlab::train {
 
-// Checks what can be checked before any rank starts: the settings, the data
-// files of every rank in [0, world_size) or, with data_rank >= 0, of that
-// rank only, --out_dir writable, the checkpoint to resume. Throws
+enum class ValidationScope {
+  // Before any rank starts: also the inputs, from their headers only (every
+  // rank's data files, the init dir's tensors) and the checkpoint to resume.
+  kLaunch,
+  // A rank starting (under any launcher): the settings and --out_dir; the
+  // rank checks its inputs as it reads them, once (RunRank).
+  kRank,
+};
+
+// Checks the settings (each integer within bounds that keep all arithmetic on
+// it exact), --out_dir writable and, at launch, the inputs. Throws
 // std::invalid_argument with a message fit for "error: ...".
 void ValidateConfig(const TrainConfig& config, int world_size,
-                    int data_rank = -1);
+                    ValidationScope scope = ValidationScope::kLaunch);
+
+// --resume: the latest checkpoint must be this job's (JobDescription) and,
+// with every_part, hold every rank's part (a rank reads its own as it
+// resumes).
+void CheckResumable(const TrainConfig& config, int world_size,
+                    int64_t dataset_size, bool every_part = true);
 
 // Collective, like DDP's constructor: every rank checks that all run the same
 // job on data sets of the same size, and all fail together, with the same

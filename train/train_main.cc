@@ -210,10 +210,10 @@ int RunThisRank(const TrainConfig& config) {
   const auto rendezvous = comm::Rendezvous::Join(job, config.timeout);
   const comm::RankContext& context = rendezvous->context();
   // Under a foreign launcher (torchrun-style, mpirun) nothing was checked
-  // yet; under ours this repeats the launcher's cheap checks. Each rank reads
-  // its own data set only: a different size on another rank is caught by
-  // the agreement check once all have started.
-  ValidateConfig(config, context.world_size, /*data_rank=*/context.rank);
+  // yet; under ours this repeats the launcher's checks of the settings. The
+  // rank checks its inputs as it reads them, once (RunRank); a different
+  // data-set size on another rank is caught by the agreement check.
+  ValidateConfig(config, context.world_size, ValidationScope::kRank);
   ValidateFaultInjection(Faults(), context.world_size);
   size_t hosts = 0;
   const std::string where = comm::DescribeHosts(context.hosts, &hosts);

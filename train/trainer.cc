@@ -218,6 +218,9 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   std::vector<float> params = InitialParams(config, layout, generator);
   const TrainingData data = LoadTrainingData(config, layout, rank, generator);
 
+  if (config.resume) {
+    CheckResumable(config, world_size, data.train.size, /*every_part=*/false);
+  }
   // Before the agreement check, a collective no rank passes before rank 0.
   if (rank == 0 && !config.out_dir.empty()) {
     PrepareCheckpoints(config, world_size, data.train.size);
