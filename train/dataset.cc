@@ -42,11 +42,27 @@ DataFiles FindDataFiles(const std::string& data_dir, int rank) {
 
 }  // namespace
 
-int64_t NpyDatasetSize(const std::string& data_dir, int rank, int features) {
+namespace {
+
+void CheckLabels(const std::vector<int64_t>& labels, int classes,
+                 const std::string& path) {
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < 0 || labels[i] >= classes) {
+      throw std::invalid_argument(
+          path + ": label " + std::to_string(labels[i]) + " at index " +
+          std::to_string(i) + " is not a class of the model (0.." +
+          std::to_string(classes - 1) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+int64_t CheckNpyDataset(const std::string& data_dir, int rank, int features,
+                        int classes) {
   const DataFiles files = FindDataFiles(data_dir, rank);
   try {
     const io::NpyHeader x = io::ReadNpyHeader(files.x);
-    const io::NpyHeader y = io::ReadNpyHeader(files.y);
     if (x.dtype != io::NpyDtype::kFloat32 || x.shape.size() != 2 ||
         x.shape[1] != features) {
       throw std::invalid_argument(files.x + ": expected float32 of shape (n, " +
@@ -54,13 +70,13 @@ int64_t NpyDatasetSize(const std::string& data_dir, int rank, int features) {
                                   io::NpyDtypeName(x.dtype) + " " +
                                   io::ShapeToString(x.shape));
     }
-    if (y.dtype != io::NpyDtype::kInt64 || y.shape.size() != 1 ||
-        y.shape[0] != x.shape[0]) {
-      throw std::invalid_argument(files.y + ": expected int64 of shape (" +
-                                  std::to_string(x.shape[0]) + ",), found " +
-                                  io::NpyDtypeName(y.dtype) + " " +
-                                  io::ShapeToString(y.shape));
+    const std::vector<int64_t> y = io::ReadInt64Vector(files.y);
+    if (static_cast<int64_t>(y.size()) != x.shape[0]) {
+      throw std::invalid_argument(files.y + ": " + std::to_string(y.size()) +
+                                  " labels for " + std::to_string(x.shape[0]) +
+                                  " samples in " + files.x);
     }
+    CheckLabels(y, classes, files.y);
     return x.shape[0];
   } catch (const io::NpyError& e) {
     throw std::invalid_argument(e.what());
@@ -112,14 +128,7 @@ Dataset LoadDataset(const std::string& data_dir, int rank, int features,
                                 " labels for " + std::to_string(rows) +
                                 " samples in " + x_path);
   }
-  for (size_t i = 0; i < data.y.size(); ++i) {
-    if (data.y[i] < 0 || data.y[i] >= classes) {
-      throw std::invalid_argument(
-          y_path + ": label " + std::to_string(data.y[i]) + " at index " +
-          std::to_string(i) + " is not a class of the model (0.." +
-          std::to_string(classes - 1) + ")");
-    }
-  }
+  CheckLabels(data.y, classes, y_path);
   data.size = rows;
   data.features = features;
   data.source = x_path + ", " + y_path;

@@ -36,9 +36,11 @@ Dataset MakeSyntheticDataset(int64_t size, int features, int classes,
 Dataset LoadDataset(const std::string& data_dir, int rank, int features,
                     int classes);
 
-// What LoadDataset would find, from the files' headers only (dtypes, shapes,
-// sizes; labels are not read): the number of samples.
-int64_t NpyDatasetSize(const std::string& data_dir, int rank, int features);
+// What LoadDataset checks, reading the features' header only (dtype, shape,
+// size) and the labels (small: one int64 per sample) in full: the number of
+// samples. For a launcher, before any rank reads the data.
+int64_t CheckNpyDataset(const std::string& data_dir, int rank, int features,
+                        int classes);
 
 }  // namespace ringlab::train
 

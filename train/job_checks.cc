@@ -139,8 +139,8 @@ int64_t DatasetSize(const TrainConfig& config, int world_size,
   const bool per_rank = fs::exists(config.data_dir + "/data_rank0.npy");
   int64_t size = -1;
   for (int rank = 0; rank < (per_rank ? std::max(world_size, 1) : 1); ++rank) {
-    const int64_t rows =
-        NpyDatasetSize(config.data_dir, rank, layout.in_features());
+    const int64_t rows = CheckNpyDataset(
+        config.data_dir, rank, layout.in_features(), layout.num_classes());
     if (size >= 0 && rows != size) {
       throw std::invalid_argument(
           "--data_dir " + config.data_dir + ": rank " + std::to_string(rank) +
