@@ -114,14 +114,12 @@ TEST(SynchronizerTest, RejectsBadNamesAndOptions) {
   auto model = nn::CreateMlp(nn::Device::kCpu, nn::MlpLayout({2, 2}));
   EXPECT_THROW(CreateSynchronizer("ddp", comm, *model, {}),
                std::invalid_argument);
-  EXPECT_THROW(CreateSynchronizer("param_avg", comm, *model, {0, 0}),
-               std::invalid_argument);
-  EXPECT_THROW(CreateSynchronizer("param_avg", comm, *model, {1, -1}),
-               std::invalid_argument);
+  EXPECT_THROW(ValidateSync("ddp", {}), std::invalid_argument);
+  EXPECT_THROW(ValidateSync("param_avg", {0, 0}), std::invalid_argument);
+  EXPECT_THROW(ValidateSync("param_avg", {1, -1}), std::invalid_argument);
   SyncOptions no_cap;
   no_cap.bucket_cap_bytes = 0;
-  EXPECT_THROW(CreateSynchronizer("allreduce", comm, *model, no_cap),
-               std::invalid_argument);
+  EXPECT_THROW(ValidateSync("allreduce", no_cap), std::invalid_argument);
 }
 
 }  // namespace

@@ -31,6 +31,8 @@ TEST(TrainCliTest, BadFlagsAreOneErrorLineAndStatusTwo) {
   ExpectUsageError(RunTrain("--sync=ring"), "--sync=ring");
   ExpectUsageError(RunTrain("--comm=carrier_pigeon"), "carrier_pigeon");
   ExpectUsageError(RunTrain("--device=tpu"), "--device=tpu");
+  ExpectUsageError(RunTrain("--device=cuda:x"), "--device=cuda:x");
+  ExpectUsageError(RunTrain("--device=cuda:-1"), "--device=cuda:-1");
   ExpectUsageError(RunTrain("--batch_size=0"), "--batch_size");
   ExpectUsageError(RunTrain("--timeout=-1"), "--timeout");
   ExpectUsageError(RunTrain("--comm=mpi"), "mpirun");
@@ -38,6 +40,23 @@ TEST(TrainCliTest, BadFlagsAreOneErrorLineAndStatusTwo) {
   ExpectUsageError(RunTrain("--flagfile=/nonexistent"), "not supported");
   ExpectUsageError(RunTrain("--epochs=2000000000"), "--epochs");
   ExpectUsageError(RunTrain("--resume"), "--out_dir");
+}
+
+// The launcher asks a forked child about GPUs (it never creates a CUDA
+// context itself): without one, --device=cuda is one error line before any
+// rank starts; with one, a device index beyond the machine's is.
+TEST(TrainCliTest, CudaDevicesAreCheckedBeforeAnyRankStarts) {
+  const CommandResult any = RunTrain("--device=cuda --quiet --epochs=1");
+  if (any.status == 0) {
+    ExpectUsageError(RunTrain("--device=cuda:9999"), "cuda:9999");
+    return;
+  }
+  if (any.err.find("built without CUDA") != std::string::npos) {
+    ExpectUsageError(any, "built without CUDA");
+    return;
+  }
+  ExpectUsageError(any, "no usable device");
+  ExpectUsageError(RunTrain("--device=cuda:1"), "no usable device");
 }
 
 // Every integer flag is bounded so that no arithmetic on it can overflow;

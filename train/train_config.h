@@ -22,6 +22,9 @@ struct TrainConfig {
   std::string sync = "allreduce";
   std::string comm = "shm_ring";
   nn::Device device = nn::Device::kCpu;
+  // With kCuda, the GPU every rank of this process uses (--device=cuda:N); -1:
+  // LOCAL_RANK modulo the machine's GPUs (rank_device.h).
+  int cuda_device = -1;
   int64_t epochs = 10;
   float lr = 0.01f;
   int64_t batch_size = 64;

@@ -32,6 +32,7 @@
 #include "comm/rendezvous.h"
 #include "comm/tuning_env.h"
 #include "nn/mlp.h"
+#include "train/rank_device.h"
 #include "train/trainer.h"
 
 DEFINE_int32(nprocs, 2,
@@ -43,7 +44,8 @@ DEFINE_string(sync, "allreduce",
 DEFINE_string(comm, "shm_ring",
               "shm_ring | gloo | mpi | nccl | ipc_ring | ipc_ring_threads "
               "(ranks as threads of this process on one GPU)");
-DEFINE_string(device, "cpu", "cpu | cuda");
+DEFINE_string(device, "cpu",
+              "cpu | cuda (each rank: LOCAL_RANK modulo the GPUs) | cuda:N");
 DEFINE_int64(epochs, 10, "passes over each rank's share of the data");
 DEFINE_double(lr, 0.01, "SGD learning rate");
 DEFINE_int64(batch_size, 64,
@@ -112,8 +114,23 @@ namespace {
 
 constexpr char kThreads[] = "ipc_ring_threads";
 
-bool GpuMemoryComm(const std::string& comm) {
-  return comm == "nccl" || comm == "ipc_ring" || comm == kThreads;
+// --device=cpu | cuda | cuda:N.
+void ParseDevice(const std::string& text, TrainConfig* c) {
+  const std::string prefix = "cuda:";
+  if (text == "cpu") {
+    c->device = nn::Device::kCpu;
+  } else if (text == "cuda") {
+    c->device = nn::Device::kCuda;
+  } else if (text.rfind(prefix, 0) == 0 && text.size() > prefix.size() &&
+             text.size() <= prefix.size() + 4 &&
+             text.find_first_not_of("0123456789", prefix.size()) ==
+                 std::string::npos) {
+    c->device = nn::Device::kCuda;
+    c->cuda_device = std::stoi(text.substr(prefix.size()));
+  } else {
+    throw std::invalid_argument("unknown --device=" + text +
+                                " (expected cpu, cuda or cuda:N)");
+  }
 }
 
 // The testing flags' fault, kept out of the job's configuration.
@@ -130,14 +147,7 @@ TrainConfig ConfigFromFlags() {
   c.model = FLAGS_model;
   c.sync = FLAGS_sync;
   c.comm = FLAGS_comm;
-  if (FLAGS_device == "cpu") {
-    c.device = nn::Device::kCpu;
-  } else if (FLAGS_device == "cuda") {
-    c.device = nn::Device::kCuda;
-  } else {
-    throw std::invalid_argument("unknown --device=" + FLAGS_device +
-                                " (expected cpu or cuda)");
-  }
+  ParseDevice(FLAGS_device, &c);
   c.epochs = FLAGS_epochs;
   c.lr = static_cast<float>(FLAGS_lr);
   c.batch_size = FLAGS_batch_size;
@@ -178,10 +188,6 @@ TrainConfig ConfigFromFlags() {
   }
   c.timeout = std::chrono::milliseconds(
       static_cast<int64_t>(FLAGS_timeout * 1000.0 + 0.5));
-  if (GpuMemoryComm(c.comm) && c.device != nn::Device::kCuda) {
-    throw std::invalid_argument("--comm=" + c.comm +
-                                " works on GPU memory: add --device=cuda");
-  }
   if (FLAGS_nprocs < 1 || FLAGS_nprocs > 256) {
     throw std::invalid_argument("--nprocs must be in [1, 256]");
   }
@@ -223,6 +229,11 @@ int RunThisRank(const TrainConfig& config) {
     std::fflush(stdout);
   }
   options.local_rank = context.local_rank;
+  // This rank's GPU, before its communicator and model exist, for both.
+  if (config.device == nn::Device::kCuda) {
+    options.cuda_device =
+        SelectRankDevice(config.cuda_device, context.local_rank);
+  }
   auto communicator = comm::CreateCommunicator(config.comm, context, options);
   RunRank(config, *communicator, Faults());
   return 0;
@@ -250,6 +261,8 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
       [&](const comm::RankContext& context) {
         comm::CommOptions mine = options;
         mine.local_rank = context.local_rank;
+        // Every rank thread on the one device, current on its own thread.
+        mine.cuda_device = SelectRankDevice(std::max(config.cuda_device, 0), 0);
         auto communicator =
             comm::CreateCommunicator(config.comm, context, mine);
         RunRank(config, *communicator);
@@ -309,6 +322,9 @@ int Main(int argc, char** argv) {
         return RunRanksAsThreads(config, FLAGS_nprocs);
       }
       ValidateConfig(config, FLAGS_nprocs);  // before any rank starts
+      if (config.device == nn::Device::kCuda) {
+        CheckDevicesFromLauncher(config.cuda_device);
+      }
       ValidateFaultInjection(Faults(), FLAGS_nprocs);
       comm::LaunchOptions launch;
       // One BLAS thread per rank, as PyTorch's launchers set OMP_NUM_THREADS=1:

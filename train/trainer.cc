@@ -209,8 +209,9 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
   if (comm.memory() == comm::MemoryKind::kDevice &&
       config.device != nn::Device::kCuda) {
-    throw std::invalid_argument(std::string("--comm=") + comm.backend() +
-                                " works on GPU memory: add --device=cuda");
+    // ValidateConfig says it in the CLI's terms; this guards other callers.
+    throw std::invalid_argument(std::string("a CPU model cannot train over ") +
+                                comm.backend() + ", which reduces GPU memory");
   }
 
   torch_compat::TorchGenerator generator(config.seed +
