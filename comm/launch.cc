@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/job_secret.h"
@@ -280,6 +282,23 @@ Failure ReapRound(Ranks& ranks, bool terminating, int* running) {
   return blamed;
 }
 
+// A rank that exits with an error status is often a survivor reporting a
+// peer that was killed, and the killed one may not be waitable yet: a
+// multi-threaded process closes its files (so its peers see it gone) before
+// its last thread has exited. Before blaming an exit status, waits briefly
+// for a signal death among the others.
+Failure PreferSignalDeath(Ranks& ranks, Failure failed, int* running) {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (!failed.signaled && *running > 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const Failure more = ReapRound(ranks, /*terminating=*/false, running);
+    if (more.rank >= 0 && more.signaled) return more;
+  }
+  return failed;
+}
+
 // "error: rank R ..." for a failure, and the status LaunchRanks returns.
 std::string Describe(const Failure& f, int* exit_status) {
   if (f.signaled) {
@@ -314,8 +333,9 @@ std::string Supervise(Ranks& ranks, std::chrono::milliseconds grace,
   };
   while (running > 0) {
     ForwardOutput(ranks.streams);
-    const Failure failed = ReapRound(ranks, terminating, &running);
+    Failure failed = ReapRound(ranks, terminating, &running);
     if (failed.rank >= 0) {
+      failed = PreferSignalDeath(ranks, failed, &running);
       int status = 0;
       const std::string why = Describe(failed, &status);
       terminate(SIGTERM, why, status);

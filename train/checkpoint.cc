@@ -13,10 +13,14 @@
 #include <stdexcept>
 
 #include "io/atomic_file.h"
+#include "io/dirs.h"
 #include "io/npy.h"
 #include "nn/params_io.h"
 
 namespace ringlab::train {
+
+using io::FsyncDirectory;
+using io::MakeDirs;
 namespace {
 
 namespace fs = std::filesystem;
@@ -41,19 +45,6 @@ std::optional<int64_t> StepOfDirectory(const std::string& name) {
   return step;
 }
 
-// Makes a directory's entries (files created, renamed or removed in it)
-// durable.
-void FsyncDirectory(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || fsync(fd) != 0) {
-    const int error = errno;
-    if (fd >= 0) close(fd);
-    throw std::runtime_error("cannot fsync directory " + path + ": " +
-                             std::strerror(error));
-  }
-  close(fd);
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument("cannot read " + path);
@@ -63,31 +54,6 @@ std::string ReadFile(const std::string& path) {
 }
 
 }  // namespace
-
-void MakeDirs(const std::string& path) {
-  std::error_code error;
-  fs::create_directories(path, error);
-  if (error || !fs::is_directory(path)) {
-    throw std::invalid_argument("cannot create directory " + path + ": " +
-                                (error ? error.message() : "not a directory"));
-  }
-}
-
-std::string StepRecordsToCsv(const std::vector<StepRecord>& records, int rank,
-                             bool header) {
-  std::string text =
-      header ? "rank,epoch,step,loss,step_ms,comm_ms,bytes_sent\n" : "";
-  char line[256];
-  for (const StepRecord& r : records) {
-    // %.9g round-trips a float exactly.
-    std::snprintf(line, sizeof(line), "%d,%lld,%lld,%.9g,%.6f,%.6f,%llu\n",
-                  rank, static_cast<long long>(r.epoch),
-                  static_cast<long long>(r.step), r.loss, r.step_ms, r.comm_ms,
-                  static_cast<unsigned long long>(r.bytes_sent));
-    text += line;
-  }
-  return text;
-}
 
 void WriteRankCheckpoint(const std::string& dir, int rank,
                          const nn::MlpLayout& layout,
@@ -195,25 +161,8 @@ RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
   } catch (const io::NpyError& e) {
     throw std::invalid_argument(e.what());
   }
-  std::istringstream lines(ReadFile(rank_dir + "/history.csv"));
-  std::string line;
-  std::getline(lines, line);  // header
-  while (std::getline(lines, line)) {
-    StepRecord r;
-    int file_rank = 0;
-    long long epoch = 0, step = 0;
-    unsigned long long bytes = 0;
-    if (std::sscanf(line.c_str(), "%d,%lld,%lld,%g,%lf,%lf,%llu", &file_rank,
-                    &epoch, &step, &r.loss, &r.step_ms, &r.comm_ms,
-                    &bytes) != 7) {
-      throw std::invalid_argument(rank_dir + "/history.csv: bad line '" + line +
-                                  "'");
-    }
-    r.epoch = epoch;
-    r.step = step;
-    r.bytes_sent = bytes;
-    checkpoint.history.push_back(r);
-  }
+  checkpoint.history = StepRecordsFromCsv(ReadFile(rank_dir + "/history.csv"),
+                                          rank_dir + "/history.csv");
   if (static_cast<int64_t>(checkpoint.history.size()) != next_step) {
     throw std::invalid_argument(rank_dir + "/history.csv holds " +
                                 std::to_string(checkpoint.history.size()) +

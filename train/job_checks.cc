@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/gather_strings.h"
+#include "io/dirs.h"
 #include "io/npy.h"
 #include "nn/params_io.h"
 #include "train/checkpoint.h"
@@ -286,7 +287,7 @@ void ValidateConfig(const TrainConfig& config, int world_size,
     }
   }
   if (!config.out_dir.empty()) {
-    MakeDirs(config.out_dir);
+    io::MakeDirs(config.out_dir);
     const std::string probe = config.out_dir + "/.ringlab-write-probe";
     FILE* file = std::fopen(probe.c_str(), "wb");
     if (file == nullptr || std::fclose(file) != 0) {

@@ -9,6 +9,7 @@
 
 #include "comm/gather_strings.h"
 #include "io/atomic_file.h"
+#include "io/dirs.h"
 #include "nn/params_io.h"
 #include "train/trace.h"
 
@@ -62,7 +63,7 @@ void ReplaceParamsDir(const std::string& final_dir, const nn::MlpLayout& layout,
   std::error_code error;
   fs::remove_all(fresh, error);
   fs::remove_all(old, error);
-  MakeDirs(fresh);
+  io::MakeDirs(fresh);
   nn::SaveParams(fresh, layout, params.data());
   if (fs::exists(final_dir)) fs::rename(final_dir, old, error);
   fs::rename(fresh, final_dir, error);
