@@ -32,26 +32,24 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/allreduce_rows.h"
+#include "bench/backend_variants.h"
+#include "bench/benchmark_flags.h"
 #include "benchmark/benchmark.h"
+#include "cli/usage_error.h"
 #ifdef RINGLAB_WITH_CUDA
-#include <cuda_runtime_api.h>
-
 #include "bench/gpu_threads_bench.h"
 #include "comm/rank_threads.h"
 #endif
-#include "bench/rank_output.h"
 #include "comm/communicator.h"
 #include "comm/launch.h"
 #include "comm/rendezvous.h"
-#include "comm/shm_kernels.h"
+#include "comm/tuning.h"
+#include "comm/tuning_env.h"
 
 DEFINE_int32(nprocs, 2, "ranks to launch when not already a rank");
 DEFINE_string(backends, "",
@@ -80,229 +78,6 @@ namespace ringlab::bench {
 namespace {
 
 using comm::Communicator;
-using comm::ReduceOp;
-using Clock = std::chrono::steady_clock;
-
-struct Result {
-  double loop_s = 0;            // per op in the timed loop, max over ranks
-  double p50_s = 0, p90_s = 0;  // per op after a barrier, max over ranks
-  int64_t wrong = 0;
-};
-
-// (row label, bytes) -> result, filled on every rank, printed by rank 0.
-std::map<std::pair<std::string, int64_t>, Result>& Results() {
-  static auto* r = new std::map<std::pair<std::string, int64_t>, Result>;
-  return *r;
-}
-
-// Few iterations for big messages, many for small: each size costs about the
-// same, and the count is fixed, so no rank can decide to run one more.
-int64_t IterationsFor(int64_t bytes) {
-  return std::clamp<int64_t>(
-      (int64_t{256} << 20) / std::max<int64_t>(bytes, 1) / 4, 5,
-      FLAGS_max_iters);
-}
-
-// Small integers as nccl-tests: every sum is exact, so a result is either
-// exactly right or wrong.
-float Input(int rank, size_t i) {
-  return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 61) - 30);
-}
-
-// Times of this op on every rank -> the slowest (untimed exchange).
-double MaxOverRanks(Communicator& comm, double seconds) {
-  std::vector<float> all(comm.world_size(), 0.0f);
-  all[comm.rank()] = static_cast<float>(seconds);
-  comm.AllReduce(all.data(), all.size(), ReduceOp::kSum);
-  return *std::max_element(all.begin(), all.end());
-}
-
-void CudaCheck(bool ok, const char* what) {
-  if (!ok) throw std::runtime_error(std::string("CUDA: ") + what + " failed");
-}
-
-// The buffer a backend works on: host memory (its own, or memory the backend
-// allocated), or device memory for the GPU backends (builds with CUDA).
-class Buffer {
- public:
-  Buffer(comm::MemoryKind kind, size_t count, float* allocated = nullptr)
-      : kind_(kind), count_(count) {
-    if (allocated != nullptr) {
-      ptr_ = allocated;
-      return;
-    }
-    if (kind_ == comm::MemoryKind::kHost) {
-      host_.resize(count);
-      ptr_ = host_.data();
-      return;
-    }
-#ifdef RINGLAB_WITH_CUDA
-    CudaCheck(
-        cudaMalloc(reinterpret_cast<void**>(&ptr_),
-                   std::max<size_t>(count, 1) * sizeof(float)) == cudaSuccess,
-        "cudaMalloc");
-    owned_device_ = true;
-#else
-    throw std::runtime_error("device buffers need a build with CUDA");
-#endif
-  }
-  ~Buffer() {
-#ifdef RINGLAB_WITH_CUDA
-    if (owned_device_) cudaFree(ptr_);
-#endif
-  }
-  float* data() { return ptr_; }
-  void Upload(const std::vector<float>& v) {
-    if (kind_ == comm::MemoryKind::kHost) {
-      std::copy(v.begin(), v.end(), ptr_);
-      return;
-    }
-#ifdef RINGLAB_WITH_CUDA
-    CudaCheck(cudaMemcpy(ptr_, v.data(), count_ * sizeof(float),
-                         cudaMemcpyHostToDevice) == cudaSuccess,
-              "cudaMemcpy to the device");
-#endif
-  }
-  void Download(std::vector<float>* v) {
-    if (kind_ == comm::MemoryKind::kHost) {
-      v->assign(ptr_, ptr_ + count_);
-      return;
-    }
-#ifdef RINGLAB_WITH_CUDA
-    CudaCheck(cudaMemcpy(v->data(), ptr_, count_ * sizeof(float),
-                         cudaMemcpyDeviceToHost) == cudaSuccess,
-              "cudaMemcpy from the device");
-#endif
-  }
-  // The op is only done when the device is: part of its time.
-  void Sync() {
-#ifdef RINGLAB_WITH_CUDA
-    if (kind_ == comm::MemoryKind::kDevice) {
-      CudaCheck(cudaDeviceSynchronize() == cudaSuccess,
-                "cudaDeviceSynchronize");
-    }
-#endif
-  }
-
- private:
-  comm::MemoryKind kind_;
-  size_t count_;
-  std::vector<float> host_;
-  float* ptr_ = nullptr;
-  bool owned_device_ = false;
-};
-
-// Wrong elements after one op on exact-sum inputs, summed over the ranks
-// (through the host backend, in two parts that floats hold exactly).
-int64_t CountWrong(Communicator* comm, Communicator* timer, Buffer& buffer,
-                   size_t count) {
-  const int rank = comm->rank(), world = comm->world_size();
-  std::vector<float> host(count);
-  for (size_t i = 0; i < count; ++i) host[i] = Input(rank, i);
-  buffer.Upload(host);
-  comm->AllReduce(buffer.data(), count, ReduceOp::kSum);
-  buffer.Sync();
-  buffer.Download(&host);
-  int64_t wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    float want = 0;
-    for (int r = 0; r < world; ++r) want += Input(r, i);
-    wrong += host[i] != want;
-  }
-  float parts[2] = {static_cast<float>(wrong >> 16),
-                    static_cast<float>(wrong & 0xffff)};
-  timer->AllReduce(parts, 2, ReduceOp::kSum);
-  return (static_cast<int64_t>(parts[0]) << 16) +
-         static_cast<int64_t>(parts[1]);
-}
-
-double Percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
-}
-
-// comm runs the op; timer (a host-memory backend) exchanges the times.
-// Timed ops reduce zeros: a sum that stays finite however many ops run back
-// to back (the arithmetic costs the same for any finite value).
-void BM_AllReduce(benchmark::State& state, Communicator* comm,
-                  Communicator* timer, const std::string& row, int64_t bytes,
-                  float* allocated) {
-  const size_t count = static_cast<size_t>(bytes) / sizeof(float);
-  const int world = comm->world_size();
-  Buffer buffer(comm->memory(), count, allocated);
-  buffer.Upload(std::vector<float>(count, 0.0f));
-  auto op = [&] {
-    comm->AllReduce(buffer.data(), count, ReduceOp::kSum);
-    buffer.Sync();
-  };
-  for (int i = 0; i < FLAGS_warmup_iters; ++i) op();
-  const int64_t iters = IterationsFor(bytes);
-  Result result;
-  for (auto _ : state) {
-    comm->Barrier();
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < iters; ++i) op();
-    const double loop =
-        std::chrono::duration<double>(Clock::now() - t0).count();
-    result.loop_s = MaxOverRanks(*timer, loop / static_cast<double>(iters));
-    state.SetIterationTime(result.loop_s);
-  }
-  std::vector<double> samples;
-  for (int i = 0; i < FLAGS_samples; ++i) {
-    comm->Barrier();
-    const auto t0 = Clock::now();
-    op();
-    samples.push_back(MaxOverRanks(
-        *timer, std::chrono::duration<double>(Clock::now() - t0).count()));
-  }
-  result.p50_s = Percentile(samples, 0.5);
-  result.p90_s = Percentile(samples, 0.9);
-  result.wrong = CountWrong(comm, timer, buffer, count);
-  const double algbw = static_cast<double>(bytes) / result.loop_s / 1e9;
-  state.counters["time_us"] = result.loop_s * 1e6;
-  state.counters["p50_us"] = result.p50_s * 1e6;
-  state.counters["p90_us"] = result.p90_s * 1e6;
-  state.counters["algbw_GBps"] = algbw;
-  state.counters["busbw_GBps"] = algbw * 2.0 * (world - 1) / world;
-  state.counters["wrong"] = static_cast<double>(result.wrong);
-  Results()[{row, bytes}] = result;
-}
-
-// The floor (see the top of this file), every rank at once: ReduceIntoAll
-// over world_size buffers of this rank's (its segment: S read, S written),
-// after, for a private buffer, one copy of S into them.
-void BM_Floor(benchmark::State& state, Communicator* timer, int64_t bytes,
-              bool registered) {
-  const size_t count = static_cast<size_t>(bytes) / sizeof(float);
-  const int world = timer->world_size(), rank = timer->rank();
-  std::vector<std::vector<float>> buffers(world,
-                                          std::vector<float>(count, 1.0f));
-  std::vector<float> input(registered ? 0 : count, 1.0f);
-  std::vector<float*> slots;
-  for (auto& b : buffers) slots.push_back(b.data());
-  const size_t seg = (count + world - 1) / world;
-  const size_t a = std::min(count, rank * seg), b = std::min(count, a + seg);
-  const int64_t iters = IterationsFor(bytes);
-  auto moves = [&] {
-    if (!registered) comm::shm::CopyFloats(slots[rank], input.data(), count);
-    comm::shm::ReduceIntoAll(slots, a, b, 0.0f);
-  };
-  moves();
-  double per_op = 0;
-  for (auto _ : state) {
-    timer->Barrier();
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < iters; ++i) moves();
-    benchmark::ClobberMemory();
-    const double loop =
-        std::chrono::duration<double>(Clock::now() - t0).count();
-    per_op = MaxOverRanks(*timer, loop / static_cast<double>(iters));
-    state.SetIterationTime(per_op);
-  }
-  state.counters["time_us"] = per_op * 1e6;
-  Results()[{registered ? "floor_registered" : "floor_private", bytes}] =
-      Result{per_op, per_op, per_op, 0};
-}
 
 class NullReporter : public benchmark::BenchmarkReporter {
  public:
@@ -310,95 +85,12 @@ class NullReporter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>&) override {}
 };
 
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-// "shm_ring:oneshot=0:chunk=65536" -> creates shm_ring with those settings.
-std::unique_ptr<Communicator> CreateVariant(const std::string& spec,
-                                            const comm::RankContext& context,
-                                            const comm::CommOptions& options) {
-  std::vector<std::string> parts = Split(spec, ':');
-  std::vector<std::string> set;
-  for (size_t i = 1; i < parts.size(); ++i) {
-    auto eq = parts[i].find('=');
-    std::string key = parts[i].substr(0, eq);
-    std::string var = key == "oneshot"  ? "RINGLAB_SHM_ONESHOT_BYTES"
-                      : key == "chunk"  ? "RINGLAB_SHM_CHUNK_BYTES"
-                      : key == "stream" ? "RINGLAB_SHM_STREAM_STORES"
-                      : key == "stage"  ? "RINGLAB_SHM_STAGE_BYTES"
-                      : key == "ring"   ? "RINGLAB_SHM_RING_BYTES"
-                      : key == "check"  ? "RINGLAB_MPI_CHECK_CALLS"
-                                        : "";
-    if (var.empty() || eq == std::string::npos) {
-      throw std::invalid_argument("unknown backend option '" + parts[i] +
-                                  "' in " + spec);
-    }
-    setenv(var.c_str(), parts[i].substr(eq + 1).c_str(), 1);
-    set.push_back(var);
-  }
-  std::unique_ptr<Communicator> c;
-  try {
-    c = comm::CreateCommunicator(parts.at(0), context, options);
-  } catch (...) {
-    for (const std::string& v : set) unsetenv(v.c_str());
-    throw;
-  }
-  for (const std::string& v : set) unsetenv(v.c_str());
-  return c;
-}
-
-void PrintTables(const std::vector<std::string>& rows, int world) {
-  std::printf(
-      "\n# nccl-tests style: allreduce, float, sum, %d ranks; time = timed "
-      "loop / ops, p50 and p90 of ops after a barrier; all max over ranks\n",
-      world);
-  std::vector<int64_t> sizes;
-  for (const auto& [key, r] : Results()) sizes.push_back(key.second);
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  auto floor_of = [](const std::string& row, int64_t bytes) {
-    const bool registered = row.rfind("allreduce_registered/", 0) == 0;
-    auto f = Results().find(
-        {registered ? "floor_registered" : "floor_private", bytes});
-    return f == Results().end() ? 0.0 : f->second.loop_s;
-  };
-  for (const std::string& row : rows) {
-    std::printf("\n# %s\n%12s %12s %10s %10s %10s %8s %8s %7s %7s\n",
-                row.c_str(), "size(B)", "count", "time(us)", "p50(us)",
-                "p90(us)", "algbw", "busbw", "#wrong", "xfloor");
-    for (int64_t bytes : sizes) {
-      auto it = Results().find({row, bytes});
-      if (it == Results().end()) continue;
-      const Result& r = it->second;
-      const double algbw = bytes / r.loop_s / 1e9;
-      const double floor_s = floor_of(row, bytes);
-      std::printf(
-          "%12lld %12lld %10.2f %10.2f %10.2f %8.3f %8.3f %7lld %7.2f\n",
-          static_cast<long long>(bytes), static_cast<long long>(bytes / 4),
-          r.loop_s * 1e6, r.p50_s * 1e6, r.p90_s * 1e6, algbw,
-          algbw * 2.0 * (world - 1) / world, static_cast<long long>(r.wrong),
-          floor_s > 0 ? r.loop_s / floor_s : 0.0);
-    }
-  }
-  std::printf(
-      "\n# floors (us): every rank at once; private = registered + "
-      "one copy of the buffer\n%12s %14s %14s\n",
-      "size(B)", "private", "registered");
-  for (int64_t bytes : sizes) {
-    auto p = Results().find({"floor_private", bytes});
-    auto r = Results().find({"floor_registered", bytes});
-    if (p == Results().end() || r == Results().end()) continue;
-    std::printf("%12lld %14.2f %14.2f\n", static_cast<long long>(bytes),
-                p->second.loop_s * 1e6, r->second.loop_s * 1e6);
-  }
-  std::fflush(stdout);
+RowOptions OptionsFromFlags() {
+  RowOptions o;
+  o.warmup_iters = FLAGS_warmup_iters;
+  o.max_iters = FLAGS_max_iters;
+  o.samples = FLAGS_samples;
+  return o;
 }
 
 // Flags a sweep cannot run with: one `error:` line, exit status 2.
@@ -419,6 +111,9 @@ std::string BadFlags() {
   if (FLAGS_nprocs < 1 || FLAGS_nprocs > 1024 || !(FLAGS_timeout_s > 0) ||
       FLAGS_timeout_s > 86400) {
     return "need 1 <= --nprocs <= 1024 and 0 < --timeout_s <= 86400";
+  }
+  if (FLAGS_threads < 0 || FLAGS_threads > 64) {
+    return "--threads must be in [0, 64]";
   }
   return "";
 }
@@ -445,15 +140,15 @@ struct Backend {
 
 std::vector<Backend> CreateBackends(const comm::RankContext& context,
                                     const comm::CommOptions& options) {
-  std::vector<std::string> specs = Split(FLAGS_backends, ',');
+  std::vector<std::string> specs = SplitList(FLAGS_backends, ',');
   if (specs.empty()) specs = comm::RegisteredCommunicators();
   const std::vector<std::string> registered =
-      Split(FLAGS_registered_backends, ',');
+      SplitList(FLAGS_registered_backends, ',');
   std::vector<Backend> backends;
   for (const std::string& spec : specs) {
     try {
       Backend b{spec, CreateVariant(spec, context, options)};
-      const std::string name = Split(spec, ':').at(0);
+      const std::string name = SplitList(spec, ':').at(0);
       if (std::find(registered.begin(), registered.end(), name) !=
           registered.end()) {
         b.allocated = b.comm->Allocate(static_cast<size_t>(FLAGS_max_bytes) /
@@ -474,6 +169,7 @@ std::vector<Backend> CreateBackends(const comm::RankContext& context,
 // The rows of the sweep, in the order they run; returns the row labels.
 std::vector<std::string> RegisterRows(std::vector<Backend>& backends,
                                       Communicator* timer) {
+  const RowOptions options = OptionsFromFlags();
   std::vector<std::string> rows;
   for (const Backend& b : backends) {
     rows.push_back("allreduce/" + b.label);
@@ -491,20 +187,22 @@ std::vector<std::string> RegisterRows(std::vector<Backend>& backends,
     if (FLAGS_floor) {
       for (bool reg : {false, true}) {
         add(reg ? "floor_registered" : "floor_private",
-            [=](benchmark::State& s) { BM_Floor(s, timer, bytes, reg); });
+            [=](benchmark::State& s) {
+              FloorRow(s, timer, bytes, reg, options);
+            });
       }
     }
     for (Backend& b : backends) {
       Communicator* c = b.comm.get();
       const std::string row = "allreduce/" + b.label;
       add(row, [=](benchmark::State& s) {
-        BM_AllReduce(s, c, timer, row, bytes, nullptr);
+        AllReduceRow(s, c, timer, row, bytes, nullptr, options);
       });
       if (b.allocated == nullptr) continue;
       const std::string reg_row = "allreduce_registered/" + b.label;
       float* memory = b.allocated;
       add(reg_row, [=](benchmark::State& s) {
-        BM_AllReduce(s, c, timer, reg_row, bytes, memory);
+        AllReduceRow(s, c, timer, reg_row, bytes, memory, options);
       });
     }
   }
@@ -515,11 +213,12 @@ std::vector<std::string> RegisterRows(std::vector<Backend>& backends,
 // allreduce_threads/<variant>/<bytes> against a device floor measured in the
 // same run (bench/gpu_threads_bench.h), and an nccl row saying why NCCL has
 // none (it refuses two ranks on one GPU).
-int RunThreads() {
+int RunThreads(const comm::IpcRingTuning& tuning) {
 #ifdef RINGLAB_WITH_CUDA
   ThreadsBenchOptions options;
+  options.tuning = tuning;
   options.ranks = FLAGS_threads;
-  const std::vector<std::string> variants = Split(FLAGS_backends, ',');
+  const std::vector<std::string> variants = SplitList(FLAGS_backends, ',');
   if (!variants.empty()) options.variants = variants;
   options.min_bytes = FLAGS_min_bytes;
   options.max_bytes = FLAGS_max_bytes;
@@ -528,37 +227,16 @@ int RunThreads() {
   options.floor = FLAGS_floor;
   return RunThreadsBench(options);
 #else
-  std::fprintf(stderr, "error: --threads needs a build with CUDA\n");
-  return 2;
+  (void)tuning;
+  cli::ExitWithUsageError("--threads needs a build with CUDA");
 #endif
 }
 
-int Main(int argc, char** argv) {
-#ifdef RINGLAB_WITH_CUDA
-  // Before anything starts CUDA: as many hardware queues as spinning ranks.
-  comm::PrepareProcessForRankThreads();
-#endif
-  std::vector<std::string> original(argv, argv + argc);
-  DropFileOutputUnlessRankZero(&argc, argv);
-  benchmark::Initialize(&argc, argv);
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  if (argc > 1) {
-    std::fprintf(stderr, "error: unexpected argument '%s'\n", argv[1]);
-    return 2;
-  }
-  if (const std::string bad = BadFlags(); !bad.empty()) {
-    std::fprintf(stderr, "error: %s\n", bad.c_str());
-    return 2;
-  }
-  if (FLAGS_threads < 0 || FLAGS_threads > 64) {
-    std::fprintf(stderr, "error: --threads must be in [0, 64]\n");
-    return 2;
-  }
-  if (FLAGS_threads > 0) return RunThreads();
-  if (!comm::Rendezvous::InLaunchedJob() && FLAGS_nprocs > 1) {
-    return comm::LaunchRanks(FLAGS_nprocs, original);
-  }
+// This rank's sweep: every backend that starts, the rows, rank 0's report.
+// tuning: the RINGLAB_* variables' (each backend spec's options over it).
+int RunRank(const comm::BackendTuning& tuning) {
   comm::CommOptions options;
+  options.tuning = tuning;
   options.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(FLAGS_timeout_s * 1000));
   options.join_timeout = options.timeout;
@@ -592,6 +270,38 @@ int Main(int argc, char** argv) {
   }
   benchmark::Shutdown();
   return 0;
+}
+
+int Main(int argc, char** argv) {
+#ifdef RINGLAB_WITH_CUDA
+  // Before anything starts CUDA: as many hardware queues as spinning ranks.
+  comm::PrepareProcessForRankThreads();
+#endif
+  const std::vector<std::string> original(argv, argv + argc);
+  ParseBenchmarkFlagsOrExit(
+      argc, argv,
+      "allreduce sweeps over every backend linked in, measured as nccl-tests "
+      "does (bench/allreduce_bench.cc says how)");
+  if (const std::string bad = BadFlags(); !bad.empty()) {
+    cli::ExitWithUsageError(bad);
+  }
+  comm::BackendTuning tuning;
+  try {
+    tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
+    // A spec that cannot apply is bad input, not a backend to skip.
+    if (FLAGS_threads == 0) {
+      for (const std::string& spec : SplitList(FLAGS_backends, ',')) {
+        VariantTuning(spec, tuning);
+      }
+    }
+  } catch (const std::invalid_argument& e) {
+    cli::ExitWithUsageError(e.what());
+  }
+  if (FLAGS_threads > 0) return RunThreads(tuning.ipc_ring);
+  if (!comm::Rendezvous::InLaunchedJob() && FLAGS_nprocs > 1) {
+    return comm::LaunchRanks(FLAGS_nprocs, original);
+  }
+  return RunRank(tuning);
 }
 
 }  // namespace

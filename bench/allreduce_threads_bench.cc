@@ -10,12 +10,15 @@
 #include <cstdio>
 #include <exception>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bench/benchmark_flags.h"
 #include "bench/gpu_threads_bench.h"
-#include "benchmark/benchmark.h"
+#include "cli/usage_error.h"
 #include "comm/rank_threads.h"
+#include "comm/tuning_env.h"
 
 DEFINE_int32(ranks, 2, "ranks, each a thread with its own stream");
 DEFINE_string(variants, "ipc_ring",
@@ -36,12 +39,10 @@ namespace {
 int Main(int argc, char** argv) {
   // Before anything starts CUDA: as many hardware queues as spinning ranks.
   comm::PrepareProcessForRankThreads();
-  benchmark::Initialize(&argc, argv);
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  if (argc > 1) {
-    std::fprintf(stderr, "error: unexpected argument '%s'\n", argv[1]);
-    return 2;
-  }
+  ParseBenchmarkFlagsOrExit(
+      argc, argv,
+      "allreduce with the ranks as threads of this process on one GPU "
+      "(ipc_ring_threads), against a device copy-and-add floor");
   ThreadsBenchOptions options;
   options.ranks = FLAGS_ranks;
   options.variants.clear();
@@ -55,20 +56,23 @@ int Main(int argc, char** argv) {
   options.timeout_s = FLAGS_timeout_s;
   options.floor = FLAGS_floor;
   options.cuda_device = FLAGS_cuda_device;
+  try {
+    options.tuning = comm::TuningFromEnvironment().ipc_ring;
+  } catch (const std::invalid_argument& e) {
+    cli::ExitWithUsageError(e.what());
+  }
   if (options.ranks < 1 || options.variants.empty() || options.min_bytes < 4 ||
       options.max_bytes < options.min_bytes || options.max_iterations < 1 ||
       !(options.timeout_s > 0)) {
-    std::fprintf(stderr,
-                 "error: need --ranks >= 1, a variant, 4 <= --min_bytes <= "
-                 "--max_bytes, --iters_cap >= 1 and --timeout_s > 0\n");
-    return 2;
+    cli::ExitWithUsageError(
+        "need --ranks >= 1, a variant, 4 <= --min_bytes <= --max_bytes, "
+        "--iters_cap >= 1 and --timeout_s > 0");
   }
   std::vector<std::pair<std::string, int64_t>> plan;
   try {
     plan = ThreadsBenchPlan(options);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    cli::ExitWithUsageError(e.what());
   }
   if (FLAGS_plan) {
     int64_t total = 0;

@@ -1,30 +1,38 @@
 // Time per training step of the document's run (Net 10,5,2, batch 50 per rank,
 // SGD 0.01, 2 ranks) for each synchroniser over shm_ring, next to a single
 // process's step: what synchronising gradients costs. Launches its own ranks
-// (--nprocs, default 2); rank 0 reports. Compare with PyTorch DDP in the same
-// session with bench/ddp_vs_pytorch.sh.
+// (--nprocs, default 2; --comm, default shm_ring); rank 0 reports. Compare with
+// PyTorch DDP in the same session with bench/ddp_vs_pytorch.sh.
 //
 // Each iteration: a barrier (untimed), then forward + backward + synchronise +
 // SGD, timed on every rank; the reported (manual) time is rank 0's, whose
 // allreduce cannot finish before every rank's has started.
 #include <benchmark/benchmark.h>
+#include <gflags/gflags.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
-#include "bench/rank_output.h"
+#include "bench/benchmark_flags.h"
+#include "cli/usage_error.h"
 #include "comm/communicator.h"
 #include "comm/launch.h"
 #include "comm/rendezvous.h"
+#include "comm/tuning_env.h"
 #include "nn/init.h"
 #include "nn/mlp.h"
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 #include "train/dataset.h"
 #include "train/synchronizer.h"
+
+DEFINE_int32(nprocs, 2, "ranks to launch (this machine, over --comm)");
+DEFINE_string(comm, "shm_ring", "the communicator the synchronisers use");
 
 namespace ringlab::bench {
 namespace {
@@ -40,7 +48,7 @@ struct Job {
   std::vector<int64_t> labels;
 
   Job() {
-    nn::TorchGenerator generator(0);
+    torch_compat::TorchGenerator generator(0);
     std::vector<float> params(layout.num_params());
     nn::InitLikeTorch(layout, generator, params.data());
     data = train::MakeSyntheticDataset(50, 10, 2, generator);
@@ -90,6 +98,22 @@ void BM_DdpStep(benchmark::State& state, const char* sync_name, int period) {
   RunSteps(state, sync_name, period);
 }
 
+void RegisterRows() {
+  benchmark::RegisterBenchmark("BM_SingleProcessStep", BM_SingleProcessStep)
+      ->UseManualTime()
+      ->Iterations(kIterations)
+      ->Unit(benchmark::kMicrosecond);
+  for (const auto& [name, sync, period] :
+       {std::tuple{"BM_DdpStep/allreduce", "allreduce", 1},
+        std::tuple{"BM_DdpStep/param_avg_K4", "param_avg", 4},
+        std::tuple{"BM_DdpStep/none", "none", 1}}) {
+    benchmark::RegisterBenchmark(name, BM_DdpStep, sync, period)
+        ->UseManualTime()
+        ->Iterations(kIterations)
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
 class SilentReporter : public benchmark::BenchmarkReporter {
  public:
   bool ReportContext(const Context&) override { return true; }
@@ -101,18 +125,18 @@ class SilentReporter : public benchmark::BenchmarkReporter {
 
 int main(int argc, char** argv) {
   using namespace ringlab;
-  int nprocs = 2;
-  std::string backend = "shm_ring";
-  std::vector<char*> rest = {argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg.rfind("--nprocs=", 0) == 0) {
-      nprocs = std::atoi(arg.c_str() + 9);
-    } else if (arg.rfind("--comm=", 0) == 0) {
-      backend = arg.substr(7);
-    } else {
-      rest.push_back(argv[i]);
-    }
+  bench::ParseBenchmarkFlagsOrExit(
+      argc, argv,
+      "time per training step of the document's run for each synchroniser, "
+      "next to a single process's step");
+  if (FLAGS_nprocs < 1 || FLAGS_nprocs > 1024) {
+    cli::ExitWithUsageError("--nprocs must be in [1, 1024]");
+  }
+  comm::CommOptions options;
+  try {
+    options.tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
+  } catch (const std::invalid_argument& e) {
+    cli::ExitWithUsageError(e.what());
   }
   try {
     if (!comm::Rendezvous::InLaunchedJob()) {
@@ -120,29 +144,13 @@ int main(int argc, char** argv) {
       // One BLAS thread per rank, as the trainer's launcher sets it.
       launch.env.push_back("OPENBLAS_NUM_THREADS=1");
       return comm::LaunchRanks(
-          nprocs, std::vector<std::string>(argv, argv + argc), launch);
+          FLAGS_nprocs, std::vector<std::string>(argv, argv + argc), launch);
     }
     const auto rendezvous = comm::Rendezvous::FromEnv(std::chrono::seconds(60));
-    auto communicator = comm::CreateCommunicator(backend, rendezvous->context(),
-                                                 comm::CommOptions{});
+    auto communicator =
+        comm::CreateCommunicator(FLAGS_comm, rendezvous->context(), options);
     bench::g_comm = communicator.get();
-    benchmark::RegisterBenchmark("BM_SingleProcessStep",
-                                 bench::BM_SingleProcessStep)
-        ->UseManualTime()
-        ->Iterations(bench::kIterations)
-        ->Unit(benchmark::kMicrosecond);
-    for (const auto& [name, sync, period] :
-         {std::tuple{"BM_DdpStep/allreduce", "allreduce", 1},
-          std::tuple{"BM_DdpStep/param_avg_K4", "param_avg", 4},
-          std::tuple{"BM_DdpStep/none", "none", 1}}) {
-      benchmark::RegisterBenchmark(name, bench::BM_DdpStep, sync, period)
-          ->UseManualTime()
-          ->Iterations(bench::kIterations)
-          ->Unit(benchmark::kMicrosecond);
-    }
-    int bench_argc = static_cast<int>(rest.size());
-    bench::DropFileOutputUnlessRankZero(&bench_argc, rest.data());
-    benchmark::Initialize(&bench_argc, rest.data());
+    bench::RegisterRows();
     if (communicator->rank() == 0) {
       benchmark::RunSpecifiedBenchmarks();
     } else {

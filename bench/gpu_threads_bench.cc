@@ -11,9 +11,13 @@
 
 #include "bench/device_floor.h"
 #include "bench/rank_thread_pool.h"
+#include "bench/sweep.h"
 #include "benchmark/benchmark.h"
 #include "comm/communicator.h"
 #include "comm/local_store.h"
+#include "comm/tuning_env.h"
+#include "cuda/device.h"
+#include "cuda/error.h"
 
 namespace ringlab::bench {
 namespace {
@@ -25,21 +29,11 @@ constexpr char kNcclWhy[] =
     "and has no ranks-as-threads mode; allreduce_bench --backends=nccl runs "
     "it at world size 1, or one process per GPU";
 
-void Ok(cudaError_t err, const std::string& what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(what + ": " + cudaGetErrorName(err) + " (" +
-                             cudaGetErrorString(err) + ")");
-  }
-}
-
-// Exact-sum inputs, as allreduce_bench and nccl-tests choose them.
-float Input(int rank, size_t i) {
-  return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 61) - 30);
-}
-
-// "ipc_ring:oneshot=0:chunk=65536" -> the RINGLAB_IPC_RING_* settings.
-std::vector<std::pair<std::string, std::string>> VariantEnv(
-    const std::string& spec) {
+// "ipc_ring:oneshot=0:chunk=65536" -> base with those settings, read as the
+// RINGLAB_IPC_RING_* variables are (comm/tuning_env.h: same numbers, same
+// ranges).
+comm::IpcRingTuning VariantTuning(const std::string& spec,
+                                  comm::IpcRingTuning base) {
   std::vector<std::string> parts;
   std::stringstream in(spec);
   for (std::string part; std::getline(in, part, ':');) parts.push_back(part);
@@ -47,7 +41,7 @@ std::vector<std::pair<std::string, std::string>> VariantEnv(
     throw std::runtime_error("unknown threads variant '" + spec +
                              "' (ipc_ring[:oneshot=B][:chunk=B][:buffer=B])");
   }
-  std::vector<std::pair<std::string, std::string>> env;
+  std::map<std::string, std::string> vars;
   for (size_t i = 1; i < parts.size(); ++i) {
     const size_t eq = parts[i].find('=');
     const std::string key = parts[i].substr(0, eq);
@@ -58,9 +52,19 @@ std::vector<std::pair<std::string, std::string>> VariantEnv(
     if (var.empty() || eq == std::string::npos) {
       throw std::runtime_error("unknown option '" + parts[i] + "' in " + spec);
     }
-    env.emplace_back(var, parts[i].substr(eq + 1));
+    vars[var] = parts[i].substr(eq + 1);
   }
-  return env;
+  comm::BackendTuning tuning;
+  tuning.ipc_ring = base;
+  try {
+    tuning = comm::OverrideTuning(tuning, [&](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    });
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(spec + ": " + e.what());
+  }
+  return tuning.ipc_ring;
 }
 
 std::string RowName(const std::string& label, int64_t bytes) {
@@ -71,7 +75,9 @@ std::string RowName(const std::string& label, int64_t bytes) {
 
 std::vector<std::pair<std::string, int64_t>> ThreadsBenchPlan(
     const ThreadsBenchOptions& o) {
-  for (const std::string& v : o.variants) VariantEnv(v);  // throws if bad
+  for (const std::string& v : o.variants) {
+    VariantTuning(v, o.tuning);  // throws if bad
+  }
   std::vector<std::pair<std::string, int64_t>> rows;
   for (int64_t bytes : SweepSizes(o.min_bytes, o.max_bytes)) {
     const int64_t iterations = IterationsFor(bytes, o.max_iterations);
@@ -94,9 +100,10 @@ class ThreadsBench::Impl {
     try {
       pool_.Run([&](int r) {
         ranks_[r].comms.resize(o_.variants.size());
-        Ok(cudaSetDevice(o_.cuda_device), "cudaSetDevice");
-        Ok(cudaStreamCreateWithFlags(&ranks_[r].stream, cudaStreamNonBlocking),
-           "cudaStreamCreate");
+        cuda::SelectDevice(o_.cuda_device);
+        cuda::Check(
+            cudaStreamCreateWithFlags(&ranks_[r].stream, cudaStreamNonBlocking),
+            "cudaStreamCreate");
         return 0.0;
       });
       for (size_t v = 0; v < o_.variants.size(); ++v) Create(v);
@@ -166,34 +173,25 @@ class ThreadsBench::Impl {
     }
   }
 
-  // The variant's communicator on every rank, its tuning in the environment
-  // while they are created (rank 0 reads it; no rank thread sets it).
+  // The variant's communicator on every rank, with the variant's tuning.
   void Create(size_t v) {
-    const auto env = VariantEnv(o_.variants[v]);
-    for (const auto& [name, value] : env)
-      setenv(name.c_str(), value.c_str(), 1);
     comm::CommOptions options;
+    options.tuning.ipc_ring = VariantTuning(o_.variants[v], o_.tuning);
     options.timeout =
         std::chrono::milliseconds(static_cast<int64_t>(o_.timeout_s * 1000));
     options.join_timeout =
         std::max(options.timeout, std::chrono::milliseconds(30000));
     options.cuda_device = o_.cuda_device;
-    try {
-      pool_.Run([&](int r) {
-        comm::RankContext context;
-        context.rank = r;
-        context.world_size = o_.ranks;
-        context.local_rank = r;
-        context.store = &store_;
-        ranks_[r].comms[v] =
-            comm::CreateCommunicator("ipc_ring_threads", context, options);
-        return 0.0;
-      });
-    } catch (...) {
-      for (const auto& [name, value] : env) unsetenv(name.c_str());
-      throw;
-    }
-    for (const auto& [name, value] : env) unsetenv(name.c_str());
+    pool_.Run([&](int r) {
+      comm::RankContext context;
+      context.rank = r;
+      context.world_size = o_.ranks;
+      context.local_rank = r;
+      context.store = &store_;
+      ranks_[r].comms[v] =
+          comm::CreateCommunicator("ipc_ring_threads", context, options);
+      return 0.0;
+    });
   }
 
   // Buffers of `count` floats on every rank (no kernel runs meanwhile, so
@@ -201,24 +199,24 @@ class ThreadsBench::Impl {
   void Allocate(size_t count, bool staging) {
     pool_.Run([&](int r) {
       const size_t bytes = std::max<size_t>(count, 1) * sizeof(float);
-      Ok(cudaMalloc(reinterpret_cast<void**>(&ranks_[r].a), bytes),
-         "cudaMalloc");
+      cuda::Check(cudaMalloc(reinterpret_cast<void**>(&ranks_[r].a), bytes),
+                  "cudaMalloc");
       if (staging) {
-        Ok(cudaMalloc(reinterpret_cast<void**>(&ranks_[r].b), bytes),
-           "cudaMalloc");
+        cuda::Check(cudaMalloc(reinterpret_cast<void**>(&ranks_[r].b), bytes),
+                    "cudaMalloc");
       }
       std::vector<float> host(count);
-      for (size_t i = 0; i < count; ++i) host[i] = Input(r, i);
-      Ok(cudaMemcpy(ranks_[r].a, host.data(), count * sizeof(float),
-                    cudaMemcpyHostToDevice),
-         "cudaMemcpy H2D");
+      for (size_t i = 0; i < count; ++i) host[i] = ExactSumInput(r, i);
+      cuda::Check(cudaMemcpy(ranks_[r].a, host.data(), count * sizeof(float),
+                             cudaMemcpyHostToDevice),
+                  "cudaMemcpy H2D");
       return 0.0;
     });
   }
   void Free() {
     pool_.Run([&](int r) {
-      Ok(cudaFree(ranks_[r].a), "cudaFree");
-      Ok(cudaFree(ranks_[r].b), "cudaFree");
+      cuda::Check(cudaFree(ranks_[r].a), "cudaFree");
+      cuda::Check(cudaFree(ranks_[r].b), "cudaFree");
       ranks_[r].a = ranks_[r].b = nullptr;
       return 0.0;
     });
@@ -230,13 +228,13 @@ class ThreadsBench::Impl {
       comm::Communicator& c = *ranks_[r].comms[v];
       c.AllReduce(ranks_[r].a, count, comm::ReduceOp::kSum);
       std::vector<float> host(count);
-      Ok(cudaMemcpy(host.data(), ranks_[r].a, count * sizeof(float),
-                    cudaMemcpyDeviceToHost),
-         "cudaMemcpy D2H");
+      cuda::Check(cudaMemcpy(host.data(), ranks_[r].a, count * sizeof(float),
+                             cudaMemcpyDeviceToHost),
+                  "cudaMemcpy D2H");
       double bad = 0;
       for (size_t i = 0; i < count; ++i) {
         float want = 0;
-        for (int q = 0; q < o_.ranks; ++q) want += Input(q, i);
+        for (int q = 0; q < o_.ranks; ++q) want += ExactSumInput(q, i);
         bad += host[i] != want;
       }
       return bad;
@@ -276,9 +274,10 @@ class ThreadsBench::Impl {
       const double seconds = Loop(state, [&](int r) {
         pool_.Barrier(r);
         const auto t0 = Clock::now();
-        Ok(LaunchDeviceFloor(ranks_[r].a, ranks_[r].b, count, ranks_[r].stream),
-           "device floor launch");
-        Ok(cudaStreamSynchronize(ranks_[r].stream), "device floor");
+        cuda::Check(LaunchDeviceFloor(ranks_[r].a, ranks_[r].b, count,
+                                      ranks_[r].stream),
+                    "device floor launch");
+        cuda::Check(cudaStreamSynchronize(ranks_[r].stream), "device floor");
         return std::chrono::duration<double>(Clock::now() - t0).count();
       });
       Free();

@@ -8,7 +8,8 @@
 //   allreduce_threads/<variant>/<bytes>: one ipc_ring_threads allreduce (sum)
 //     of <bytes>; variants "ipc_ring" (the default tuning) or e.g.
 //     "ipc_ring:oneshot=0" (ring only), "ipc_ring:oneshot=1073741824"
-//     (one-shot only), also chunk= and buffer= (RINGLAB_IPC_RING_*);
+//     (one-shot only), also chunk= and buffer= (comm::IpcRingTuning's
+//     oneshot_bytes, chunk_bytes, buffer_bytes, from options.tuning);
 //   allreduce_threads/nccl: an error row saying why it is empty (NCCL
 //     refuses two ranks on one GPU).
 // Counters, as allreduce_bench's: time_us (per op, the slowest rank's,
@@ -28,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "comm/tuning.h"
+
 namespace ringlab::bench {
 
 struct ThreadsBenchOptions {
@@ -39,6 +42,9 @@ struct ThreadsBenchOptions {
   double timeout_s = 30;          // every wait of a rank
   bool floor = true;
   int cuda_device = 0;
+  // What every variant starts from (binaries: the RINGLAB_IPC_RING_*
+  // variables, comm::TuningFromEnvironment().ipc_ring).
+  comm::IpcRingTuning tuning;
 };
 
 // The rows options describe, in the order Register adds them, each with its

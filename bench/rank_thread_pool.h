@@ -60,13 +60,6 @@ class RankThreadPool {
   std::vector<std::thread> threads_;
 };
 
-// Iterations per message size, as allreduce_bench counts them: about the
-// same bytes per size (256 MiB / 4), at least 5, at most `cap`.
-int64_t IterationsFor(int64_t bytes, int64_t cap);
-
-// The message sizes of a sweep: min_bytes, then x4 up to max_bytes.
-std::vector<int64_t> SweepSizes(int64_t min_bytes, int64_t max_bytes);
-
 }  // namespace ringlab::bench
 
 #endif  // RINGLAB_BENCH_RANK_THREAD_POOL_H_

@@ -1,4 +1,4 @@
-// RankThreadPool and the sweep's plan, on the CPU: one thread per rank kept
+// RankThreadPool, on the CPU: one thread per rank kept
 // across jobs, all ranks lined up by Barrier, failures and a stuck rank
 // reported with deadlines.
 #include "bench/rank_thread_pool.h"
@@ -106,19 +106,6 @@ TEST(RankThreadPoolTest, StuckRankEndsRunAtTheDeadline) {
   EXPECT_NE(ErrorOf([&] { pool->Run(*job); }).find("unusable"),
             std::string::npos);
   release->store(true);
-}
-
-TEST(SweepPlanTest, SizesAndIterationCaps) {
-  EXPECT_EQ(SweepSizes(4, 256), (std::vector<int64_t>{4, 16, 64, 256}));
-  EXPECT_EQ(SweepSizes(1 << 20, 64 << 20),
-            (std::vector<int64_t>{1 << 20, 4 << 20, 16 << 20, 64 << 20}));
-  EXPECT_TRUE(SweepSizes(64, 16).empty());
-  // As allreduce_bench: 256 MiB / 4 per size, 5..cap.
-  EXPECT_EQ(IterationsFor(4, 2000), 2000);
-  EXPECT_EQ(IterationsFor(1 << 20, 2000), 64);
-  EXPECT_EQ(IterationsFor(256 << 20, 2000), 5);
-  EXPECT_EQ(IterationsFor(4, 100), 100);
-  EXPECT_EQ(IterationsFor(256 << 20, 3), 3);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/benchmark_flags.h"
 #include "nn/cpu_mlp.h"
 #include "nn/init.h"
 #include "nn/mlp.h"
@@ -27,7 +28,7 @@ struct Problem {
 Problem MakeProblem(const char* widths, int batch) {
   Problem p{MlpLayout::Parse(widths), {}, {}, {}, batch};
   p.params.resize(p.layout.num_params());
-  TorchGenerator gen(0);
+  torch_compat::TorchGenerator gen(0);
   InitLikeTorch(p.layout, gen, p.params.data());
   std::mt19937 rng(1);
   std::normal_distribution<float> n(0, 1);
@@ -94,3 +95,13 @@ BENCHMARK_CAPTURE(BM_CudaStep, net_1024_4096_4096_10_b256, "1024,4096,4096,10",
 
 }  // namespace
 }  // namespace ringlab::nn
+
+int main(int argc, char** argv) {
+  ringlab::bench::ParseBenchmarkFlagsOrExit(
+      argc, argv,
+      "one training step of the MLP per backend (CPU, and CUDA where it is "
+      "built and a device is usable)");
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,14 +1,24 @@
 #include "comm/call_agreement.h"
 
+#include <cstdint>
+#include <functional>
 #include <stdexcept>
 
 namespace ringlab::comm {
 namespace {
 
 const char* KindName(int64_t kind) {
-  return kind == static_cast<int64_t>(CallKind::kAllReduce)   ? "AllReduce"
-         : kind == static_cast<int64_t>(CallKind::kBroadcast) ? "Broadcast"
-                                                              : "Barrier";
+  switch (static_cast<CallKind>(kind)) {
+    case CallKind::kAllReduce:
+      return "AllReduce";
+    case CallKind::kBroadcast:
+      return "Broadcast";
+    case CallKind::kBarrier:
+      return "Barrier";
+    case CallKind::kAllGather:
+      return "AllGather";
+  }
+  return "?";
 }
 
 }  // namespace
@@ -78,6 +88,34 @@ void CheckBroadcastArguments(const char* backend, const float* data,
   if (data == nullptr && count > 0) {
     throw std::invalid_argument(std::string(backend) +
                                 ": Broadcast of null data");
+  }
+}
+
+void CheckAllGatherArguments(const char* backend, const float* send,
+                             const float* recv, size_t count, int rank,
+                             int world_size) {
+  if (count == 0) return;
+  if (send == nullptr || recv == nullptr) {
+    throw std::invalid_argument(std::string(backend) +
+                                ": AllGather of null data");
+  }
+  const size_t world = static_cast<size_t>(world_size);
+  if (count > SIZE_MAX / sizeof(float) / world) {
+    throw std::invalid_argument(std::string(backend) + ": AllGather of " +
+                                std::to_string(count) + " floats from " +
+                                std::to_string(world_size) +
+                                " ranks does not fit in memory");
+  }
+  // std::less gives a total order even on pointers into different objects.
+  const std::less<const float*> before;
+  const float* in_place = recv + static_cast<size_t>(rank) * count;
+  const bool overlaps = before(send, recv + world * count) &&
+                        before(recv, send + count) && send != in_place;
+  if (overlaps) {
+    throw std::invalid_argument(
+        std::string(backend) +
+        ": AllGather's send buffer overlaps recv other than as this rank's "
+        "block (recv + rank * count)");
   }
 }
 

@@ -16,7 +16,12 @@
 
 namespace ringlab::comm {
 
-enum class CallKind : int64_t { kAllReduce = 1, kBroadcast = 2, kBarrier = 3 };
+enum class CallKind : int64_t {
+  kAllReduce = 1,
+  kBroadcast = 2,
+  kBarrier = 3,
+  kAllGather = 4,
+};
 
 struct CallDescription {
   int64_t seq = 0;  // the call's number on this rank, from 1
@@ -49,6 +54,13 @@ void CheckAllReduceArguments(const char* backend, const float* data,
 // with a positive count.
 void CheckBroadcastArguments(const char* backend, const float* data,
                              size_t count, int root, int world_size);
+// std::invalid_argument for null buffers with a positive count, a gathered
+// size that does not fit in memory, or a send buffer that overlaps recv other
+// than as this rank's block (recv + rank * count, in place). Compares
+// addresses only, so it serves device pointers too.
+void CheckAllGatherArguments(const char* backend, const float* send,
+                             const float* recv, size_t count, int rank,
+                             int world_size);
 
 }  // namespace ringlab::comm
 

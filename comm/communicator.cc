@@ -117,6 +117,8 @@ std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
         "CreateCommunicator: rank " + std::to_string(context.rank) +
         " not in [0, world_size=" + std::to_string(context.world_size) + ")");
   }
+  // The one place options enter: every backend gets tuning checked alike.
+  ValidateTuning(options.tuning);
   return factory(context, options);
 }
 

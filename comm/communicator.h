@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/tuning.h"
+
 namespace ringlab::comm {
 
 class Store;
@@ -46,11 +48,18 @@ class Communicator {
   virtual void AllReduce(float* data, size_t count, ReduceOp op) = 0;
   virtual void Broadcast(float* data, size_t count, int root) = 0;
   virtual void Barrier() = 0;
+  // NCCL's allgather: every rank contributes count floats from send, and
+  // recv (world_size() * count floats) receives rank r's at r * count on
+  // every rank. send may be recv + rank() * count (in place); otherwise the
+  // two must not overlap. count may be 0; every rank must call with the same
+  // count.
+  virtual void AllGather(const float* send, float* recv, size_t count) = 0;
 
   // Bus bytes of every collective this rank completed since creation, as
-  // nccl-tests counts them (AllReduceBusBytes, BroadcastBusBytes): what each
-  // rank moves in a bandwidth-optimal algorithm, whatever algorithm the
-  // backend chose, so reports compare across backends.
+  // nccl-tests counts them (AllReduceBusBytes, BroadcastBusBytes,
+  // AllGatherBusBytes): what each rank moves in a bandwidth-optimal
+  // algorithm, whatever algorithm the backend chose, so reports compare
+  // across backends.
   virtual uint64_t bytes_sent() const = 0;
 
   // Memory for count floats that the peers can reach directly (the idea of
@@ -66,7 +75,8 @@ class Communicator {
 };
 
 // nccl-tests' bus bytes: 2(N-1)/N of the buffer for an allreduce, the whole
-// buffer for a broadcast; nothing moves at world size 1.
+// buffer for a broadcast, (N-1)/N of the gathered buffer (N * count floats)
+// for an allgather; nothing moves at world size 1.
 inline uint64_t AllReduceBusBytes(size_t count, int world_size) {
   if (world_size <= 1) return 0;
   const uint64_t n = static_cast<uint64_t>(world_size);
@@ -74,6 +84,10 @@ inline uint64_t AllReduceBusBytes(size_t count, int world_size) {
 }
 inline uint64_t BroadcastBusBytes(size_t count, int world_size) {
   return world_size > 1 ? count * sizeof(float) : 0;
+}
+inline uint64_t AllGatherBusBytes(size_t count, int world_size) {
+  if (world_size <= 1) return 0;
+  return static_cast<uint64_t>(world_size - 1) * (count * sizeof(float));
 }
 
 struct CommOptions {
@@ -88,6 +102,10 @@ struct CommOptions {
   int local_rank = 0;
   // The local address gloo's TCP pairs listen on (peers must reach it).
   std::string gloo_address = "127.0.0.1";
+  // Backends' thresholds and buffer sizes (comm/tuning.h), validated by
+  // CreateCommunicator; binaries fill them from RINGLAB_* variables with
+  // comm/tuning_env.h.
+  BackendTuning tuning;
 };
 
 // Everything a backend needs to find its peers.
@@ -128,8 +146,9 @@ using CommunicatorFactory = std::function<std::unique_ptr<Communicator>(
 bool RegisterCommunicator(const std::string& name, CommunicatorFactory factory);
 std::vector<std::string> RegisteredCommunicators();
 
-// Throws std::invalid_argument for an unknown name (listing the known ones) and
-// CommError when the backend cannot start.
+// Throws std::invalid_argument for an unknown name (listing the known ones)
+// or tuning outside its ranges (ValidateTuning, before the backend starts:
+// nothing is joined), and CommError when the backend cannot start.
 std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
                                                  const RankContext& context,
                                                  const CommOptions& options);

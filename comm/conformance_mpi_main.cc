@@ -3,26 +3,33 @@
 // `--case=NAME` runs one case on every rank. conformance_mpi_test.sh runs
 // each case under mpirun at 2 and 3 ranks. The fault cases are not here: a
 // dead rank ends an MPI job (mpirun names it), there are no survivors.
+#include <gflags/gflags.h>
+
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <stdexcept>
 #include <string>
 
+#include "cli/flags.h"
 #include "comm/communicator.h"
 #include "comm/rendezvous.h"
 #include "comm/testing/conformance.h"
+#include "comm/tuning_env.h"
+
+DEFINE_bool(list, false, "print the case names (and what each must name)");
+DEFINE_string(case, "", "run this case on every rank");
 
 namespace ringlab::comm::testing {
 namespace {
 
-int Run(const std::string& name) {
+int Run(const std::string& name, const BackendTuning& tuning) {
   for (const ConformanceCase& c : AllCases()) {
     if (c.name != name) continue;
     auto rendezvous = Rendezvous::FromEnv(std::chrono::seconds(30));
     CommOptions options;
     options.timeout = std::chrono::seconds(30);
     options.join_timeout = std::chrono::seconds(30);
+    options.tuning = tuning;
     auto comm = CreateCommunicator("mpi", rendezvous->context(), options);
     if (comm->world_size() < c.min_world) {
       std::printf("conformance_mpi: %s needs %d ranks: skipped\n", name.c_str(),
@@ -47,7 +54,15 @@ int Run(const std::string& name) {
 
 int main(int argc, char** argv) {
   using ringlab::comm::testing::AllCases;
-  if (argc == 2 && std::strcmp(argv[1], "--list") == 0) {
+  ringlab::cli::ParseFlagsOrExit(
+      argc, argv,
+      "the communicator conformance suite over mpi, one case per run, under "
+      "mpirun: --list | --case=NAME",
+      "comm/");
+  if (FLAGS_list == !FLAGS_case.empty()) {
+    ringlab::cli::ExitWithUsageError("give exactly one of --list and --case");
+  }
+  if (FLAGS_list) {
     for (const auto& c : AllCases()) {
       std::printf("%s", c.name.c_str());
       for (const std::string& s : c.must_name) std::printf(" %s", s.c_str());
@@ -55,12 +70,14 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (argc != 2 || std::strncmp(argv[1], "--case=", 7) != 0) {
-    std::fprintf(stderr, "usage: conformance_mpi_main --list | --case=NAME\n");
-    return 2;
+  ringlab::comm::BackendTuning tuning;  // RINGLAB_MPI_CHECK_CALLS and co.
+  try {
+    tuning = ringlab::comm::TuningFromEnvironment();
+  } catch (const std::invalid_argument& e) {
+    ringlab::cli::ExitWithUsageError(e.what());
   }
   try {
-    return ringlab::comm::testing::Run(argv[1] + 7);
+    return ringlab::comm::testing::Run(FLAGS_case, tuning);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "conformance_mpi: FAILED: %s\n", e.what());
     return 1;

@@ -16,6 +16,7 @@
 #include "comm/call_agreement.h"
 #include "comm/process.h"
 #include "comm/store.h"
+#include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
@@ -161,6 +162,28 @@ class GlooCommunicator final : public Communicator {
       gloo::broadcast(opts);
     });
     bytes_sent_ += BroadcastBusBytes(count, world_);
+  }
+
+  void AllGather(const float* send, float* recv, size_t count) override {
+    CheckAllGatherArguments("gloo", send, recv, count, rank_, world_);
+    float* own = recv + static_cast<size_t>(rank_) * count;
+    Guarded("AllGather", [&] {
+      Agree(CallKind::kAllGather, count, ReduceOp::kSum, 0);
+      if (count == 0) return;
+      if (world_ == 1) {
+        if (send != own) std::memcpy(own, send, count * sizeof(float));
+        return;
+      }
+      gloo::AllgatherOptions opts(gloo_);
+      // Without an input Gloo gathers in place, from the rank's own block;
+      // it only reads the input (its API takes no const pointers).
+      if (send != own) opts.setInput(const_cast<float*>(send), count);
+      opts.setOutput(recv, count * world_);
+      opts.setTag(NextTag());
+      opts.setTimeout(options_.timeout);
+      gloo::allgather(opts);
+    });
+    bytes_sent_ += AllGatherBusBytes(count, world_);
   }
 
   void Barrier() override {

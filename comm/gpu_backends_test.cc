@@ -1,6 +1,6 @@
 // The GPU backends' own tests (nccl, ipc_ring with ranks as processes and as
 // threads): bitwise equality with the ring's and the one-shot's known
-// orders, paths forced through ipc_ring's tuning variables (pieces, chunks),
+// orders, paths forced through ipc_ring's tuning (pieces, chunks),
 // its mismatch reports, NCCL's refusal of two ranks on one GPU. What every
 // backend must do — exact sums, broadcasts, unaligned buffers, mismatches,
 // dead and absent ranks — is the conformance suite's (conformance_gpu_test).
@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/cuda_device.h"
 #include "comm/ipc_ring.h"
 #include "comm/ipc_ring_kernels.h"
 #include "comm/store.h"
@@ -57,7 +56,7 @@ constexpr char kNoNccl[] =
     "nccl is not built here: NCCL was not found when CUDA was configured "
     "(tools/cuda/cuda_configure.bzl; set NCCL_HOME)";
 
-// Asked once, of a forked child (see cuda_device.h).
+// Asked once, of a forked child (see cuda/device.h: DeviceCountInChild).
 int Devices(std::string* why = nullptr) {
   return testing::CudaDevices(why);  // asked once, of a forked child
 }
@@ -81,27 +80,6 @@ std::vector<RankResult> RunJob(
              : RunRanks(world, body, timeout);
 }
 
-// Sets variables in this (the test's) process for one job: its ranks, forked
-// processes or threads of a forked child, inherit them. Never setenv inside
-// rank threads: other threads may be reading the environment.
-class ScopedEnv {
- public:
-  explicit ScopedEnv(
-      const std::vector<std::pair<const char*, const char*>>& vars) {
-    for (const auto& [name, value] : vars) {
-      if (value == nullptr) continue;
-      setenv(name, value, 1);
-      names_.push_back(name);
-    }
-  }
-  ~ScopedEnv() {
-    for (const char* name : names_) unsetenv(name);
-  }
-
- private:
-  std::vector<const char*> names_;
-};
-
 // The caller's buffer, in device memory as memory() == kDevice asks.
 std::unique_ptr<testing::RankBuffer> Device(const std::vector<float>& host) {
   return testing::MakeBuffer(MemoryKind::kDevice, host);
@@ -109,10 +87,12 @@ std::unique_ptr<testing::RankBuffer> Device(const std::vector<float>& host) {
 
 std::unique_ptr<Communicator> Make(const std::string& backend,
                                    const RankContext& c,
+                                   const IpcRingTuning& tuning = {},
                                    milliseconds timeout = milliseconds(60000)) {
   CommOptions options;
   options.timeout = timeout;
   options.local_rank = c.local_rank;
+  options.tuning.ipc_ring = tuning;
   auto comm = CreateCommunicator(backend, c, options);
   Check(comm->memory() == MemoryKind::kDevice, "memory() is not kDevice");
   Check(comm->rank() == c.rank && comm->world_size() == c.world_size,
@@ -158,12 +138,11 @@ std::vector<int> Worlds(const std::string& backend) {
 // same correctly rounded float division the expectation does.
 void RunExactSums(const std::string& backend, int world,
                   const std::vector<size_t>& counts,
-                  const std::vector<std::pair<const char*, const char*>>& env) {
-  ScopedEnv scoped(env);
+                  const IpcRingTuning& tuning) {
   auto results = RunJob(
       backend, world,
       [&](const RankContext& c) {
-        auto comm = Make(backend, c);
+        auto comm = Make(backend, c, tuning);
         for (size_t count : counts) {
           for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
             std::vector<float> x(count);
@@ -337,15 +316,13 @@ TEST_P(GpuBackendTest, BitwiseIdenticalAcrossRanks) {
       SCOPED_TRACE("world " + std::to_string(world) +
                    (ring ? " ring" : " one-shot"));
       const bool ipc = backend() != "nccl";
-      ScopedEnv env(
-          {{"RINGLAB_IPC_RING_ONESHOT_BYTES", !ipc   ? nullptr
-                                              : ring ? "0"
-                                                     : "1000000000"},
-           {"RINGLAB_IPC_RING_BUFFER_BYTES", ipc ? "8388608" : nullptr}});
+      IpcRingTuning tuning;  // (nccl has none)
+      tuning.oneshot_bytes = ring ? 0 : 1000000000;
+      tuning.buffer_bytes = 8388608;
       auto results = RunJob(
           backend(), world,
           [&](const RankContext& c) {
-            auto comm = Make(backend(), c);
+            auto comm = Make(backend(), c, tuning);
             for (size_t count : counts) {
               std::vector<std::vector<float>> in(world,
                                                  std::vector<float>(count));
@@ -431,10 +408,11 @@ class IpcRingTest : public ::testing::TestWithParam<std::string> {
 TEST_P(IpcRingTest, ExactSumsRingOnlySmallChunksInPieces) {
   for (int world : Worlds2To4()) {
     SCOPED_TRACE("world " + std::to_string(world));
-    RunExactSums(backend(), world, CountsFor(world, false),
-                 {{"RINGLAB_IPC_RING_ONESHOT_BYTES", "0"},
-                  {"RINGLAB_IPC_RING_CHUNK_BYTES", "4096"},
-                  {"RINGLAB_IPC_RING_BUFFER_BYTES", "65536"}});
+    IpcRingTuning tuning;
+    tuning.oneshot_bytes = 0;
+    tuning.chunk_bytes = 4096;
+    tuning.buffer_bytes = 65536;
+    RunExactSums(backend(), world, CountsFor(world, false), tuning);
   }
 }
 
@@ -442,8 +420,10 @@ TEST_P(IpcRingTest, ExactSumsRingOnlySmallChunksInPieces) {
 TEST_P(IpcRingTest, ExactSumsOneShotOnly) {
   for (int world : Worlds2To4()) {
     SCOPED_TRACE("world " + std::to_string(world));
+    IpcRingTuning tuning;
+    tuning.oneshot_bytes = size_t{1} << 30;
     RunExactSums(backend(), world, {0, 1, 2, 3, 5, 17, 1021, 65537, 262147},
-                 {{"RINGLAB_IPC_RING_ONESHOT_BYTES", "1073741824"}});
+                 tuning);
   }
 }
 
@@ -454,11 +434,12 @@ TEST_P(IpcRingTest, BroadcastLargerThanBufferGoesInPieces) {
   for (int world : Worlds2To4()) {
     if (world > 3) break;
     SCOPED_TRACE("world " + std::to_string(world));
-    ScopedEnv env({std::make_pair("RINGLAB_IPC_RING_BUFFER_BYTES", "65536")});
+    IpcRingTuning tuning;
+    tuning.buffer_bytes = 65536;
     auto results = RunJob(
         backend(), world,
         [&](const RankContext& c) {
-          auto comm = Make(backend(), c);
+          auto comm = Make(backend(), c, tuning);
           const size_t count = 5 * (65536 / sizeof(float)) + 3;
           for (int root = 0; root < world; ++root) {
             std::vector<float> x(count);
@@ -485,20 +466,21 @@ TEST_P(IpcRingTest, BroadcastLargerThanBufferGoesInPieces) {
 TEST_P(IpcRingTest, MismatchedCallsAreReported) {
   struct Case {
     const char* name;
-    const char* oneshot_bytes;
+    size_t oneshot_bytes;
     size_t count0, count1;
     bool broadcast0;
   };
-  for (const Case& k : {Case{"one-shot counts", nullptr, 10, 11, false},
-                        Case{"ring counts", "0", 100000, 100001, false},
-                        Case{"kinds", nullptr, 10, 10, true}}) {
+  constexpr size_t kDefault = IpcRingTuning::kDefaultOneShotBytes;
+  for (const Case& k : {Case{"one-shot counts", kDefault, 10, 11, false},
+                        Case{"ring counts", 0, 100000, 100001, false},
+                        Case{"kinds", kDefault, 10, 10, true}}) {
     SCOPED_TRACE(k.name);
-    ScopedEnv env(
-        {std::make_pair("RINGLAB_IPC_RING_ONESHOT_BYTES", k.oneshot_bytes)});
+    IpcRingTuning tuning;
+    tuning.oneshot_bytes = k.oneshot_bytes;
     auto results = RunJob(
         backend(), 2,
         [&](const RankContext& c) {
-          auto comm = Make(backend(), c, milliseconds(20000));
+          auto comm = Make(backend(), c, tuning, milliseconds(20000));
           const size_t count = c.rank == 0 ? k.count0 : k.count1;
           auto d = Device(std::vector<float>(count, 1.0f));
           if (c.rank == 0 && k.broadcast0) {
@@ -532,7 +514,7 @@ TEST(NcclTest, TwoRanksOnOneGpuFailWithAClearMessage) {
       2,
       [&](const RankContext& c) {
         try {
-          Make("nccl", c, milliseconds(20000));
+          Make("nccl", c, {}, milliseconds(20000));
         } catch (const CommError& e) {
           Check(std::string(e.what()).find("one GPU per rank") !=
                     std::string::npos,

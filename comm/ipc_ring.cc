@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/cuda_device.h"
+#include "comm/cuda_support.h"
+#include "comm/hex.h"
 #include "comm/ipc_ring_core.h"
 #include "comm/ipc_ring_kernels.h"
+#include "comm/peer_watch.h"
 #include "comm/store.h"
 
 namespace ringlab::comm {
@@ -98,7 +100,7 @@ class IpcRing : public IpcRingCore {
  private:
   void Init() {
     if (world_size_ == 1) return;  // nothing to share, nothing to launch
-    ReadTuning(store_, prefix_);
+    AgreeOnTuning(store_, prefix_);
     // A blocking stream: the caller's work on the legacy default stream
     // (a cudaMemcpy still in flight) is ordered before the kernels.
     CreateResources(cudaStreamDefault, /*wait_for_legacy=*/false);

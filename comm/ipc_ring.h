@@ -28,10 +28,9 @@
 // deadline) is leaked rather than freed. The collectives themselves are
 // IpcRingCore's (ipc_ring_core.h).
 //
-// Tuning (read by rank 0 at creation, used by all):
-// RINGLAB_IPC_RING_ONESHOT_BYTES (the one-shot threshold),
-// RINGLAB_IPC_RING_CHUNK_BYTES (the ring's chunk) and
-// RINGLAB_IPC_RING_BUFFER_BYTES (the registered buffer). Linking
+// Tuning: CommOptions::tuning.ipc_ring (comm/tuning.h: oneshot_bytes, the
+// one-shot threshold; chunk_bytes, the ring's chunk; buffer_bytes, the
+// registered buffer), rank 0's used by all (published at creation). Linking
 // //comm:ipc_ring registers "ipc_ring" with CreateCommunicator.
 #ifndef RINGLAB_COMM_IPC_RING_H_
 #define RINGLAB_COMM_IPC_RING_H_

@@ -2,30 +2,19 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
-#include "comm/cuda_device.h"
+#include "comm/call_agreement.h"
+#include "comm/cuda_support.h"
+#include "comm/poll_pacer.h"
 
 namespace ringlab::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-size_t EnvBytes(const char* name, size_t fallback) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  unsigned long long value = std::strtoull(text, &end, 10);
-  if (end == text || *end != '\0') {
-    throw std::invalid_argument(std::string("ipc_ring: ") + name + "='" + text +
-                                "' is not a byte count");
-  }
-  return static_cast<size_t>(value);
-}
 
 std::string Where(int phase, int step) {
   switch (phase) {
@@ -48,7 +37,8 @@ IpcRingCore::IpcRingCore(const char* name, const RankContext& context,
       rank_(context.rank),
       world_size_(context.world_size),
       timeout_(options.timeout),
-      join_timeout_(options.join_timeout) {
+      join_timeout_(options.join_timeout),
+      tuning_(options.tuning.ipc_ring) {
   if (world_size_ < 1 || world_size_ > kIpcRingMaxRanks) {
     throw std::invalid_argument(std::string(name_) + ": world size " +
                                 std::to_string(world_size_) + " outside 1.." +
@@ -57,21 +47,16 @@ IpcRingCore::IpcRingCore(const char* name, const RankContext& context,
   std::memset(&peers_, 0, sizeof(peers_));
 }
 
-void IpcRingCore::ReadTuning(Store* store, const std::string& prefix) {
+void IpcRingCore::AgreeOnTuning(Store* store, const std::string& prefix) {
   if (rank_ == 0) {
     std::ostringstream config;
-    config << EnvBytes("RINGLAB_IPC_RING_ONESHOT_BYTES",
-                       kIpcRingDefaultOneShotBytes)
-           << ' '
-           << EnvBytes("RINGLAB_IPC_RING_CHUNK_BYTES",
-                       kIpcRingDefaultChunkBytes)
-           << ' '
-           << EnvBytes("RINGLAB_IPC_RING_BUFFER_BYTES",
-                       kIpcRingDefaultBufferBytes);
+    config << tuning_.oneshot_bytes << ' ' << tuning_.chunk_bytes << ' '
+           << tuning_.buffer_bytes;
     store->Set(prefix + "/config", config.str());
   }
   std::istringstream config(store->Get(prefix + "/config", join_timeout_));
-  if (!(config >> one_shot_bytes_ >> chunk_bytes_ >> buffer_bytes_)) {
+  if (!(config >> tuning_.oneshot_bytes >> tuning_.chunk_bytes >>
+        tuning_.buffer_bytes)) {
     throw CommError(std::string(name_) + ": malformed tuning in the store");
   }
 }
@@ -83,7 +68,8 @@ void IpcRingCore::CreateResources(unsigned stream_flags, bool wait_for_legacy) {
     CudaCheck(cudaEventCreateWithFlags(&legacy_done_, cudaEventDisableTiming),
               name_, "cudaEventCreate");
   }
-  capacity_ = std::max<size_t>(4, buffer_bytes_ / sizeof(float) & ~size_t{3});
+  capacity_ =
+      std::max<size_t>(4, tuning_.buffer_bytes / sizeof(float) & ~size_t{3});
   void* status = nullptr;
   CudaCheck(cudaHostAlloc(&status, sizeof(IpcRingStatus), cudaHostAllocMapped),
             name_, "cudaHostAlloc(status)");
@@ -121,14 +107,15 @@ void IpcRingCore::AllReduce(float* data, size_t count, ReduceOp op) {
   }
   if (count == 0 || world_size_ == 1) return;  // sum or mean of one: itself
   const bool one_shot =
-      count * sizeof(float) <= one_shot_bytes_ && count <= capacity_;
+      count * sizeof(float) <= tuning_.oneshot_bytes && count <= capacity_;
   for (size_t offset = 0; offset < count; offset += capacity_) {
     IpcRingLaunch launch;
     launch.kind = one_shot ? IpcRingKind::kOneShot : IpcRingKind::kRing;
     launch.in = launch.out = data + offset;
     launch.count = std::min(capacity_, count - offset);
     launch.average = op == ReduceOp::kAvg;
-    launch.chunks = IpcRingChunks(launch.count, world_size_, chunk_bytes_);
+    launch.chunks =
+        IpcRingChunks(launch.count, world_size_, tuning_.chunk_bytes);
     Run(launch, "AllReduce");
   }
   bytes_sent_ += AllReduceBusBytes(count, world_size_);
@@ -153,6 +140,32 @@ void IpcRingCore::Broadcast(float* data, size_t count, int root) {
     Run(launch, "Broadcast");
   }
   bytes_sent_ += BroadcastBusBytes(count, world_size_);
+}
+
+// Each piece: every rank posts its part of its block in its registered
+// buffer, then copies every peer's (ipc_ring_kernels.cu, AllGather).
+void IpcRingCore::AllGather(const float* send, float* recv, size_t count) {
+  CheckUsable("AllGather");
+  CheckAllGatherArguments(name_, send, recv, count, rank_, world_size_);
+  if (count == 0) return;
+  if (world_size_ == 1) {
+    if (send != recv) {
+      CudaCheck(cudaMemcpy(recv, send, count * sizeof(float),
+                           cudaMemcpyDeviceToDevice),
+                name_, "cudaMemcpy (AllGather of one rank)");
+    }
+    return;
+  }
+  for (size_t offset = 0; offset < count; offset += capacity_) {
+    IpcRingLaunch launch;
+    launch.kind = IpcRingKind::kAllGather;
+    launch.in = send + offset;
+    launch.out = recv + offset;
+    launch.count = std::min(capacity_, count - offset);
+    launch.stride = count;
+    Run(launch, "AllGather");
+  }
+  bytes_sent_ += AllGatherBusBytes(count, world_size_);
 }
 
 void IpcRingCore::Barrier() {

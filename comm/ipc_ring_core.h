@@ -42,6 +42,7 @@ class IpcRingCore : public Communicator {
   void AllReduce(float* data, size_t count, ReduceOp op) override;
   void Broadcast(float* data, size_t count, int root) override;
   void Barrier() override;
+  void AllGather(const float* send, float* recv, size_t count) override;
 
  protected:
   // Throws std::invalid_argument for a world size outside 1..kIpcRingMaxRanks.
@@ -55,9 +56,9 @@ class IpcRingCore : public Communicator {
   // threads mode lines its ranks up here). May throw CommError.
   virtual void BeforeLaunch(const char* what) { (void)what; }
 
-  // Rank 0 reads the tuning variables (RINGLAB_IPC_RING_*) and publishes
-  // them under prefix; every rank reads rank 0's, so all run one schedule.
-  void ReadTuning(Store* store, const std::string& prefix);
+  // Rank 0 publishes its tuning (options.tuning.ipc_ring) under prefix;
+  // every rank takes rank 0's, so all run one schedule.
+  void AgreeOnTuning(Store* store, const std::string& prefix);
   // The stream (with `flags`), the mapped status word and this rank's region
   // with its counters zeroed (stream-ordered, then that stream synchronised:
   // no device-wide synchronisation, which ranks-as-threads must avoid).
@@ -94,9 +95,7 @@ class IpcRingCore : public Communicator {
                                        const IpcRingDescriptor& ours, int dead,
                                        bool host_timeout);
 
-  size_t one_shot_bytes_ = kIpcRingDefaultOneShotBytes;
-  size_t chunk_bytes_ = kIpcRingDefaultChunkBytes;
-  size_t buffer_bytes_ = kIpcRingDefaultBufferBytes;
+  IpcRingTuning tuning_;  // this rank's until AgreeOnTuning, then rank 0's
   cudaStream_t stream_ = nullptr;
   cudaEvent_t legacy_done_ = nullptr;         // wait_for_legacy only
   volatile IpcRingStatus* status_ = nullptr;  // host view

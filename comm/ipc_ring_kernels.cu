@@ -37,6 +37,7 @@ __host__ __device__ inline uint64_t Units(const IpcRingLaunch& launch) {
     case IpcRingKind::kOneShot:
     case IpcRingKind::kBroadcast:
     case IpcRingKind::kBarrier:
+    case IpcRingKind::kAllGather:
       return 2;
   }
   return 0;
@@ -46,7 +47,7 @@ __host__ __device__ inline IpcRingDescriptor Describe(const IpcRingLaunch& l) {
   IpcRingDescriptor d;
   d.word[0] = static_cast<uint64_t>(l.kind) | (uint64_t(l.average) << 4) |
               (uint64_t(l.root & 0xff) << 8) | (l.base << 32);
-  d.word[1] = l.count;
+  d.word[1] = l.kind == IpcRingKind::kAllGather ? l.stride : l.count;
   return d;
 }
 
@@ -344,6 +345,30 @@ __device__ void Broadcast(Ctx& c) {
   }
 }
 
+// Every rank posts its piece in its registered buffer, then copies every
+// peer's (one hop each) to out + q * stride, its own from its input unless
+// that is in place. Units as the one-shot.
+__device__ void AllGather(Ctx& c) {
+  const IpcRingLaunch& p = c.p;
+  const int n = p.world_size, r = p.rank;
+  const IpcRingRange rg = Slice(p.count, 1, 1, 0, 0, blockIdx.x);
+  Copy(c.peers.data[r], p.in, rg.begin, rg.end, false);
+  Publish(c, 1);
+  if (!WaitForEveryPeersEntry(c)) return;
+  for (int q = 0; q < n; ++q) {
+    float* dst = p.out + q * p.stride;
+    if (q != r) {
+      Copy(dst, c.peers.data[q], rg.begin, rg.end, true);
+    } else if (dst != p.in) {
+      Copy(dst, p.in, rg.begin, rg.end, false);
+    }
+  }
+  Publish(c, 2);
+  for (int q = 0; q < n; ++q) {
+    if (q != r && !WaitFor(c, q, 2, kIpcRingExitBarrier, 0)) return;
+  }
+}
+
 // Two rounds: entry (with the descriptor check, safe only before this
 // rank's last unit), then the barrier proper.
 __device__ void Barrier(Ctx& c) {
@@ -378,6 +403,9 @@ __global__ void __launch_bounds__(kIpcRingThreads)
     case IpcRingKind::kBarrier:
       Barrier(c);
       break;
+    case IpcRingKind::kAllGather:
+      AllGather(c);
+      break;
   }
 }
 
@@ -403,6 +431,8 @@ std::string IpcRingDescriptorText(const IpcRingDescriptor& d) {
              ", root=" + std::to_string((d.word[0] >> 8) & 0xff) + ")";
     case IpcRingKind::kBarrier:
       return "Barrier";
+    case IpcRingKind::kAllGather:
+      return "AllGather(" + count + ")";
   }
   return "an unknown call";
 }

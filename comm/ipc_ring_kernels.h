@@ -34,14 +34,6 @@ namespace ringlab::comm {
 inline constexpr int kIpcRingMaxRanks = 16;
 inline constexpr int kIpcRingBlocks = 16;
 inline constexpr int kIpcRingThreads = 512;
-// Tuning defaults of both ipc_ring modes (RINGLAB_IPC_RING_ONESHOT_BYTES,
-// _CHUNK_BYTES, _BUFFER_BYTES override them). Not yet measured on a GPU:
-// bench/allreduce_threads_bench (or allreduce_bench with ipc_ring) with the
-// one-shot threshold at 0 (ring only) against a large value (one-shot only)
-// gives the crossover that should replace this guess.
-inline constexpr size_t kIpcRingDefaultOneShotBytes = 256 << 10;
-inline constexpr size_t kIpcRingDefaultChunkBytes = 1 << 20;
-inline constexpr size_t kIpcRingDefaultBufferBytes = 64 << 20;
 // A progress counter with this bit set means "its owner failed".
 inline constexpr uint64_t kIpcRingPoison = 1ull << 63;
 
@@ -87,7 +79,7 @@ struct IpcRingStatus {
   volatile uint64_t theirs[2];  // kIpcRingMismatch: the peer's descriptor
 };
 
-enum class IpcRingKind { kRing, kOneShot, kBroadcast, kBarrier };
+enum class IpcRingKind { kRing, kOneShot, kBroadcast, kBarrier, kAllGather };
 
 struct IpcRingLaunch {
   IpcRingKind kind = IpcRingKind::kRing;
@@ -96,6 +88,10 @@ struct IpcRingLaunch {
   const float* in = nullptr;  // the caller's device buffer (may equal out)
   float* out = nullptr;
   size_t count = 0;  // floats, at most the registered capacity
+  // kAllGather: every rank's piece of `count` floats lands at out + q *
+  // stride (the caller's count per rank; pieces of it when larger than the
+  // registered buffer).
+  size_t stride = 0;
   bool average = false;
   int root = 0;       // kBroadcast
   int chunks = 1;     // per segment (kRing)
@@ -107,14 +103,14 @@ struct IpcRingLaunch {
 // What a rank is doing, published next to its counters so that peers check
 // that they are in the same collective (as shm_ring does): word 0 holds the
 // kind, op, root and the low 32 bits of the base (the call history), word 1
-// the count.
+// the count (an allgather's: the caller's count per rank, its stride).
 struct IpcRingDescriptor {
   uint64_t word[2];
 };
 IpcRingDescriptor IpcRingDescribe(const IpcRingLaunch& launch);
 // In the words of every backend's mismatch reports (the conformance suite
 // looks for them): "AllReduce(count=1021, op=avg; one-shot)",
-// "Broadcast(count=5, root=1)", "Barrier".
+// "Broadcast(count=5, root=1)", "AllGather(count=8)", "Barrier".
 std::string IpcRingDescriptorText(const IpcRingDescriptor& descriptor);
 
 // Counter increments one launch makes (the same on every rank and block).

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/cuda_device.h"
+#include "comm/cuda_support.h"
 #include "comm/ipc_ring_core.h"
 #include "comm/store.h"
 #include "comm/thread_group.h"
@@ -81,7 +81,7 @@ class IpcRingThreads : public IpcRingCore {
  private:
   void Init() {
     if (world_size_ == 1) return;  // nothing to share, nothing to launch
-    ReadTuning(store_, prefix_);
+    AgreeOnTuning(store_, prefix_);
     CreateResources(cudaStreamNonBlocking, /*wait_for_legacy=*/true);
     AttachOwnRegion();
     char bus_id[64] = {};

@@ -42,11 +42,10 @@ void FinalizeAtExit() {
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(const CommOptions& options) : options_(options) {
-    // RINGLAB_MPI_CHECK_CALLS=0 (set alike on every rank) skips the call
+    // tuning.mpi.check_calls false (alike on every rank) skips the call
     // check: bench/allreduce_bench's "mpi:check=0" measures plain
     // MPI_Allreduce as the anchor that other backends are compared with.
-    const char* check = std::getenv("RINGLAB_MPI_CHECK_CALLS");
-    check_calls_ = check == nullptr || std::string(check) != "0";
+    check_calls_ = options.tuning.mpi.check_calls;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
     watchdog_ = std::thread([this] { Watch(); });
@@ -95,6 +94,35 @@ class MpiCommunicator final : public Communicator {
     }
     Disarm();
     bytes_sent_ += BroadcastBusBytes(count, world_);
+  }
+
+  void AllGather(const float* send, float* recv, size_t count) override {
+    CheckAllGatherArguments("mpi", send, recv, count, rank_, world_);
+    Arm("AllGather");
+    Agree(CallKind::kAllGather, count, ReduceOp::kSum, 0);
+    const bool in_place = send == recv + static_cast<size_t>(rank_) * count;
+    for (size_t done = 0; done < count; done += kMaxPiece) {
+      const int n = static_cast<int>(std::min(kMaxPiece, count - done));
+      // A piece of a larger block: one element of a type of n floats whose
+      // extent is the whole block puts rank r's piece at r * count + done.
+      MPI_Datatype piece = MPI_DATATYPE_NULL, block = MPI_FLOAT;
+      if (static_cast<size_t>(n) != count) {
+        MPI_Type_contiguous(n, MPI_FLOAT, &piece);
+        MPI_Type_create_resized(
+            piece, 0, static_cast<MPI_Aint>(count * sizeof(float)), &block);
+        MPI_Type_commit(&block);
+      }
+      const int code = MPI_Allgather(
+          in_place ? MPI_IN_PLACE : send + done, n, MPI_FLOAT, recv + done,
+          block == MPI_FLOAT ? n : 1, block, MPI_COMM_WORLD);
+      if (piece != MPI_DATATYPE_NULL) {
+        MPI_Type_free(&block);
+        MPI_Type_free(&piece);
+      }
+      Check(code, "MPI_Allgather");
+    }
+    Disarm();
+    bytes_sent_ += AllGatherBusBytes(count, world_);
   }
 
   void Barrier() override {

@@ -9,7 +9,11 @@
 #include <string>
 #include <thread>
 
-#include "comm/cuda_device.h"
+#include "comm/call_agreement.h"
+#include "comm/cuda_support.h"
+#include "comm/hex.h"
+#include "comm/peer_watch.h"
+#include "comm/poll_pacer.h"
 #include "comm/store.h"
 
 namespace ringlab::comm {
@@ -82,6 +86,18 @@ class NcclCommunicator : public Communicator {
           ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_));
     Wait(what, timeout_);
     bytes_sent_ += BroadcastBusBytes(count, world_size_);
+  }
+
+  void AllGather(const float* send, float* recv, size_t count) override {
+    CheckUsable("AllGather");
+    CheckAllGatherArguments(kName, send, recv, count, rank_, world_size_);
+    if (count == 0) return;
+    // In place (send is this rank's block of recv) as NCCL itself allows.
+    const std::string what =
+        "AllGather of " + std::to_string(count) + " floats per rank";
+    Issue(what, ncclAllGather(send, recv, count, ncclFloat, comm_, stream_));
+    Wait(what, timeout_);
+    bytes_sent_ += AllGatherBusBytes(count, world_size_);
   }
 
   void Barrier() override {

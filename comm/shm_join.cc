@@ -52,19 +52,6 @@ std::string Seconds(std::chrono::milliseconds t) {
 
 }  // namespace
 
-size_t EnvBytes(const char* name, size_t fallback, size_t lo, size_t hi) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (*end != '\0' || n < lo || n > hi) {
-    throw std::invalid_argument(std::string(name) + "=" + v +
-                                ": expected bytes in [" + std::to_string(lo) +
-                                ", " + std::to_string(hi) + "]");
-  }
-  return static_cast<size_t>(n);
-}
-
 // The state of one join: the store's keys under prefix, the deadline, what
 // this rank has published or reported.
 class ShmJoin {
@@ -266,8 +253,8 @@ void ShmJoin::CreateSegment() {
         " MiB of shared memory for " + std::to_string(ring_.world_) +
         " ranks: " + std::strerror(err) +
         (err == ENOSPC || err == ENOMEM
-             ? " (too little free memory; a smaller RINGLAB_SHM_CHUNK_BYTES "
-               "shrinks the segment)"
+             ? " (too little free memory; a smaller shm_ring.chunk_bytes, "
+               "RINGLAB_SHM_CHUNK_BYTES, shrinks the segment)"
              : ""));
   }
   ring_.Map(bytes, fd_);
@@ -412,31 +399,22 @@ void ShmJoin::Abandon(const std::string& message) {
 }
 
 void ShmRing::ReadTuning() {
-  // Every rank validates the tuning variables, so that a bad value fails on
-  // every rank alike; rank 0's values are the ones used.
-  oneshot_ = EnvBytes("RINGLAB_SHM_ONESHOT_BYTES", kShmRingDefaultOneShotBytes,
-                      0, 16 << 20);
-  const char* chunk_var = std::getenv("RINGLAB_SHM_CHUNK_BYTES");
-  const bool chunk_set = chunk_var != nullptr && *chunk_var != '\0';
-  chunk_ = RoundUp(EnvBytes("RINGLAB_SHM_CHUNK_BYTES",
-                            kShmRingDefaultChunkBytes, 4096, 64 << 20),
-                   kPage);
+  // CreateCommunicator validated the ranges; rank 0's values are the ones
+  // used (the others take them from the segment's header).
+  const ShmRingTuning& tuning = options_.tuning.shm_ring;
+  oneshot_ = tuning.oneshot_bytes;
+  chunk_ = RoundUp(
+      tuning.chunk_bytes.value_or(ShmRingTuning::kDefaultChunkBytes), kPage);
   small_ = RoundUp(std::max<size_t>(oneshot_, kPage), kPage);
-  // 0: cached stores, 1: streaming stores, 2 (unset): measure.
-  stream_mode_ = EnvBytes("RINGLAB_SHM_STREAM_STORES", 2, 0, 1);
-  // The staged allreduce's area per rank (it goes through larger buffers in
-  // pieces of about this size), and the size from which the ring is used.
-  stage_ = RoundUp(EnvBytes("RINGLAB_SHM_STAGE_BYTES",
-                            kShmRingDefaultStageBytes, 64 << 10, 256 << 20),
-                   kPage);
-  ring_ = EnvBytes("RINGLAB_SHM_RING_BYTES", kRingBytesChosenAtJoin, 0,
-                   size_t{1} << 40);
+  stream_mode_ = static_cast<uint64_t>(tuning.stores);
+  stage_ = RoundUp(tuning.stage_bytes, kPage);
+  ring_ = tuning.ring_bytes.value_or(kRingBytesChosenAtJoin);
   // The wavefront schedule in RingAllReduce never deadlocks when a mailbox
   // holds two wavefronts of 2(N-1) messages each.
   slots_ = std::max<uint64_t>(4, 4 * static_cast<uint64_t>(world_));
   // So that the segment grows as N rather than N^2: with the default chunk a
   // rank's mailbox is at most 8 MiB (from 17 ranks up, smaller chunks).
-  if (!chunk_set) {
+  if (!tuning.chunk_bytes) {
     constexpr size_t kMaxMailboxBytes = 8 << 20;
     chunk_ = std::max(
         kPage, std::min(chunk_, kMaxMailboxBytes / slots_ / kPage * kPage));
@@ -467,13 +445,17 @@ void ShmRing::ChooseWaitPolicy() {
   spin_ = std::chrono::nanoseconds(2000);
   yield_ = oversubscribed_ ? std::chrono::nanoseconds(20000)
                            : std::chrono::nanoseconds(100000);
-  if (std::getenv("RINGLAB_SHM_DEBUG") != nullptr) {
+  if (options_.tuning.shm_ring.debug) {
     std::fprintf(stderr, "shm_ring: rank %d: %d ranks on %d CPUs -> %s\n",
                  rank_, world_, ncpu_,
                  oversubscribed_ ? "oversubscribed" : "not oversubscribed");
   }
-  stream_ = stream_mode_ == 1;
-  if (stream_mode_ != 2 || world_ == 1) return;
+  stream_ =
+      stream_mode_ == static_cast<uint64_t>(ShmRingTuning::Stores::kStreaming);
+  if (stream_mode_ != static_cast<uint64_t>(ShmRingTuning::Stores::kMeasured) ||
+      world_ == 1) {
+    return;
+  }
   // Whether the mailbox should bypass this core's cache depends on how far
   // apart the ranks' cores are. Measured on a 2-vCPU VM whose vCPUs the host
   // moves about: where a barrier takes ~0.2 us (cores sharing a cache),
@@ -491,7 +473,7 @@ void ShmRing::ChooseWaitPolicy() {
   float median = static_cast<float>(t[32]);
   AllReduce(&median, 1, ReduceOp::kAvg);
   stream_ = median > 0.4e-6f;
-  if (rank_ == 0 && std::getenv("RINGLAB_SHM_DEBUG") != nullptr) {
+  if (rank_ == 0 && options_.tuning.shm_ring.debug) {
     std::fprintf(stderr, "shm_ring: barrier median %.3f us -> %s stores\n",
                  median * 1e6, stream_ ? "streaming" : "cached");
   }

@@ -66,7 +66,7 @@ void AddDivideFloats2(float* __restrict__ acc, float* __restrict__ out,
 // Variants that write the mailbox side (`out`, 16-byte aligned: slots are
 // page-aligned) with non-temporal stores, so the lines go to memory rather
 // than into this core's cache, from where the peer would have to snoop them.
-// Chosen by RINGLAB_SHM_STREAM_STORES; PostSend fences before publishing.
+// Chosen by ShmRingTuning::stores; PostSend fences before publishing.
 void StreamCopy(float* __restrict__ out, const float* __restrict__ src,
                 size_t n) {
   size_t i = 0;

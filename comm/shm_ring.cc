@@ -34,7 +34,7 @@ void ShmRing::AllReduce(float* data, size_t count, ReduceOp op) {
       RegisteredAllReduce(call, peer_slots_, count, op);
       return;
     }
-    // RINGLAB_SHM_ONESHOT_BYTES=0 sends everything but count 0 through the
+    // oneshot_bytes = 0 sends everything but count 0 through the
     // ring (the tests use it to cover the ring with tiny counts).
     if (count == 0 ||
         (count <= kInlineFloats && count * sizeof(float) <= oneshot_)) {

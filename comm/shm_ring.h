@@ -2,7 +2,7 @@
 // memory, choosing its algorithm by message size and by whether the ranks
 // have a core each:
 //   - up to 10 floats, inline: flag, description and data in one cache line;
-//   - up to RINGLAB_SHM_ONESHOT_BYTES, one-shot: every rank posts its buffer,
+//   - up to oneshot_bytes, one-shot: every rank posts its buffer,
 //     then sums all of them in rank order;
 //   - with a core per rank, a ring (reduce-scatter, then all-gather) whose
 //     segments are cut into chunks that flow through small per-rank
@@ -10,12 +10,13 @@
 //     chunk k+1; each rank moves 2(N-1)/N of the buffer;
 //   - with more ranks than cores, staged: through per-rank staging areas in
 //     pieces, two synchronisations per piece instead of the ring's 2(N-1)
-//     hand-offs per chunk (RINGLAB_SHM_RING_BYTES overrides the choice: the
+//     hand-offs per chunk (ring_bytes overrides the choice: the
 //     ring from that size up);
 //   - on registered memory (Allocate), zero-copy: each rank sums one segment
 //     from every rank's slot into all of them (shm_regions.h).
 // Every element is reduced once, in a fixed order, by one rank: results are
-// bitwise identical on every rank and every run.
+// bitwise identical on every rank and every run. AllGather takes the same
+// paths by size (one-shot banks, staged, ring; shm_allgather.cc).
 //
 // Waits spin briefly, yield, then sleep on a futex, so more ranks than cores
 // still progress and a busy core is not burnt; every wait has the
@@ -30,11 +31,10 @@
 // The implementation, one concept per file, is listed in
 // shm_ring_internal.h.
 //
-// Tuning (validated by every rank, rank 0's used by all):
-// RINGLAB_SHM_ONESHOT_BYTES, RINGLAB_SHM_CHUNK_BYTES (the ring's chunk),
-// RINGLAB_SHM_STAGE_BYTES (the staging area per rank), RINGLAB_SHM_RING_BYTES
-// and RINGLAB_SHM_STREAM_STORES (0: cached, 1: non-temporal stores into the
-// mailboxes; unset: chosen at creation from the measured barrier latency).
+// Tuning: CommOptions::tuning.shm_ring (comm/tuning.h: oneshot_bytes,
+// chunk_bytes, stage_bytes, ring_bytes, stores, debug); rank 0's is used by
+// every rank (its segment's header carries it), but for debug, each rank's
+// own.
 #ifndef RINGLAB_COMM_SHM_RING_H_
 #define RINGLAB_COMM_SHM_RING_H_
 
@@ -45,18 +45,10 @@
 
 namespace ringlab::comm {
 
-// Defaults measured with bench/allreduce_bench at 2 ranks (2-vCPU VM, under
-// chrt -f 10): up to 10 floats the inline path (flag, description and data in
-// one cache line) took 0.26-0.30 us against the ring's 0.45-0.5; at 1-4 KiB
-// one-shot and ring tied; from 16 KiB the ring was faster (1.2x at 16 KiB, 2x
-// at 256 KiB). Chunks of 16 KiB to 256 KiB were within noise of each other
-// from 256 KiB to 64 MiB.
-inline constexpr size_t kShmRingDefaultOneShotBytes = 4 << 10;
-inline constexpr size_t kShmRingDefaultChunkBytes = 128 << 10;
-inline constexpr size_t kShmRingDefaultStageBytes = 1 << 20;
-
-// Collective over the store in context (required). Throws CommError when the
-// segment cannot be created or a peer does not show up by the deadline.
+// Collective over the store in context (required). options.tuning as
+// CreateCommunicator validated it (which is how to reach this). Throws
+// CommError when the segment cannot be created or a peer does not show up by
+// the deadline.
 std::unique_ptr<Communicator> CreateShmRing(const RankContext& context,
                                             const CommOptions& options);
 

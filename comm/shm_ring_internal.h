@@ -9,6 +9,7 @@
 //   shm_oneshot.cc        the inline, one-shot and registered allreduces
 //   shm_ring_allreduce.cc the ring: reduce-scatter, then all-gather
 //   shm_broadcast.cc      broadcast and barrier
+//   shm_allgather.cc      allgather: one-shot, staged and ring
 //   shm_ring.cc           choosing the algorithm, Allocate, registration
 #ifndef RINGLAB_COMM_SHM_RING_INTERNAL_H_
 #define RINGLAB_COMM_SHM_RING_INTERNAL_H_
@@ -39,7 +40,8 @@ static_assert(sizeof(std::atomic<uint32_t>) == 4 &&
 // paths, which are faster there.
 constexpr size_t kRegisteredMinFloats = 256;
 
-// RINGLAB_SHM_RING_BYTES unset: the join chooses (ShmRing::ChooseWaitPolicy).
+// ShmRingTuning::ring_bytes unset: the join chooses
+// (ShmRing::ChooseWaitPolicy).
 constexpr size_t kRingBytesChosenAtJoin = size_t{1} << 41;
 
 constexpr uint64_t kMagic = 0x72696e676c616231ull;  // "ringlab1"
@@ -47,7 +49,12 @@ constexpr size_t kPage = 4096;
 
 inline size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-enum class Kind : uint32_t { kAllReduce = 1, kBroadcast = 2, kBarrier = 3 };
+enum class Kind : uint32_t {
+  kAllReduce = 1,
+  kBroadcast = 2,
+  kBarrier = 3,
+  kAllGather = 4,
+};
 
 inline const char* KindName(Kind k) {
   switch (k) {
@@ -57,6 +64,8 @@ inline const char* KindName(Kind k) {
       return "Broadcast";
     case Kind::kBarrier:
       return "Barrier";
+    case Kind::kAllGather:
+      return "AllGather";
   }
   return "?";
 }
@@ -179,10 +188,6 @@ inline void CpuRelax() {
 #endif
 }
 
-// A byte count from the environment, fallback when unset; throws
-// std::invalid_argument naming the variable when outside [lo, hi].
-size_t EnvBytes(const char* name, size_t fallback, size_t lo, size_t hi);
-
 class ShmRing final : public Communicator {
  public:
   // Joins the ranks (shm_join.cc); throws CommError naming what went wrong.
@@ -196,6 +201,7 @@ class ShmRing final : public Communicator {
   void AllReduce(float* data, size_t count, ReduceOp op) override;
   void Broadcast(float* data, size_t count, int root) override;
   void Barrier() override;
+  void AllGather(const float* send, float* recv, size_t count) override;
   uint64_t bytes_sent() const override { return bytes_sent_; }
   float* Allocate(size_t count) override;
 
@@ -212,7 +218,8 @@ class ShmRing final : public Communicator {
   friend class ShmJoin;  // the join fills in the segment's layout
 
   void Map(size_t bytes, int fd);
-  // Tuning from the environment (validated on every rank; rank 0's used).
+  // Tuning from options_ (rank 0's is the one used: the join copies it into
+  // the segment's header, where the others read it).
   void ReadTuning();
   // The segment's layout from the tuning; returns its size.
   size_t Layout();
@@ -289,6 +296,14 @@ class ShmRing final : public Communicator {
   // r's address of it); each rank reduces one segment into all of them.
   void RegisteredAllReduce(Call& call, const std::vector<float*>& slots,
                            size_t count, ReduceOp op);
+  // The allgather's paths (shm_allgather.cc), count > 0 but for the
+  // one-shot: through the one-shot banks; through the staging areas in
+  // pieces; round the ring through the mailboxes.
+  void OneShotAllGather(Call& call, const float* send, float* recv,
+                        size_t count);
+  void StagedAllGather(Call& call, const float* send, float* recv,
+                       size_t count);
+  void RingAllGather(Call& call, const float* send, float* recv, size_t count);
 
   int rank_, world_;
   int left_, right_;
@@ -305,8 +320,8 @@ class ShmRing final : public Communicator {
          data_offset_ = 0, stage_offset_ = 0;
   uint64_t phases_ = 0;  // PhaseBarriers passed
   uint64_t calls_ = 0;
-  bool stream_ = false;  // non-temporal stores into the mailbox
-  uint64_t stream_mode_ = 2;
+  bool stream_ = false;          // non-temporal stores into the mailbox
+  uint64_t stream_mode_ = 2;     // ShmRingTuning::Stores, as the header has it
   bool oversubscribed_ = false;  // more ranks than CPUs the ranks may use
   int ncpu_ = 1;  // CPUs in the union of the ranks' affinity masks
   std::chrono::nanoseconds spin_{0};   // of a wait, spinning

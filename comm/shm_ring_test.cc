@@ -1,6 +1,7 @@
-// shm_ring's own tests: paths forced through its tuning variables (the ring
-// with tiny chunks, streaming stores, one-shot against ring), a bad variable
-// on one rank, CPU pinning, creation errors. What every backend must do —
+// shm_ring's own tests: paths forced through its tuning (the ring with tiny
+// chunks, streaming stores, one-shot against ring; for the allreduce and the
+// allgather), bad tuning refused before any rank joins, CPU pinning,
+// creation errors. What every backend must do —
 // exact sums, broadcasts, mismatches, dead and absent ranks — is the
 // conformance suite's (conformance_test.cc), run over shm_ring too.
 #include "comm/shm_ring.h"
@@ -9,10 +10,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,11 +54,42 @@ void ExpectAllExitedZero(const std::vector<RankResult>& results) {
 }
 
 std::unique_ptr<Communicator> MakeRing(
-    const RankContext& c, milliseconds timeout = milliseconds(30000)) {
+    const RankContext& c, const ShmRingTuning& tuning = {},
+    milliseconds timeout = milliseconds(30000)) {
   CommOptions options;
   options.timeout = timeout;
   options.local_rank = c.local_rank;
+  options.tuning.shm_ring = tuning;
   return CreateCommunicator("shm_ring", c, options);
+}
+
+using Stores = ShmRingTuning::Stores;
+
+// The tunings that force each path (with every other setting at its
+// default): everything but count 0 through the ring, in 4 KiB chunks so that
+// segments span many chunks and the wavefront pipeline and mailbox
+// wrap-around are exercised; through the staged path with a 64 KiB area, so
+// that large counts go through in many pieces and segments are ragged;
+// through the one-shot banks.
+ShmRingTuning RingOnly(Stores stores) {
+  ShmRingTuning t;
+  t.oneshot_bytes = 0;
+  t.ring_bytes = 0;
+  t.chunk_bytes = 4096;
+  t.stores = stores;
+  return t;
+}
+ShmRingTuning StagedOnly() {
+  ShmRingTuning t;
+  t.oneshot_bytes = 0;
+  t.stage_bytes = 65536;
+  t.ring_bytes = size_t{1} << 30;
+  return t;
+}
+ShmRingTuning OneShotOnly(size_t bytes) {
+  ShmRingTuning t;
+  t.oneshot_bytes = bytes;
+  return t;
 }
 
 void Check(bool ok, const std::string& what) {
@@ -65,15 +99,12 @@ void Check(bool ok, const std::string& what) {
 // Runs AllReduce (sum and avg) for each count and checks each element with
 // 0 ulp tolerance: the inputs make every sum exact, and avg is that exact
 // sum divided by N once, the same float division the expectation does.
-using Env = std::vector<std::pair<const char*, const char*>>;
-
 void RunExactSums(int world, const std::vector<size_t>& counts,
-                  const Env& env) {
+                  const ShmRingTuning& tuning) {
   auto results = RunRanks(
       world,
       [&](const RankContext& c) {
-        for (const auto& [name, value] : env) setenv(name, value, 1);
-        auto comm = MakeRing(c);
+        auto comm = MakeRing(c, tuning);
         Check(comm->rank() == c.rank && comm->world_size() == world,
               "rank/world_size");
         for (size_t count : counts) {
@@ -96,32 +127,128 @@ std::vector<size_t> CountsFor(int world) {
           4099, 65537, 262147};
 }
 
-// Everything through the ring, with 4 KiB chunks so that segments span many
-// chunks and the wavefront pipeline and mailbox wrap-around are exercised;
-// with cached and with streaming (non-temporal) mailbox stores.
+// Everything through the ring in 4 KiB chunks, with cached and with
+// streaming (non-temporal) mailbox stores.
 TEST(ShmRingTest, ExactSumsRingOnlySmallChunks) {
-  for (const char* stream : {"0", "1"}) {
+  for (Stores stores : {Stores::kCached, Stores::kStreaming}) {
     for (int world : {2, 3, 4}) {
-      SCOPED_TRACE("world " + std::to_string(world) + " stream " + stream);
-      RunExactSums(world, CountsFor(world),
-                   {{"RINGLAB_SHM_ONESHOT_BYTES", "0"},
-                    {"RINGLAB_SHM_RING_BYTES", "0"},
-                    {"RINGLAB_SHM_CHUNK_BYTES", "4096"},
-                    {"RINGLAB_SHM_STREAM_STORES", stream}});
+      SCOPED_TRACE("world " + std::to_string(world) + " stores " +
+                   std::to_string(static_cast<int>(stores)));
+      RunExactSums(world, CountsFor(world), RingOnly(stores));
     }
   }
 }
 
-// Everything but count 0 through the staged allreduce, with a 64 KiB staging
-// area, so that large counts go through in many pieces and segments are
-// ragged.
+// Everything but count 0 through the staged allreduce in 64 KiB pieces.
 TEST(ShmRingTest, ExactSumsStagedInSmallPieces) {
   for (int world : {2, 3, 4}) {
     SCOPED_TRACE("world " + std::to_string(world));
-    RunExactSums(world, CountsFor(world),
-                 {{"RINGLAB_SHM_ONESHOT_BYTES", "0"},
-                  {"RINGLAB_SHM_STAGE_BYTES", "65536"},
-                  {"RINGLAB_SHM_RING_BYTES", "1073741824"}});
+    RunExactSums(world, CountsFor(world), StagedOnly());
+  }
+}
+
+// Rank r's element i in the allgather tests: distinct across ranks and
+// exact as a float.
+float GatherInput(int rank, size_t i) {
+  return static_cast<float>((static_cast<size_t>(rank) << 20) + i % 1048573);
+}
+
+// For each count: an AllGather out of place, one in place (each checked bit
+// for bit), then an AllReduce (exact sums), so that the allgather's use of
+// the banks, mailboxes and staging areas alternates with the allreduce's.
+void RunAllGathers(int world, const std::vector<size_t>& counts,
+                   const ShmRingTuning& tuning) {
+  auto results = RunRanks(
+      world,
+      [&](const RankContext& c) {
+        auto comm = MakeRing(c, tuning);
+        for (size_t count : counts) {
+          std::vector<float> mine(count);
+          for (size_t i = 0; i < count; ++i) mine[i] = GatherInput(c.rank, i);
+          for (bool in_place : {false, true}) {
+            std::vector<float> all(world * count, -1.0f);
+            float* own = all.data() + c.rank * count;
+            if (in_place) std::copy(mine.begin(), mine.end(), own);
+            comm->AllGather(in_place ? own : mine.data(), all.data(), count);
+            for (size_t j = 0; j < all.size(); ++j) {
+              Check(
+                  all[j] == GatherInput(static_cast<int>(j / count), j % count),
+                  std::string(in_place ? "in-place " : "") + "count " +
+                      std::to_string(count) + ": element " + std::to_string(j));
+            }
+          }
+          std::vector<float> x(count);
+          for (size_t i = 0; i < count; ++i) x[i] = ExactSumInput(c.rank, i);
+          comm->AllReduce(x.data(), count, ReduceOp::kSum);
+          CheckExactAllReduce(x.data(), count, world, ReduceOp::kSum);
+        }
+      },
+      milliseconds(120000));
+  ExpectAllExitedZero(results);
+}
+
+// AllGather through each path, forced at every world size: the ring with
+// 4 KiB chunks (blocks of many chunks forwarded round every rank, mailbox
+// wrap-around; cached and streaming stores), the staged path with a 64 KiB
+// area (many pieces), and the one-shot banks.
+TEST(ShmRingTest, AllGatherEveryPath) {
+  const std::vector<size_t> counts = {0, 1, 3, 1021, 4099, 65537, 262147};
+  const std::pair<const char*, ShmRingTuning> paths[] = {
+      {"ring cached", RingOnly(Stores::kCached)},
+      {"ring streaming", RingOnly(Stores::kStreaming)},
+      {"staged", StagedOnly()},
+      {"one-shot", OneShotOnly(16 << 20)},
+  };
+  for (const auto& [path, tuning] : paths) {
+    for (int world : {2, 3, 4}) {
+      SCOPED_TRACE(std::string(path) + " world " + std::to_string(world));
+      RunAllGathers(world, counts, tuning);
+    }
+  }
+}
+
+// A rank killed in the middle of allgathers, on the ring and on the staged
+// path: the survivors fail by themselves, well before their 30 s deadline,
+// naming it.
+TEST(ShmRingTest, RankKilledMidAllGatherIsNamed) {
+  ShmRingTuning ring, staged;
+  ring.ring_bytes = 0;
+  ring.chunk_bytes = 4096;
+  staged.ring_bytes = size_t{1} << 30;
+  staged.stage_bytes = 65536;
+  for (const ShmRingTuning& tuning : {ring, staged}) {
+    SCOPED_TRACE(*tuning.ring_bytes == 0 ? "ring" : "staged");
+    constexpr int world = 3, victim = 2;
+    constexpr size_t count = size_t{1} << 20;
+    const auto start = std::chrono::steady_clock::now();
+    auto results = RunRanks(
+        world,
+        [&](const RankContext& c) {
+          auto comm = MakeRing(c, tuning, milliseconds(30000));
+          std::vector<float> mine(count, 1.0f), all(world * count);
+          comm->AllGather(mine.data(), all.data(), count);
+          if (c.rank == victim) {
+            std::thread([] {
+              std::this_thread::sleep_for(milliseconds(5));
+              kill(getpid(), SIGKILL);
+            }).detach();
+          }
+          for (;;) comm->AllGather(mine.data(), all.data(), count);
+        },
+        milliseconds(60000));
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(15))
+        << Describe(results);
+    EXPECT_EQ(results[victim].term_signal, SIGKILL) << Describe(results);
+    for (const RankResult& r : results) {
+      if (r.rank == victim) continue;
+      EXPECT_EQ(r.exit_code, 1) << Describe(results);
+      EXPECT_NE(r.output.find("rank 2"), std::string::npos)
+          << Describe(results);
+      EXPECT_NE(r.output.find("AllGather"), std::string::npos)
+          << Describe(results);
+    }
+    ExpectNoLeftovers();
   }
 }
 
@@ -129,20 +256,19 @@ TEST(ShmRingTest, ExactSumsStagedInSmallPieces) {
 // the same bits (each element is reduced once, by one rank, in a fixed
 // order), through the ring, the staged path and the one-shot path.
 TEST(ShmRingTest, BitwiseIdenticalAcrossRanks) {
-  const Env paths[] = {
-      {{"RINGLAB_SHM_ONESHOT_BYTES", "0"}, {"RINGLAB_SHM_RING_BYTES", "0"}},
-      {{"RINGLAB_SHM_ONESHOT_BYTES", "0"},
-       {"RINGLAB_SHM_STAGE_BYTES", "65536"}},
-      {{"RINGLAB_SHM_ONESHOT_BYTES", "1048576"}}};
-  for (const Env& env : paths) {
+  ShmRingTuning ring, staged, oneshot = OneShotOnly(1 << 20);
+  ring.oneshot_bytes = 0;
+  ring.ring_bytes = 0;
+  staged.oneshot_bytes = 0;
+  staged.stage_bytes = 65536;
+  for (ShmRingTuning tuning : {ring, staged, oneshot}) {
+    tuning.chunk_bytes = 8192;
     const int world = 3;
     const size_t count = 100003;
     auto results = RunRanks(
         world,
         [&](const RankContext& c) {
-          for (const auto& [name, value] : env) setenv(name, value, 1);
-          setenv("RINGLAB_SHM_CHUNK_BYTES", "8192", 1);
-          auto comm = MakeRing(c);
+          auto comm = MakeRing(c, tuning);
           std::mt19937 rng(1234 + c.rank);
           std::uniform_real_distribution<float> u(-1, 1);
           std::vector<float> x(count);
@@ -162,36 +288,46 @@ TEST(ShmRingTest, BitwiseIdenticalAcrossRanks) {
   }
 }
 
-// A bad tuning variable on one rank fails every rank at once, naming it,
-// instead of leaving the others to wait out their deadline.
-TEST(ShmRingTest, BadEnvironmentOnOneRankFailsEveryRankFast) {
-  for (int bad : {0, 1}) {
-    SCOPED_TRACE("bad rank " + std::to_string(bad));
-    auto start = std::chrono::steady_clock::now();
-    auto results = RunRanks(
-        3,
-        [&](const RankContext& c) {
-          if (c.rank == bad) setenv("RINGLAB_SHM_CHUNK_BYTES", "12", 1);
-          auto comm = MakeRing(c, milliseconds(30000));
-          float v = 1;
-          comm->AllReduce(&v, 1, ReduceOp::kSum);
-        },
-        milliseconds(60000));
-    EXPECT_LT(std::chrono::steady_clock::now() - start,
-              std::chrono::seconds(15))
-        << Describe(results);
-    for (const RankResult& r : results) {
-      EXPECT_EQ(r.exit_code, 1) << Describe(results);
-      EXPECT_NE(r.output.find("RINGLAB_SHM_CHUNK_BYTES=12"), std::string::npos)
-          << Describe(results);
-      if (r.rank != bad) {
-        EXPECT_NE(r.output.find("rank " + std::to_string(bad)),
-                  std::string::npos)
-            << Describe(results);
-      }
-    }
-    ExpectNoLeftovers();
+// A store that only counts what is asked of it (and has nothing).
+class CountingStore : public Store {
+ public:
+  void Set(const std::string&, const std::string&) override { ++calls; }
+  std::string Get(const std::string& key, milliseconds timeout) override {
+    ++calls;
+    std::this_thread::sleep_for(timeout);
+    throw CommError("CountingStore: no key " + key);
   }
+  int64_t Add(const std::string&, int64_t) override {
+    ++calls;
+    return 0;
+  }
+  int calls = 0;
+};
+
+// Tuning outside its range is refused by CreateCommunicator, naming the
+// setting, its value, its range and its variable, before shm_ring starts to
+// join: at once, though the job's other rank never comes (a join would wait
+// for it until the 30 s deadline), and without a word to the store.
+TEST(ShmRingTest, BadTuningIsRefusedBeforeJoining) {
+  CountingStore store;
+  RankContext c;
+  c.world_size = 2;
+  c.store = &store;
+  ShmRingTuning bad;
+  bad.chunk_bytes = 12;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    MakeRing(c, bad, milliseconds(30000));
+    ADD_FAILURE() << "created with chunk_bytes 12";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "shm_ring.chunk_bytes = 12 is outside [4096, 67108864] "
+                  "(RINGLAB_SHM_CHUNK_BYTES)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(store.calls, 0);
 }
 
 // Ranks pinned each to its own CPU (as allreduce_bench --pin does) are not
@@ -216,9 +352,10 @@ TEST(ShmRingTest, PinnedRanksAreNotOversubscribed) {
         CPU_ZERO(&one);
         CPU_SET(cpus[c.rank], &one);
         Check(sched_setaffinity(0, sizeof(one), &one) == 0, "pin");
-        setenv("RINGLAB_SHM_DEBUG", "1", 1);
-        setenv("RINGLAB_SHM_STREAM_STORES", "0", 1);
-        auto comm = MakeRing(c);
+        ShmRingTuning tuning;
+        tuning.debug = true;
+        tuning.stores = Stores::kCached;
+        auto comm = MakeRing(c, tuning);
       },
       milliseconds(30000));
   ExpectAllExitedZero(results);

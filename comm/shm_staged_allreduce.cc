@@ -1,6 +1,6 @@
 // shm_ring's staged allreduce, for buffers too large for the one-shot banks
 // and too small for the ring to pay off (the sizes come from
-// RINGLAB_SHM_STAGE_BYTES and RINGLAB_SHM_RING_BYTES). In pieces that fit the
+// ShmRingTuning's stage_bytes and ring_bytes). In pieces that fit the
 // ranks' staging areas, with N segments per piece, segment j belonging to
 // rank j:
 //   post:    each rank copies its part of every other rank's segment into

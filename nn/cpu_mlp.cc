@@ -1,5 +1,7 @@
 #include "nn/cpu_mlp.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -94,10 +96,46 @@ std::unique_ptr<CpuMlp> CreateCpuMlp(const MlpLayout& layout,
 //   if momentum: buf = d (first step) or buf = momentum·buf + (1-dampening)·d;
 //                d = nesterov ? d + momentum·buf : buf
 //   p = p - lr·d
+namespace {
+
+// p = fmaf(g, -lr, p) for plain SGD, 8 lanes at a time where the CPU has FMA:
+// std::fmaf in code built for baseline x86-64 is a libm call per element (a
+// 1.9M-parameter step took 4.3 ms that way), while a fused multiply-add
+// instruction rounds once, exactly as fmaf does, so the result is the same
+// bit for bit.
+__attribute__((target("avx2,fma"))) void PlainSgdFma(float neg_lr,
+                                                     float* params,
+                                                     const float* grads,
+                                                     size_t n) {
+  const __m256 scale = _mm256_set1_ps(neg_lr);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 p = _mm256_loadu_ps(params + i);
+    const __m256 g = _mm256_loadu_ps(grads + i);
+    _mm256_storeu_ps(params + i, _mm256_fmadd_ps(g, scale, p));
+  }
+  // Leave the upper halves clean: otherwise every SSE instruction after this
+  // (in code built without AVX) pays a state-transition penalty.
+  _mm256_zeroupper();
+  for (; i < n; ++i) params[i] = __builtin_fmaf(grads[i], neg_lr, params[i]);
+}
+
+bool CpuHasFma() {
+  static const bool has =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+}  // namespace
+
 void SgdUpdate(const SgdOptions& o, float* params, const float* grads,
                float* buf, bool* have_buf, size_t n) {
   ValidateSgdOptions(o);
   const float neg_lr = -o.lr;
+  if (o.momentum == 0.0f && o.weight_decay == 0.0f && CpuHasFma()) {
+    PlainSgdFma(neg_lr, params, grads, n);
+    return;
+  }
   if (o.momentum == 0.0f) {
     for (size_t i = 0; i < n; ++i) {
       float d = grads[i];

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/labels.h"
 #include "nn/mlp.h"
 
 namespace ringlab::nn {
@@ -210,18 +211,6 @@ void ReluForward(T* h, size_t n) {
 template <typename T>
 void ReluBackward(const T* h, T* dh, size_t n) {
   for (size_t i = 0; i < n; ++i) dh[i] = h[i] > T(0) ? dh[i] : T(0);
-}
-
-// Throws std::invalid_argument naming the first label outside [0, classes).
-inline void CheckLabels(const int64_t* labels, int batch, int classes) {
-  for (int j = 0; j < batch; ++j) {
-    if (labels[j] < 0 || labels[j] >= classes) {
-      throw std::invalid_argument("label " + std::to_string(labels[j]) +
-                                  " at batch index " + std::to_string(j) +
-                                  " is outside [0, " + std::to_string(classes) +
-                                  ")");
-    }
-  }
 }
 
 // Mean softmax cross-entropy over the batch (nn.CrossEntropyLoss()), and its

@@ -9,60 +9,30 @@
 #include <string>
 #include <vector>
 
-#include "nn/cpu_ops.h"  // CheckLabels
+#include "cuda/device.h"
+#include "cuda/device_buffer.h"
+#include "cuda/error.h"
 #include "nn/cuda_kernels.h"
+#include "nn/labels.h"
 #include "nn/mlp.h"
 
 namespace ringlab::nn {
 namespace {
 
-#define RINGLAB_CUDA_CHECK(expr) CheckCuda((expr), #expr, __FILE__, __LINE__)
-#define RINGLAB_CUBLAS_CHECK(expr) \
-  CheckCublas((expr), #expr, __FILE__, __LINE__)
+// nn::cuda is this package's kernels; //cuda is ringlab::cuda.
+using ::ringlab::cuda::DeviceBuffer;
 
-void CheckCuda(cudaError_t err, const char* expr, const char* file, int line) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string(file) + ":" + std::to_string(line) +
-                             ": " + expr + " failed: " + cudaGetErrorName(err) +
-                             " (" + cudaGetErrorString(err) + ")");
-  }
-}
+#define RINGLAB_CUBLAS_CHECK(expr) CheckCublas((expr), #expr)
 
-void CheckCublas(cublasStatus_t st, const char* expr, const char* file,
-                 int line) {
+// cuBLAS's failures as //cuda's one exception type, its status kept.
+void CheckCublas(cublasStatus_t st, const char* expr) {
   if (st != CUBLAS_STATUS_SUCCESS) {
-    throw std::runtime_error(std::string(file) + ":" + std::to_string(line) +
-                             ": " + expr +
-                             " failed: " + cublasGetStatusName(st) + " (" +
-                             cublasGetStatusString(st) + ")");
+    throw ::ringlab::cuda::CudaError(std::string(expr) +
+                                         " failed: " + cublasGetStatusName(st) +
+                                         " (" + cublasGetStatusString(st) + ")",
+                                     st);
   }
 }
-
-// A device allocation that grows on demand and frees itself.
-template <typename T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);  // no throwing from a destructor
-  }
-  void Reserve(size_t n) {
-    if (n <= capacity_) return;
-    if (ptr_) RINGLAB_CUDA_CHECK(cudaFree(ptr_));
-    ptr_ = nullptr;
-    capacity_ = 0;
-    RINGLAB_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_),
-                                  std::max<size_t>(n, 1) * sizeof(T)));
-    capacity_ = n;
-  }
-  T* get() const { return ptr_; }
-
- private:
-  T* ptr_ = nullptr;
-  size_t capacity_ = 0;
-};
 
 class CudaMlp : public Mlp {
  public:
@@ -290,30 +260,14 @@ class CudaMlp : public Mlp {
 
 std::unique_ptr<Mlp> CreateCudaMlp(const MlpLayout& layout) {
   std::string why;
-  if (CudaDeviceCount(&why) == 0) {
+  if (::ringlab::cuda::DeviceCount(&why) == 0) {
     throw std::runtime_error("CUDA backend: no usable device (" + why + ")");
   }
   return std::make_unique<CudaMlp>(layout);
 }
 
-const bool kRegistered = RegisterMlpBackend(Device::kCuda, CreateCudaMlp);
+[[maybe_unused]] const bool kRegistered =
+    RegisterMlpBackend(Device::kCuda, CreateCudaMlp);
 
 }  // namespace
-
-int CudaDeviceCount(std::string* why) {
-  (void)kRegistered;
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    if (why) {
-      *why =
-          std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
-    }
-    cudaGetLastError();  // clear the sticky-free error state
-    return 0;
-  }
-  if (count == 0 && why) *why = "cudaGetDeviceCount returned 0";
-  return count;
-}
-
 }  // namespace ringlab::nn

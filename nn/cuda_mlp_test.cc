@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda/device.h"
 #include "nn/cpu_mlp.h"
 #include "nn/init.h"
 #include "nn/mlp.h"
@@ -22,7 +23,7 @@ namespace {
 TEST(CudaMlpRegistration, BackendIsLinkedIn) {
   EXPECT_TRUE(HasMlpBackend(Device::kCuda));
   std::string why;
-  if (CudaDeviceCount(&why) == 0) {
+  if (::ringlab::cuda::DeviceCount(&why) == 0) {
     // Without a device, creation fails with a clear message instead of
     // crashing.
     try {
@@ -40,7 +41,8 @@ class CudaMlpTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+    if (::ringlab::cuda::DeviceCount(&why) == 0)
+      GTEST_SKIP() << "no CUDA device: " << why;
   }
 };
 
@@ -85,7 +87,7 @@ TEST_F(CudaMlpTest, MatchesCpu) {
   for (const char* widths : {"10,5,2", "64,256,128,10", "7,33,1"}) {
     const MlpLayout layout = MlpLayout::Parse(widths);
     std::vector<float> p(layout.num_params());
-    TorchGenerator gen(11);
+    torch_compat::TorchGenerator gen(11);
     InitLikeTorch(layout, gen, p.data());
     const int batch = 37;
     std::mt19937 rng(3);
@@ -151,7 +153,7 @@ class ThreadedWaitObserver : public BackwardObserver {
 TEST_F(CudaMlpTest, LayerEventsReportBackwardInOrder) {
   const MlpLayout layout({64, 256, 128, 10});
   std::vector<float> p(layout.num_params());
-  TorchGenerator gen(2);
+  torch_compat::TorchGenerator gen(2);
   InitLikeTorch(layout, gen, p.data());
   const int batch = 16;
   std::vector<float> x(batch * layout.in_features(), 0.25f);

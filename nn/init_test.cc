@@ -1,3 +1,4 @@
+// The MLP initialised layer by layer as torch initialises the same Net.
 #include "nn/init.h"
 
 #include <gtest/gtest.h>
@@ -7,17 +8,15 @@
 #include <string>
 #include <vector>
 
-#include "nn/npy.h"
+#include "io/npy.h"
 
 namespace ringlab::nn {
 namespace {
 
-std::string TestData(const std::string& name) { return "nn/testdata/" + name; }
-
-TEST(InitTest, Bounds) {
-  // kaiming_uniform_(a=sqrt(5)) reduces to 1/sqrt(fan_in) up to rounding.
-  EXPECT_NEAR(KaimingUniformBound(10), 1 / std::sqrt(10.0), 1e-15);
-  EXPECT_EQ(LinearBiasBound(4), 0.5);
+// torch's exports (torch_compat/testdata/export_reference.py): each Net's
+// state_dict flattened, which is the MlpLayout's order.
+std::string TestData(const std::string& name) {
+  return "torch_compat/testdata/" + name;
 }
 
 // Bit-for-bit equality with torch.manual_seed(seed); Net(widths): a trainer
@@ -32,10 +31,10 @@ TEST(InitTest, MatchesTorchBitForBit) {
       const std::string file =
           TestData("init_" + wname + "_s" + std::to_string(seed) + ".npy");
       std::vector<int64_t> shape;
-      const std::vector<float> want = ReadNpyFloat32(file, &shape);
+      const std::vector<float> want = io::ReadNpyFloat32(file, &shape);
       ASSERT_EQ(want.size(), layout.num_params()) << file;
       std::vector<float> got(layout.num_params(), -99.0f);
-      TorchGenerator gen(seed);
+      torch_compat::TorchGenerator gen(seed);
       InitLikeTorch(layout, gen, got.data());
       size_t mismatches = 0;
       for (size_t i = 0; i < got.size(); ++i) {

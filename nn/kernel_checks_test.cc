@@ -26,6 +26,9 @@
 #ifdef RINGLAB_KERNEL_TEST_CUDA
 #include <cuda_runtime.h>
 
+#include "cuda/device.h"
+#include "cuda/device_buffer.h"
+#include "cuda/error.h"
 #include "nn/cuda_kernels.h"
 #endif
 
@@ -105,92 +108,68 @@ class HostRunner : public Runner {
 };
 
 #ifdef RINGLAB_KERNEL_TEST_CUDA
+// Device memory and checks from //cuda (nn::cuda is this package's kernels).
+using ::ringlab::cuda::DeviceBuffer;
+
 void Ok(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) +
-                             " (" + cudaGetErrorString(err) + ")");
-  }
+  ::ringlab::cuda::Check(err, what);
 }
-
-template <typename T>
-class Device {
- public:
-  explicit Device(const std::vector<T>& host) : n_(host.size()) {
-    Ok(cudaMalloc(reinterpret_cast<void**>(&p_),
-                  std::max<size_t>(n_, 1) * sizeof(T)),
-       "cudaMalloc");
-    Ok(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice),
-       "cudaMemcpy H2D");
-  }
-  ~Device() { cudaFree(p_); }
-  T* get() { return p_; }
-  std::vector<T> Get() const {
-    std::vector<T> host(n_);
-    Ok(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost),
-       "cudaMemcpy D2H");
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* p_ = nullptr;
-};
 
 // The kernels themselves, each launch checked and waited for.
 class CudaRunner : public Runner {
  public:
   void AddBias(std::vector<float>* y, const std::vector<float>& b, int rows,
                int cols, bool relu) override {
-    Device<float> dy(*y), db(b);
+    DeviceBuffer<float> dy(*y), db(b);
     Ok(cuda::AddBias(dy.get(), db.get(), rows, cols, relu, nullptr), "AddBias");
     Ok(cudaDeviceSynchronize(), "AddBias kernel");
-    *y = dy.Get();
+    *y = dy.Download();
   }
   void ReluBackward(const std::vector<float>& h,
                     std::vector<float>* dh) override {
-    Device<float> dhv(h), ddh(*dh);
+    DeviceBuffer<float> dhv(h), ddh(*dh);
     Ok(cuda::ReluBackward(dhv.get(), ddh.get(), h.size(), nullptr),
        "ReluBackward");
     Ok(cudaDeviceSynchronize(), "ReluBackward kernel");
-    *dh = ddh.Get();
+    *dh = ddh.Download();
   }
   std::vector<float> BiasGrad(const std::vector<float>& dy, int rows,
                               int cols) override {
-    Device<float> ddy(dy), ddb(std::vector<float>(cols, -1.0f));
+    DeviceBuffer<float> ddy(dy), ddb(std::vector<float>(cols, -1.0f));
     Ok(cuda::BiasGrad(ddy.get(), ddb.get(), rows, cols, nullptr), "BiasGrad");
     Ok(cudaDeviceSynchronize(), "BiasGrad kernel");
-    return ddb.Get();
+    return ddb.Download();
   }
   void SoftmaxCe(const std::vector<float>& z,
                  const std::vector<int64_t>& labels, int rows, int cols,
                  std::vector<float>* loss, std::vector<float>* dz) override {
-    Device<float> dzv(z), dloss(*loss), ddz(*dz);
-    Device<int64_t> dlabels(labels);
+    DeviceBuffer<float> dzv(z), dloss(*loss), ddz(*dz);
+    DeviceBuffer<int64_t> dlabels(labels);
     Ok(cuda::SoftmaxCrossEntropy(dzv.get(), dlabels.get(), rows, cols,
                                  dloss.get(), ddz.get(), nullptr),
        "SoftmaxCrossEntropy");
     Ok(cudaDeviceSynchronize(), "SoftmaxCrossEntropy kernel");
-    *loss = dloss.Get();
-    *dz = ddz.Get();
+    *loss = dloss.Download();
+    *dz = ddz.Download();
   }
   float MeanLoss(const std::vector<float>& row_loss) override {
-    Device<float> drow(row_loss), dout(std::vector<float>(1, -1.0f));
+    DeviceBuffer<float> drow(row_loss), dout(std::vector<float>(1, -1.0f));
     Ok(cuda::MeanLoss(drow.get(), static_cast<int>(row_loss.size()), dout.get(),
                       nullptr),
        "MeanLoss");
     Ok(cudaDeviceSynchronize(), "MeanLoss kernel");
-    return dout.Get()[0];
+    return dout.Download()[0];
   }
   void Sgd(std::vector<float>* p, const std::vector<float>& g,
            std::vector<float>* buf, const SgdOptions& o, bool first) override {
-    Device<float> dp(*p), dg(g), dbuf(*buf);
+    DeviceBuffer<float> dp(*p), dg(g), dbuf(*buf);
     Ok(cuda::Sgd(dp.get(), dg.get(), buf->empty() ? nullptr : dbuf.get(),
                  p->size(), o.lr, o.momentum, o.dampening, o.weight_decay,
                  o.nesterov, first, nullptr),
        "Sgd");
     Ok(cudaDeviceSynchronize(), "Sgd kernel");
-    *p = dp.Get();
-    if (!buf->empty()) *buf = dbuf.Get();
+    *p = dp.Download();
+    if (!buf->empty()) *buf = dbuf.Download();
   }
 };
 #endif
@@ -266,12 +245,9 @@ class KernelTest : public ::testing::TestWithParam<std::string> {
       return;
     }
 #ifdef RINGLAB_KERNEL_TEST_CUDA
-    int count = 0;
-    const cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-      GTEST_SKIP() << "no CUDA device: "
-                   << (err != cudaSuccess ? cudaGetErrorString(err)
-                                          : "device count is 0");
+    std::string why;
+    if (::ringlab::cuda::DeviceCount(&why) == 0) {
+      GTEST_SKIP() << "no CUDA device: " << why;
     }
     runner_ = std::make_unique<CudaRunner>();
 #endif

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "io/npy.h"
 #include "nn/cpu_mlp.h"
-#include "nn/npy.h"
 
 namespace ringlab::nn {
 namespace {
@@ -35,7 +35,7 @@ bool Exists(const std::string& path) {
 
 std::vector<float> LoadF(const std::string& name) {
   std::vector<int64_t> shape;
-  return ReadNpyFloat32(TestData(name), &shape);
+  return io::ReadNpyFloat32(TestData(name), &shape);
 }
 
 // Distance in units in the last place between two finite floats.
@@ -102,9 +102,9 @@ class PytorchMatchTest : public ::testing::TestWithParam<Case> {
     const std::string n = GetParam().net;
     layout_ = std::make_unique<MlpLayout>(MlpLayout::Parse(GetParam().widths));
     params_ = LoadF(n + "_params.npy");
-    x_ = ReadFloatMatrix(TestData(n + "_x.npy"), &batch_, nullptr,
-                         layout_->in_features());
-    y_ = ReadInt64Vector(TestData(n + "_y.npy"));
+    x_ = io::ReadFloatMatrix(TestData(n + "_x.npy"), &batch_, nullptr,
+                             layout_->in_features());
+    y_ = io::ReadInt64Vector(TestData(n + "_y.npy"));
     ASSERT_EQ(static_cast<int64_t>(y_.size()), batch_);
     ASSERT_EQ(params_.size(), layout_->num_params());
     reference_ = ReferenceFor(GetParam());
@@ -126,7 +126,7 @@ class PytorchMatchTest : public ::testing::TestWithParam<Case> {
 // Reads a trace file of this case's reference run.
 std::vector<float> LoadRef(const Reference& ref, const std::string& suffix) {
   std::vector<int64_t> shape;
-  return ReadNpyFloat32(ref.prefix + suffix, &shape);
+  return io::ReadNpyFloat32(ref.prefix + suffix, &shape);
 }
 
 // Same kernel: logits bit for bit (the products are the same operations in

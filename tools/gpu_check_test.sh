@@ -46,6 +46,10 @@ out=$(GPU_CHECK_BUDGET_SCALE=2 OUT="$tmp/dry2" bash "$check" --dry-run "$tmp/non
   fail "a plan of twice the budgets passed"
 grep -q "more than the 480 s limit" <<<"$out" || fail "no word of the limit: $out"
 
+# The probe takes no arguments: one refused is one `error:` line, status 2.
+err=$("$probe" --verbose 2>&1 >/dev/null)
+(($? == 2)) && [[ "$err" == "error: "* ]] || fail "gpu_probe --verbose: $err"
+
 # --- a machine without a usable GPU --------------------------------------------
 mkdir -p "$tmp/nogpu"
 cp "$probe" "$tmp/nogpu/gpu_probe"

@@ -16,6 +16,8 @@
 #include <nccl.h>
 #endif
 
+#include "cli/usage_error.h"
+
 namespace {
 
 std::string Error(cudaError_t err) {
@@ -86,7 +88,11 @@ bool ProbeDevice(int d) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    ringlab::cli::ExitWithUsageError(
+        std::string("gpu_probe takes no arguments, got '") + argv[1] + "'");
+  }
   int runtime = 0, driver = 0;
   cudaRuntimeGetVersion(&runtime);
   const cudaError_t driver_err = cudaDriverGetVersion(&driver);

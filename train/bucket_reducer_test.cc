@@ -12,7 +12,7 @@
 
 #include "nn/init.h"
 #include "nn/mlp.h"
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 
 namespace ringlab::train {
 namespace {
@@ -76,6 +76,7 @@ class PeerComm : public comm::Communicator {
     }
     EXPECT_EQ(op, comm::ReduceOp::kAvg);
   }
+  void AllGather(const float*, float*, size_t) override {}
   void Broadcast(float*, size_t, int) override {}
   void Barrier() override {}
   uint64_t bytes_sent() const override { return 0; }
@@ -129,7 +130,7 @@ struct Fixture {
   std::vector<float> peer = std::vector<float>(layout.num_params(), 0.25f);
   Fixture() {
     std::vector<float> p(layout.num_params());
-    nn::TorchGenerator generator(1);
+    torch_compat::TorchGenerator generator(1);
     nn::InitLikeTorch(layout, generator, p.data());
     model->SetParams(p.data());
   }

@@ -12,10 +12,15 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "nn/atomic_file.h"
-#include "nn/npy.h"
+#include "io/atomic_file.h"
+#include "io/dirs.h"
+#include "io/npy.h"
+#include "nn/params_io.h"
 
 namespace ringlab::train {
+
+using io::FsyncDirectory;
+using io::MakeDirs;
 namespace {
 
 namespace fs = std::filesystem;
@@ -40,19 +45,6 @@ std::optional<int64_t> StepOfDirectory(const std::string& name) {
   return step;
 }
 
-// Makes a directory's entries (files created, renamed or removed in it)
-// durable.
-void FsyncDirectory(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || fsync(fd) != 0) {
-    const int error = errno;
-    if (fd >= 0) close(fd);
-    throw std::runtime_error("cannot fsync directory " + path + ": " +
-                             std::strerror(error));
-  }
-  close(fd);
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument("cannot read " + path);
@@ -63,31 +55,6 @@ std::string ReadFile(const std::string& path) {
 
 }  // namespace
 
-void MakeDirs(const std::string& path) {
-  std::error_code error;
-  fs::create_directories(path, error);
-  if (error || !fs::is_directory(path)) {
-    throw std::invalid_argument("cannot create directory " + path + ": " +
-                                (error ? error.message() : "not a directory"));
-  }
-}
-
-std::string StepRecordsToCsv(const std::vector<StepRecord>& records, int rank,
-                             bool header) {
-  std::string text =
-      header ? "rank,epoch,step,loss,step_ms,comm_ms,bytes_sent\n" : "";
-  char line[256];
-  for (const StepRecord& r : records) {
-    // %.9g round-trips a float exactly.
-    std::snprintf(line, sizeof(line), "%d,%lld,%lld,%.9g,%.6f,%.6f,%llu\n",
-                  rank, static_cast<long long>(r.epoch),
-                  static_cast<long long>(r.step), r.loss, r.step_ms, r.comm_ms,
-                  static_cast<unsigned long long>(r.bytes_sent));
-    text += line;
-  }
-  return text;
-}
-
 void WriteRankCheckpoint(const std::string& dir, int rank,
                          const nn::MlpLayout& layout,
                          const RankCheckpoint& checkpoint,
@@ -96,13 +63,13 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
   MakeDirs(step_dir);
   FsyncDirectory(dir);  // step_dir's entry
   const std::string final_dir = step_dir + "/rank" + std::to_string(rank);
-  const std::string temporary = final_dir + ".tmp-" + nn::RandomHex();
+  const std::string temporary = final_dir + ".tmp-" + io::RandomHex();
   MakeDirs(temporary);
-  // Each file is fsynced as it is written (nn::WriteFileAtomically).
+  // Each file is fsynced as it is written (io::WriteFileAtomically).
   nn::SaveParams(temporary, layout, checkpoint.params.data());
-  nn::WriteFileAtomically(temporary + "/history.csv",
+  io::WriteFileAtomically(temporary + "/history.csv",
                           StepRecordsToCsv(checkpoint.history, rank, true));
-  nn::WriteFileAtomically(temporary + "/next_step",
+  io::WriteFileAtomically(temporary + "/next_step",
                           std::to_string(checkpoint.next_step) + "\n");
   FsyncDirectory(temporary);
   if (before_rename) before_rename();
@@ -117,7 +84,7 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
 }
 
 void MarkLatestCheckpoint(const std::string& dir, int64_t next_step) {
-  nn::WriteFileAtomically(dir + "/latest", std::to_string(next_step) + "\n");
+  io::WriteFileAtomically(dir + "/latest", std::to_string(next_step) + "\n");
   FsyncDirectory(dir);
 }
 
@@ -155,7 +122,7 @@ void RemoveUnfinishedCheckpoints(const std::string& dir, int64_t latest) {
 
 void WriteJobDescription(const std::string& dir, const std::string& text) {
   MakeDirs(dir);
-  nn::WriteFileAtomically(dir + "/job.txt", text);
+  io::WriteFileAtomically(dir + "/job.txt", text);
 }
 
 std::string ReadJobDescription(const std::string& dir) {
@@ -191,28 +158,11 @@ RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
   checkpoint.params.resize(layout.num_params());
   try {
     nn::LoadParams(rank_dir, layout, checkpoint.params.data());
-  } catch (const nn::NpyError& e) {
+  } catch (const io::NpyError& e) {
     throw std::invalid_argument(e.what());
   }
-  std::istringstream lines(ReadFile(rank_dir + "/history.csv"));
-  std::string line;
-  std::getline(lines, line);  // header
-  while (std::getline(lines, line)) {
-    StepRecord r;
-    int file_rank = 0;
-    long long epoch = 0, step = 0;
-    unsigned long long bytes = 0;
-    if (std::sscanf(line.c_str(), "%d,%lld,%lld,%g,%lf,%lf,%llu", &file_rank,
-                    &epoch, &step, &r.loss, &r.step_ms, &r.comm_ms,
-                    &bytes) != 7) {
-      throw std::invalid_argument(rank_dir + "/history.csv: bad line '" + line +
-                                  "'");
-    }
-    r.epoch = epoch;
-    r.step = step;
-    r.bytes_sent = bytes;
-    checkpoint.history.push_back(r);
-  }
+  checkpoint.history = StepRecordsFromCsv(ReadFile(rank_dir + "/history.csv"),
+                                          rank_dir + "/history.csv");
   if (static_cast<int64_t>(checkpoint.history.size()) != next_step) {
     throw std::invalid_argument(rank_dir + "/history.csv holds " +
                                 std::to_string(checkpoint.history.size()) +

@@ -19,18 +19,9 @@
 #include <vector>
 
 #include "nn/mlp.h"
+#include "train/step_record.h"
 
 namespace ringlab::train {
-
-// One training step of one rank, as losses.csv reports it.
-struct StepRecord {
-  int64_t epoch = 0;
-  int64_t step = 0;
-  float loss = 0;
-  double step_ms = 0;
-  double comm_ms = 0;
-  uint64_t bytes_sent = 0;
-};
 
 struct RankCheckpoint {
   int64_t next_step = 0;  // steps already taken
@@ -68,11 +59,6 @@ std::optional<int64_t> LatestCheckpoint(const std::string& dir);
 RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
                                   const nn::MlpLayout& layout,
                                   int64_t next_step);
-
-// Filesystem helpers shared by the trainer's outputs.
-void MakeDirs(const std::string& path);  // mkdir -p; throws on failure
-std::string StepRecordsToCsv(const std::vector<StepRecord>& records, int rank,
-                             bool header);
 
 }  // namespace ringlab::train
 

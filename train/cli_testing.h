@@ -15,7 +15,7 @@
 namespace ringlab::train::testing {
 
 inline constexpr char kTrain[] = "train/train";
-inline constexpr char kReference[] = "experiments/seed_ddp/reference";
+inline constexpr char kReference[] = "testdata/seed_ddp/reference";
 inline const std::vector<std::string> kTensors = {"fc1.weight", "fc1.bias",
                                                   "fc2.weight", "fc2.bias"};
 

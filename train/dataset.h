@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 
 namespace ringlab::train {
 
@@ -27,7 +27,7 @@ struct Dataset {
 
 // size samples, features U[0, 1) then labels in [0, classes).
 Dataset MakeSyntheticDataset(int64_t size, int features, int classes,
-                             nn::TorchGenerator& generator);
+                             torch_compat::TorchGenerator& generator);
 
 // From data_dir: data_rank{rank}.npy + targets_rank{rank}.npy when present
 // (each rank its own data set), else data.npy + targets.npy shared by all.
@@ -35,6 +35,12 @@ Dataset MakeSyntheticDataset(int64_t size, int features, int classes,
 // [0, classes); throws std::invalid_argument naming the file otherwise.
 Dataset LoadDataset(const std::string& data_dir, int rank, int features,
                     int classes);
+
+// What LoadDataset checks, reading the features' header only (dtype, shape,
+// size) and the labels (small: one int64 per sample) in full: the number of
+// samples. For a launcher, before any rank reads the data.
+int64_t CheckNpyDataset(const std::string& data_dir, int rank, int features,
+                        int classes);
 
 }  // namespace ringlab::train
 

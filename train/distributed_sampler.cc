@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 
 namespace ringlab::train {
 
@@ -32,7 +32,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size,
 std::vector<int64_t> DistributedSampler::Indices(int64_t epoch) const {
   std::vector<int64_t> order;
   if (options_.shuffle) {
-    nn::TorchGenerator generator(options_.seed + static_cast<uint64_t>(epoch));
+    torch_compat::TorchGenerator generator(options_.seed +
+                                           static_cast<uint64_t>(epoch));
     order = generator.RandPerm(dataset_size_);
   } else {
     order.resize(dataset_size_);

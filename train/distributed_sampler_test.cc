@@ -5,20 +5,20 @@
 #include <algorithm>
 #include <set>
 
-#include "nn/npy.h"
-#include "nn/torch_rng.h"
+#include "io/npy.h"
+#include "torch_compat/generator.h"
 
 namespace ringlab::train {
 namespace {
 
-constexpr char kReference[] = "experiments/seed_ddp/reference/";
+constexpr char kReference[] = "testdata/seed_ddp/reference/";
 
 // PyTorch's own indices (exported by pytorch_reference.py): n = 100, W = 2,
 // seed 0, epoch 0. Indices are integers: exact equality.
 TEST(DistributedSamplerTest, MatchesPyTorchExport) {
   for (int rank = 0; rank < 2; ++rank) {
     const std::vector<int64_t> expected =
-        nn::ReadInt64Vector(std::string(kReference) + "sampler_rank" +
+        io::ReadInt64Vector(std::string(kReference) + "sampler_rank" +
                             std::to_string(rank) + ".npy");
     DistributedSampler sampler(100, 2, rank);
     EXPECT_EQ(sampler.num_samples(), 50);
@@ -29,7 +29,8 @@ TEST(DistributedSamplerTest, MatchesPyTorchExport) {
 // pytorch-facts.md: n = 100, W = 3 → 34 per rank, the permutation extended by
 // its own perm[0], perm[1]; rank r takes perm[r], perm[r + 3], ...
 TEST(DistributedSamplerTest, PadsWithTheHeadOfThePermutation) {
-  const std::vector<int64_t> perm = nn::TorchGenerator(7).RandPerm(100);
+  const std::vector<int64_t> perm =
+      torch_compat::TorchGenerator(7).RandPerm(100);
   std::vector<int64_t> padded = perm;
   padded.push_back(perm[0]);
   padded.push_back(perm[1]);
@@ -64,7 +65,7 @@ TEST(DistributedSamplerTest, NoShuffleIsInOrder) {
 
 TEST(DistributedSamplerTest, EpochReseedsAndSamplerSeedIsItsOwn) {
   DistributedSampler sampler(50, 1, 0, {true, 5, false});
-  EXPECT_EQ(sampler.Indices(2), nn::TorchGenerator(7).RandPerm(50));
+  EXPECT_EQ(sampler.Indices(2), torch_compat::TorchGenerator(7).RandPerm(50));
   EXPECT_NE(sampler.Indices(0), sampler.Indices(1));
 }
 

@@ -4,10 +4,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "nn/atomic_file.h"
-#include "nn/npy.h"
+#include "comm/gather_strings.h"
+#include "io/atomic_file.h"
+#include "io/dirs.h"
+#include "nn/params_io.h"
 #include "train/trace.h"
 
 namespace ringlab::train {
@@ -15,46 +18,39 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out + "\"";
-}
-
 std::string ConfigJson(const TrainConfig& c, int world_size,
                        const std::string& data_source) {
-  auto boolean = [](bool value) { return value ? "true" : "false"; };
-  std::string json = "{\n";
-  json += "  \"model\": " + Quote(c.model) + ",\n";
-  json += "  \"sync\": " + Quote(c.sync) + ",\n";
-  json += "  \"comm\": " + Quote(c.comm) + ",\n";
-  json += "  \"device\": " + Quote(nn::DeviceName(c.device)) + ",\n";
-  json += "  \"world_size\": " + std::to_string(world_size) + ",\n";
-  json += "  \"epochs\": " + std::to_string(c.epochs) + ",\n";
-  json += "  \"lr\": " + FloatText(c.lr) + ",\n";
-  json += "  \"batch_size\": " + std::to_string(c.batch_size) + ",\n";
-  json += "  \"samples\": " + std::to_string(c.samples) + ",\n";
-  json += "  \"seed\": " + std::to_string(c.seed) + ",\n";
-  json += "  \"sampler_seed\": " + std::to_string(c.sampler_seed) + ",\n";
-  json += "  \"shuffle\": " + std::string(boolean(c.shuffle)) + ",\n";
-  json += "  \"drop_last\": " + std::string(boolean(c.drop_last)) + ",\n";
-  json += "  \"set_epoch\": " + std::string(boolean(c.set_epoch)) + ",\n";
-  json +=
-      "  \"per_rank_data\": " + std::string(boolean(c.per_rank_data)) + ",\n";
-  json +=
-      "  \"avg_period\": " + std::to_string(c.sync_options.avg_period) + ",\n";
-  json +=
-      "  \"avg_warmup\": " + std::to_string(c.sync_options.avg_warmup) + ",\n";
-  json += "  \"data\": " + Quote(data_source) + ",\n";
-  json += "  \"init_dir\": " + Quote(c.init_dir) + ",\n";
-  json +=
-      "  \"checkpoint_every\": " + std::to_string(c.checkpoint_every) + ",\n";
-  json += "  \"resume\": " + std::string(boolean(c.resume)) + ",\n";
-  json += "  \"timeout_ms\": " + std::to_string(c.timeout.count()) + "\n";
-  return json + "}\n";
+  const nlohmann::ordered_json json = {
+      {"model", c.model},
+      {"sync", c.sync},
+      {"comm", c.comm},
+      {"device", nn::DeviceName(c.device)},
+      {"world_size", world_size},
+      {"epochs", c.epochs},
+      // The float's shortest exact text, read back as a number.
+      {"lr", std::stod(FloatText(c.lr))},
+      {"batch_size", c.batch_size},
+      {"samples", c.samples},
+      {"seed", c.seed},
+      {"sampler_seed", c.sampler_seed},
+      {"shuffle", c.shuffle},
+      {"drop_last", c.drop_last},
+      {"set_epoch", c.set_epoch},
+      {"per_rank_data", c.per_rank_data},
+      {"avg_period", c.sync_options.avg_period},
+      {"avg_warmup", c.sync_options.avg_warmup},
+      {"first_bucket_bytes", c.sync_options.first_bucket_bytes},
+      {"bucket_cap_bytes", c.sync_options.bucket_cap_bytes},
+      {"overlap", c.sync_options.overlap},
+      {"dataset", c.dataset.empty() ? "default" : c.dataset},
+      {"data", data_source},
+      {"eval_every", c.eval_every},
+      {"init_dir", c.init_dir},
+      {"checkpoint_every", c.checkpoint_every},
+      {"resume", c.resume},
+      {"trace", c.trace_path},
+      {"timeout_ms", c.timeout.count()}};
+  return json.dump(2) + "\n";
 }
 
 // A parameters directory is written whole into a temporary directory and
@@ -67,7 +63,7 @@ void ReplaceParamsDir(const std::string& final_dir, const nn::MlpLayout& layout,
   std::error_code error;
   fs::remove_all(fresh, error);
   fs::remove_all(old, error);
-  MakeDirs(fresh);
+  io::MakeDirs(fresh);
   nn::SaveParams(fresh, layout, params.data());
   if (fs::exists(final_dir)) fs::rename(final_dir, old, error);
   fs::rename(fresh, final_dir, error);
@@ -110,10 +106,10 @@ void RemoveOtherRanksParams(const std::string& out_dir) {
 }
 
 std::string SummaryJson(bool ranks_equal, int world_size, size_t steps) {
-  return std::string("{\n  \"ranks_bitwise_equal\": ") +
-         (ranks_equal ? "true" : "false") +
-         ",\n  \"world_size\": " + std::to_string(world_size) +
-         ",\n  \"steps_per_rank\": " + std::to_string(steps) + "\n}\n";
+  const nlohmann::ordered_json json = {{"ranks_bitwise_equal", ranks_equal},
+                                       {"world_size", world_size},
+                                       {"steps_per_rank", steps}};
+  return json.dump(2) + "\n";
 }
 
 }  // namespace
@@ -126,22 +122,24 @@ std::string FloatText(float value) {
 
 void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
                      const std::string& data_source, const TrainResult& result,
-                     RankExchange& exchange, comm::Communicator& comm) {
+                     comm::Communicator& comm) {
   const int rank = comm.rank();
   const int world_size = comm.world_size();
   const bool writing = !config.out_dir.empty();
   // Before the first exchange, which no rank passes before rank 0: no rank
   // is writing its final_rank<r>/ yet.
   if (rank == 0 && writing) RemoveOtherRanksParams(config.out_dir);
-  const auto all_records = exchange.AllGather(RecordsToBytes(result.history));
+  const auto all_records =
+      comm::AllGatherStrings(comm, RecordsToBytes(result.history));
   // Whether every rank ends with rank 0's parameters, bit for bit.
-  const auto all_hashes = exchange.AllGather(Fnv1a(
-      result.final_params.data(), result.final_params.size() * sizeof(float)));
+  const auto all_hashes = comm::AllGatherStrings(
+      comm, Fnv1a(result.final_params.data(),
+                  result.final_params.size() * sizeof(float)));
   const bool ranks_equal =
       std::all_of(all_hashes.begin(), all_hashes.end(),
                   [&](const std::string& h) { return h == all_hashes[0]; });
   if (!config.trace_path.empty()) {
-    const auto all_events = exchange.AllGather(result.trace_events);
+    const auto all_events = comm::AllGatherStrings(comm, result.trace_events);
     if (rank == 0) WriteTrace(config.trace_path, all_events);
   }
   if (writing && rank != 0 && !ranks_equal) {
@@ -154,17 +152,17 @@ void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
       csv += StepRecordsToCsv(RecordsFromBytes(all_records[r]), r, false);
     }
     ReplaceParamsDir(config.out_dir + "/final", layout, result.final_params);
-    nn::WriteFileAtomically(config.out_dir + "/losses.csv", csv);
+    io::WriteFileAtomically(config.out_dir + "/losses.csv", csv);
     if (!result.evaluations.empty()) {
-      nn::WriteFileAtomically(config.out_dir + "/eval.csv",
+      io::WriteFileAtomically(config.out_dir + "/eval.csv",
                               EvalRecordsToCsv(result.evaluations));
     } else {
       std::error_code error;  // an earlier run's, not this one's
       fs::remove(config.out_dir + "/eval.csv", error);
     }
-    nn::WriteFileAtomically(config.out_dir + "/config.json",
+    io::WriteFileAtomically(config.out_dir + "/config.json",
                             ConfigJson(config, world_size, data_source));
-    nn::WriteFileAtomically(
+    io::WriteFileAtomically(
         config.out_dir + "/summary.json",
         SummaryJson(ranks_equal, world_size, result.history.size()));
   }

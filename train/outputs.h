@@ -11,7 +11,6 @@
 
 #include "comm/communicator.h"
 #include "nn/mlp.h"
-#include "train/rank_exchange.h"
 #include "train/trainer.h"
 
 namespace ringlab::train {
@@ -25,7 +24,7 @@ std::string FloatText(float value);
 // its own final_rank<r>/. Ends with every rank's files written.
 void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
                      const std::string& data_source, const TrainResult& result,
-                     RankExchange& exchange, comm::Communicator& comm);
+                     comm::Communicator& comm);
 
 }  // namespace ringlab::train
 

@@ -52,7 +52,8 @@ struct SyncOptions {
 // both bucket caps positive.
 void ValidateSync(const std::string& name, const SyncOptions& options);
 
-// A synchroniser by name for this model, after ValidateSync. Where the
+// A synchroniser by name for this model; its options were validated once
+// (ValidateSync), an unknown name is std::invalid_argument. Where the
 // communicator cannot reach the model's memory (a CUDA model over a host
 // communicator), allreduce stages the whole gradient buffer through host
 // memory after backward instead of reducing buckets during it. tracer, when

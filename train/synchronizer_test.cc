@@ -29,6 +29,7 @@ class PeerCommunicator : public comm::Communicator {
   }
   void Broadcast(float*, size_t, int) override {}
   void Barrier() override {}
+  void AllGather(const float*, float*, size_t) override {}
   uint64_t bytes_sent() const override { return 0; }
   int allreduce_calls = 0;
 
@@ -113,14 +114,12 @@ TEST(SynchronizerTest, RejectsBadNamesAndOptions) {
   auto model = nn::CreateMlp(nn::Device::kCpu, nn::MlpLayout({2, 2}));
   EXPECT_THROW(CreateSynchronizer("ddp", comm, *model, {}),
                std::invalid_argument);
-  EXPECT_THROW(CreateSynchronizer("param_avg", comm, *model, {0, 0}),
-               std::invalid_argument);
-  EXPECT_THROW(CreateSynchronizer("param_avg", comm, *model, {1, -1}),
-               std::invalid_argument);
+  EXPECT_THROW(ValidateSync("ddp", {}), std::invalid_argument);
+  EXPECT_THROW(ValidateSync("param_avg", {0, 0}), std::invalid_argument);
+  EXPECT_THROW(ValidateSync("param_avg", {1, -1}), std::invalid_argument);
   SyncOptions no_cap;
   no_cap.bucket_cap_bytes = 0;
-  EXPECT_THROW(CreateSynchronizer("allreduce", comm, *model, no_cap),
-               std::invalid_argument);
+  EXPECT_THROW(ValidateSync("allreduce", no_cap), std::invalid_argument);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
-#include "nn/atomic_file.h"
+#include "io/atomic_file.h"
 
 namespace ringlab::train {
 namespace {
@@ -73,7 +73,7 @@ void WriteTrace(const std::string& path,
   }
   const nlohmann::json trace = {{"traceEvents", std::move(all)},
                                 {"displayTimeUnit", "ms"}};
-  nn::WriteFileAtomically(path, trace.dump() + "\n");
+  io::WriteFileAtomically(path, trace.dump() + "\n");
 }
 
 }  // namespace ringlab::train

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/npy.h"
+#include "io/npy.h"
 #include "train/cli_testing.h"
 
 namespace {
@@ -31,6 +31,8 @@ TEST(TrainCliTest, BadFlagsAreOneErrorLineAndStatusTwo) {
   ExpectUsageError(RunTrain("--sync=ring"), "--sync=ring");
   ExpectUsageError(RunTrain("--comm=carrier_pigeon"), "carrier_pigeon");
   ExpectUsageError(RunTrain("--device=tpu"), "--device=tpu");
+  ExpectUsageError(RunTrain("--device=cuda:x"), "--device=cuda:x");
+  ExpectUsageError(RunTrain("--device=cuda:-1"), "--device=cuda:-1");
   ExpectUsageError(RunTrain("--batch_size=0"), "--batch_size");
   ExpectUsageError(RunTrain("--timeout=-1"), "--timeout");
   ExpectUsageError(RunTrain("--comm=mpi"), "mpirun");
@@ -38,6 +40,23 @@ TEST(TrainCliTest, BadFlagsAreOneErrorLineAndStatusTwo) {
   ExpectUsageError(RunTrain("--flagfile=/nonexistent"), "not supported");
   ExpectUsageError(RunTrain("--epochs=2000000000"), "--epochs");
   ExpectUsageError(RunTrain("--resume"), "--out_dir");
+}
+
+// The launcher asks a forked child about GPUs (it never creates a CUDA
+// context itself): without one, --device=cuda is one error line before any
+// rank starts; with one, a device index beyond the machine's is.
+TEST(TrainCliTest, CudaDevicesAreCheckedBeforeAnyRankStarts) {
+  const CommandResult any = RunTrain("--device=cuda --quiet --epochs=1");
+  if (any.status == 0) {
+    ExpectUsageError(RunTrain("--device=cuda:9999"), "cuda:9999");
+    return;
+  }
+  if (any.err.find("built without CUDA") != std::string::npos) {
+    ExpectUsageError(any, "built without CUDA");
+    return;
+  }
+  ExpectUsageError(any, "no usable device");
+  ExpectUsageError(RunTrain("--device=cuda:1"), "no usable device");
 }
 
 // Every integer flag is bounded so that no arithmetic on it can overflow;
@@ -105,9 +124,9 @@ TEST(TrainCliTest, PerRankDataSetsOfDifferentSizesAreRefused) {
     const std::vector<float> x(n * 10, 0.25f);
     const std::vector<int64_t> y(n, 1);
     const std::string r = std::to_string(rank);
-    ringlab::nn::WriteNpyFloat32(data + "/data_rank" + r + ".npy", {n, 10},
+    ringlab::io::WriteNpyFloat32(data + "/data_rank" + r + ".npy", {n, 10},
                                  x.data());
-    ringlab::nn::WriteNpyInt64(data + "/targets_rank" + r + ".npy", {n},
+    ringlab::io::WriteNpyInt64(data + "/targets_rank" + r + ".npy", {n},
                                y.data());
   }
   ExpectUsageError(RunTrain("--data_dir=" + data), "24 samples");
@@ -134,8 +153,8 @@ TEST(TrainCliTest, BadFilesAreOneErrorLineAndLeaveOutputsUntouched) {
   const std::string labels = TempDir("bad_labels");
   const std::vector<float> x(3 * 10, 0.5f);
   const std::vector<int64_t> y = {0, 1, 7};
-  ringlab::nn::WriteNpyFloat32(labels + "/data.npy", {3, 10}, x.data());
-  ringlab::nn::WriteNpyInt64(labels + "/targets.npy", {3}, y.data());
+  ringlab::io::WriteNpyFloat32(labels + "/data.npy", {3, 10}, x.data());
+  ringlab::io::WriteNpyInt64(labels + "/targets.npy", {3}, y.data());
   ExpectUsageError(RunTrain("--data_dir=" + labels + " --out_dir=" + out),
                    "label 7");
   EXPECT_EQ(ReadText(out + "/losses.csv"), "sentinel\n");

@@ -25,12 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "cli/flags.h"
 #include "comm/communicator.h"
 #include "comm/launch.h"
 #include "comm/rank_threads.h"
 #include "comm/rendezvous.h"
+#include "comm/tuning_env.h"
 #include "nn/mlp.h"
-#include "train/flag_parsing.h"
+#include "train/rank_device.h"
 #include "train/trainer.h"
 
 DEFINE_int32(nprocs, 2,
@@ -42,7 +44,8 @@ DEFINE_string(sync, "allreduce",
 DEFINE_string(comm, "shm_ring",
               "shm_ring | gloo | mpi | nccl | ipc_ring | ipc_ring_threads "
               "(ranks as threads of this process on one GPU)");
-DEFINE_string(device, "cpu", "cpu | cuda");
+DEFINE_string(device, "cpu",
+              "cpu | cuda (each rank: LOCAL_RANK modulo the GPUs) | cuda:N");
 DEFINE_int64(epochs, 10, "passes over each rank's share of the data");
 DEFINE_double(lr, 0.01, "SGD learning rate");
 DEFINE_int64(batch_size, 64,
@@ -111,8 +114,32 @@ namespace {
 
 constexpr char kThreads[] = "ipc_ring_threads";
 
-bool GpuMemoryComm(const std::string& comm) {
-  return comm == "nccl" || comm == "ipc_ring" || comm == kThreads;
+// --device=cpu | cuda | cuda:N.
+void ParseDevice(const std::string& text, TrainConfig* c) {
+  const std::string prefix = "cuda:";
+  if (text == "cpu") {
+    c->device = nn::Device::kCpu;
+  } else if (text == "cuda") {
+    c->device = nn::Device::kCuda;
+  } else if (text.rfind(prefix, 0) == 0 && text.size() > prefix.size() &&
+             text.size() <= prefix.size() + 4 &&
+             text.find_first_not_of("0123456789", prefix.size()) ==
+                 std::string::npos) {
+    c->device = nn::Device::kCuda;
+    c->cuda_device = std::stoi(text.substr(prefix.size()));
+  } else {
+    throw std::invalid_argument("unknown --device=" + text +
+                                " (expected cpu, cuda or cuda:N)");
+  }
+}
+
+// The testing flags' fault, kept out of the job's configuration.
+FaultInjection Faults() {
+  FaultInjection faults;
+  faults.after_step = FLAGS_fault_after_step;
+  faults.rank = FLAGS_fault_rank;
+  faults.point = FLAGS_fault_point;
+  return faults;
 }
 
 TrainConfig ConfigFromFlags() {
@@ -120,14 +147,7 @@ TrainConfig ConfigFromFlags() {
   c.model = FLAGS_model;
   c.sync = FLAGS_sync;
   c.comm = FLAGS_comm;
-  if (FLAGS_device == "cpu") {
-    c.device = nn::Device::kCpu;
-  } else if (FLAGS_device == "cuda") {
-    c.device = nn::Device::kCuda;
-  } else {
-    throw std::invalid_argument("unknown --device=" + FLAGS_device +
-                                " (expected cpu or cuda)");
-  }
+  ParseDevice(FLAGS_device, &c);
   c.epochs = FLAGS_epochs;
   c.lr = static_cast<float>(FLAGS_lr);
   c.batch_size = FLAGS_batch_size;
@@ -157,9 +177,6 @@ TrainConfig ConfigFromFlags() {
   c.checkpoint_every = FLAGS_checkpoint_every;
   c.resume = FLAGS_resume;
   c.quiet = FLAGS_quiet;
-  c.fault_after_step = FLAGS_fault_after_step;
-  c.fault_rank = FLAGS_fault_rank;
-  c.fault_point = FLAGS_fault_point;
   in_addr address{};
   if (!FLAGS_store_bind.empty() &&
       inet_pton(AF_INET, FLAGS_store_bind.c_str(), &address) != 1) {
@@ -171,15 +188,11 @@ TrainConfig ConfigFromFlags() {
   }
   c.timeout = std::chrono::milliseconds(
       static_cast<int64_t>(FLAGS_timeout * 1000.0 + 0.5));
-  if (GpuMemoryComm(c.comm) && c.device != nn::Device::kCuda) {
-    throw std::invalid_argument("--comm=" + c.comm +
-                                " works on GPU memory: add --device=cuda");
-  }
   if (FLAGS_nprocs < 1 || FLAGS_nprocs > 256) {
     throw std::invalid_argument("--nprocs must be in [1, 256]");
   }
   if (c.comm == kThreads) {
-    if (c.fault_after_step >= 0) {
+    if (FLAGS_fault_after_step >= 0) {
       throw std::invalid_argument(
           "--fault_after_step kills a process, and with "
           "--comm=ipc_ring_threads every rank is a thread of this one");
@@ -197,15 +210,17 @@ int RunThisRank(const TrainConfig& config) {
   comm::CommOptions options;
   options.timeout = config.timeout;
   options.join_timeout = config.timeout;
+  options.tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
   comm::JobEnvironment job = comm::JobEnvironment::Read();
   if (!FLAGS_store_bind.empty()) job.store_bind = FLAGS_store_bind;
   const auto rendezvous = comm::Rendezvous::Join(job, config.timeout);
   const comm::RankContext& context = rendezvous->context();
   // Under a foreign launcher (torchrun-style, mpirun) nothing was checked
-  // yet; under ours this repeats the launcher's cheap checks. Each rank reads
-  // its own data set only: a different size on another rank is caught by
-  // the agreement check once all have started.
-  ValidateConfig(config, context.world_size, /*data_rank=*/context.rank);
+  // yet; under ours this repeats the launcher's checks of the settings. The
+  // rank checks its inputs as it reads them, once (RunRank); a different
+  // data-set size on another rank is caught by the agreement check.
+  ValidateConfig(config, context.world_size, ValidationScope::kRank);
+  ValidateFaultInjection(Faults(), context.world_size);
   size_t hosts = 0;
   const std::string where = comm::DescribeHosts(context.hosts, &hosts);
   if (hosts > 1 && context.rank == 0 && !config.quiet) {
@@ -214,8 +229,13 @@ int RunThisRank(const TrainConfig& config) {
     std::fflush(stdout);
   }
   options.local_rank = context.local_rank;
+  // This rank's GPU, before its communicator and model exist, for both.
+  if (config.device == nn::Device::kCuda) {
+    options.cuda_device =
+        SelectRankDevice(config.cuda_device, context.local_rank);
+  }
   auto communicator = comm::CreateCommunicator(config.comm, context, options);
-  RunRank(config, *communicator, context.store);
+  RunRank(config, *communicator, Faults());
   return 0;
 }
 
@@ -225,17 +245,27 @@ int RunThisRank(const TrainConfig& config) {
 // the process ends without waiting for it.
 int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
   ValidateConfig(config, nprocs);  // before any rank starts
+  // The ranks are threads of this process: it may create the context they
+  // share, and refuse before any starts when there is no device.
+  try {
+    nn::CreateMlp(config.device, nn::MlpLayout::Parse(config.model));
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());
+  }
   comm::CommOptions options;
   options.timeout = config.timeout;
   options.join_timeout = config.timeout;
+  options.tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
   const comm::RankThreadsResult result = comm::RunRankThreads(
       nprocs,
       [&](const comm::RankContext& context) {
         comm::CommOptions mine = options;
         mine.local_rank = context.local_rank;
+        // Every rank thread on the one device, current on its own thread.
+        mine.cuda_device = SelectRankDevice(std::max(config.cuda_device, 0), 0);
         auto communicator =
             comm::CreateCommunicator(config.comm, context, mine);
-        RunRank(config, *communicator, context.store);
+        RunRank(config, *communicator);
       },
       2 * config.timeout + std::chrono::seconds(10));
   if (result.ok()) return 0;
@@ -251,7 +281,7 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
 }
 
 int Main(int argc, char** argv) {
-  ParseFlagsOrExit(
+  cli::ParseFlagsOrExit(
       argc, argv,
       "trains an MLP data-parallel; the defaults are the configuration of the "
       "document's PyTorch DDP run",
@@ -262,7 +292,13 @@ int Main(int argc, char** argv) {
   TrainConfig config;
   try {
     config = ConfigFromFlags();
-    nn::CreateMlp(config.device, nn::MlpLayout::Parse(config.model));
+    // Whether this binary has the backend, without touching a device: the
+    // launcher never creates a CUDA context; each rank finds its own GPU.
+    if (!nn::HasMlpBackend(config.device)) {
+      throw std::invalid_argument(std::string("--device=") +
+                                  nn::DeviceName(config.device) +
+                                  ": this binary was built without it");
+    }
     const auto known = comm::RegisteredCommunicators();
     if (std::find(known.begin(), known.end(), config.comm) == known.end()) {
       std::string names;
@@ -272,7 +308,7 @@ int Main(int argc, char** argv) {
                                   " (this binary has: " + names + ")");
     }
   } catch (const std::exception& e) {
-    ExitWithUsageError(e.what());
+    cli::ExitWithUsageError(e.what());
   }
   const bool is_rank = comm::Rendezvous::InLaunchedJob();
   try {
@@ -286,6 +322,10 @@ int Main(int argc, char** argv) {
         return RunRanksAsThreads(config, FLAGS_nprocs);
       }
       ValidateConfig(config, FLAGS_nprocs);  // before any rank starts
+      if (config.device == nn::Device::kCuda) {
+        CheckDevicesFromLauncher(config.cuda_device);
+      }
+      ValidateFaultInjection(Faults(), FLAGS_nprocs);
       comm::LaunchOptions launch;
       // One BLAS thread per rank, as PyTorch's launchers set OMP_NUM_THREADS=1:
       // N ranks on a few cores must not each start a thread per core.
@@ -297,7 +337,7 @@ int Main(int argc, char** argv) {
     }
     return RunThisRank(config);
   } catch (const std::invalid_argument& e) {
-    ExitWithUsageError(e.what());
+    cli::ExitWithUsageError(e.what());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

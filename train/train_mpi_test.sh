@@ -10,7 +10,7 @@ set -euo pipefail
 # are not ours. Everything else of ASan/UBSan stays on.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 train="$1"
-reference="experiments/seed_ddp/reference"
+reference="testdata/seed_ddp/reference"
 work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/train_mpi.XXXXXX")"
 # One step more than the document's 10, with a checkpoint after its 10th: only
 # rank 0 writes final/, but every rank writes its own parameters into the

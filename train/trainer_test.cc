@@ -19,14 +19,14 @@
 
 #include "comm/communicator.h"
 #include "comm/testing/multi_process.h"
+#include "io/npy.h"
 #include "nn/init.h"
-#include "nn/npy.h"
-#include "nn/torch_rng.h"
+#include "torch_compat/generator.h"
 
 namespace ringlab::train {
 namespace {
 
-constexpr char kReference[] = "experiments/seed_ddp/reference";
+constexpr char kReference[] = "testdata/seed_ddp/reference";
 const std::vector<std::string> kTensors = {"fc1.weight", "fc1.bias",
                                            "fc2.weight", "fc2.bias"};
 
@@ -77,7 +77,8 @@ std::vector<float> ReadFloats(const std::string& path) {
 // rank. Each rank process writes the parameters RunRank returned to a file
 // the test reads back.
 TrainRun Train(int world, const TrainConfig& config,
-               std::function<void(int rank, TrainConfig*)> adjust = nullptr) {
+               std::function<void(int rank, TrainConfig*)> adjust = nullptr,
+               const FaultInjection& faults = {}) {
   const std::string params_dir = TempDir("rank_params");
   std::filesystem::create_directories(params_dir);
   TrainRun run;
@@ -90,7 +91,7 @@ TrainRun Train(int world, const TrainConfig& config,
         options.timeout = mine.timeout;
         auto communicator =
             comm::CreateCommunicator("shm_ring", context, options);
-        const TrainResult result = RunRank(mine, *communicator, context.store);
+        const TrainResult result = RunRank(mine, *communicator, faults);
         WriteFloats(params_dir + "/rank" + std::to_string(context.rank),
                     result.final_params);
       },
@@ -135,7 +136,7 @@ void ExpectRanksBitwiseEqual(const TrainRun& run, const nn::MlpLayout& layout) {
 }
 
 std::vector<float> Load(const std::string& dir, const std::string& name) {
-  return nn::ReadNpyFloat32(dir + "/" + name + ".npy", nullptr);
+  return io::ReadNpyFloat32(dir + "/" + name + ".npy", nullptr);
 }
 
 // Every tensor of the 10,5,2 model in a directory, in parameter order.
@@ -271,9 +272,10 @@ TEST(TrainerTest, ResumeAfterACrashIsBitwiseEqualToAnUninterruptedRun) {
 
   TrainConfig config = ReferenceConfig(resumed);
   config.checkpoint_every = 3;
-  config.fault_after_step = 4;  // after the checkpoint at 3 steps
-  config.fault_rank = 1;
-  const TrainRun crashed = Train(2, config);
+  FaultInjection faults;
+  faults.after_step = 4;  // after the checkpoint at 3 steps
+  faults.rank = 1;
+  const TrainRun crashed = Train(2, config, nullptr, faults);
   EXPECT_EQ(crashed.ranks[1].term_signal, SIGKILL);
   // Rank 0 fails by itself (RunRanks would SIGKILL it after 60 s: exit code
   // -1), having seen rank 1's death rather than waiting out --timeout.
@@ -283,7 +285,6 @@ TEST(TrainerTest, ResumeAfterACrashIsBitwiseEqualToAnUninterruptedRun) {
   EXPECT_NE(crashed.ranks[0].output.find(") died during "), std::string::npos)
       << crashed.ranks[0].output;
 
-  config.fault_after_step = -1;
   config.resume = true;
   const TrainRun run = Train(2, config);
   ASSERT_TRUE(AllSucceeded(run)) << comm::testing::Describe(run.ranks);
@@ -323,8 +324,8 @@ TEST(TrainerTest, BroadcastGivesEveryRankRankZerosParameters) {
   const nn::MlpLayout layout({10, 5, 2});
   std::vector<float> rank0_draw(layout.num_params());
   std::vector<float> rank1_draw(layout.num_params());
-  nn::TorchGenerator generator0(0);
-  nn::TorchGenerator generator1(1);
+  torch_compat::TorchGenerator generator0(0);
+  torch_compat::TorchGenerator generator1(1);
   nn::InitLikeTorch(layout, generator0, rank0_draw.data());
   nn::InitLikeTorch(layout, generator1, rank1_draw.data());
   ASSERT_FALSE(BitwiseEqual(rank0_draw, rank1_draw));

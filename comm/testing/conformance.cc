@@ -370,7 +370,7 @@ int MaxProcessRanks() {
 }
 
 std::vector<ConformanceCase> CollectiveCases() {
-  return {
+  std::vector<ConformanceCase> cases = {
       {"exact_sums", 1, ExactSums, {}},
       {"unaligned_buffers", 1, UnalignedBuffers, {}},
       {"bitwise_identical_across_ranks", 2, BitwiseIdenticalAcrossRanks, {}},
@@ -380,6 +380,8 @@ std::vector<ConformanceCase> CollectiveCases() {
       {"argument_errors", 1, ArgumentErrors, {}},
       {"allocated_buffers", 1, AllocatedBuffers, {}, true},
   };
+  for (ConformanceCase& c : AllGatherCases()) cases.push_back(std::move(c));
+  return cases;
 }
 
 std::vector<ConformanceCase> MismatchCases() {
@@ -392,6 +394,9 @@ std::vector<ConformanceCase> MismatchCases() {
     for (const auto& [path, count] : paths) {
       cases.push_back(Mismatch(odd, path, count));
     }
+  }
+  for (ConformanceCase& c : AllGatherMismatchCases()) {
+    cases.push_back(std::move(c));
   }
   return cases;
 }

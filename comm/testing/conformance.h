@@ -82,11 +82,19 @@ struct ConformanceCase {
 
 // Exact sums (sum and avg, counts 0, 1, N-1, primes, large), unaligned
 // buffers, bitwise equality across ranks, broadcast from every root, bus
-// bytes, argument errors.
+// bytes, argument errors; and AllGatherCases.
 std::vector<ConformanceCase> CollectiveCases();
+// AllGather (conformance_allgather.cc): every rank's block in its place, bit
+// for bit, out of place and in place (counts 0, 1, N-1, primes, 4 Mi),
+// unaligned buffers with guards, bus bytes, argument errors, allgathers
+// between the other collectives.
+std::vector<ConformanceCase> AllGatherCases();
 // Ranks that disagree on count, op or root, on every path (inline, one-shot,
-// ring sized): every rank's call throws a CommError saying "mismatched".
+// ring sized): every rank's call throws a CommError saying "mismatched";
+// and AllGatherMismatchCases.
 std::vector<ConformanceCase> MismatchCases();
+// Ranks that disagree on an allgather's count, at three sizes.
+std::vector<ConformanceCase> AllGatherMismatchCases();
 // Both lists.
 std::vector<ConformanceCase> AllCases();
 

@@ -6,8 +6,9 @@
 // conformance suite's threads driver) is exercised where no GPU exists.
 // Algorithm: each rank copies its input into its staging buffer, all line
 // up (checking that they are in the same call), every rank sums all staging
-// buffers in rank order (so results are bitwise equal on every rank), and
-// all line up again before a staging buffer is reused. Registered when
+// buffers in rank order (so results are bitwise equal on every rank; an
+// allgather copies them instead), and all line up again before a staging
+// buffer is reused. Registered when
 // //comm/testing:host_threads is linked.
 #include <algorithm>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/call_agreement.h"
 #include "comm/communicator.h"
 #include "comm/store.h"
 #include "comm/thread_group.h"
@@ -106,6 +108,28 @@ class HostThreads : public Communicator {
       LineUp("Broadcast", call + " (done reading)");
     }
     bytes_sent_ += BroadcastBusBytes(count, world_size_);
+  }
+
+  // Each piece: every rank posts its part of its block in its staging
+  // buffer, all line up, every rank copies every peer's.
+  void AllGather(const float* send, float* recv, size_t count) override {
+    CheckAllGatherArguments(kName, send, recv, count, rank_, world_size_);
+    float* own = recv + static_cast<size_t>(rank_) * count;
+    if (count > 0 && send != own) std::copy(send, send + count, own);
+    if (count == 0 || world_size_ == 1) return;
+    const std::string call = "AllGather(count=" + std::to_string(count) + ")";
+    for (size_t at = 0; at < count; at += kStagingFloats) {
+      const size_t n = std::min(kStagingFloats, count - at);
+      std::copy(own + at, own + at + n, staging_);
+      LineUp("AllGather", call);
+      for (int q = 0; q < world_size_; ++q) {
+        if (q == rank_) continue;
+        std::copy(peers_[q], peers_[q] + n,
+                  recv + static_cast<size_t>(q) * count + at);
+      }
+      LineUp("AllGather", call + " (done reading)");
+    }
+    bytes_sent_ += AllGatherBusBytes(count, world_size_);
   }
 
   void Barrier() override {

@@ -16,6 +16,86 @@
 
 namespace ringlab::comm::testing {
 
+namespace {
+
+// A forked rank: runs body with a store client of its own, reports an
+// exception on stderr, exits 0 or 1. Only async-signal-safe work until exec
+// would be the rule, but the body needs the full runtime; the parent's other
+// threads (the store server) are simply absent here and never touched.
+[[noreturn]] void RunChild(
+    int r, int world_size, const TcpStoreServer& server,
+    const std::function<void(const RankContext&)>& body) {
+  int code = 0;
+  try {
+    TcpStore store("127.0.0.1", server.port(), std::chrono::seconds(30),
+                   server.secret());
+    RankContext context;
+    context.rank = r;
+    context.world_size = world_size;
+    context.local_rank = r;
+    context.store = &store;
+    context.job_secret = server.secret();
+    body(context);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());
+    code = 1;
+  } catch (...) {
+    std::fprintf(stderr, "rank %d failed: unknown exception\n", r);
+    code = 1;
+  }
+  std::cout.flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(code);
+}
+
+// Appends what the ranks have written to their results, waiting at most
+// 10 ms; a pipe at its end is closed (-1, --*open_fds).
+void ReadOutput(std::vector<int>& out_fds, std::vector<RankResult>& results,
+                int* open_fds) {
+  std::vector<pollfd> pfds;
+  std::vector<int> which;
+  for (size_t r = 0; r < out_fds.size(); ++r) {
+    if (out_fds[r] >= 0) {
+      pfds.push_back({out_fds[r], POLLIN, 0});
+      which.push_back(static_cast<int>(r));
+    }
+  }
+  poll(pfds.data(), pfds.size(), 10);
+  for (size_t i = 0; i < pfds.size(); ++i) {
+    if (pfds[i].revents == 0) continue;
+    char buf[4096];
+    ssize_t k = read(pfds[i].fd, buf, sizeof(buf));
+    if (k > 0) {
+      results[which[i]].output.append(buf, static_cast<size_t>(k));
+    } else if (k == 0 || errno != EINTR) {
+      close(out_fds[which[i]]);
+      out_fds[which[i]] = -1;
+      --*open_fds;
+    }
+  }
+}
+
+// Reaps the ranks that have exited (-1, --*running), promptly: peers detect a
+// dead rank by its pid disappearing.
+void ReapExited(std::vector<pid_t>& pids, std::vector<RankResult>& results,
+                int* running) {
+  for (size_t r = 0; r < pids.size(); ++r) {
+    if (pids[r] < 0) continue;
+    int status = 0;
+    if (waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
+    if (WIFEXITED(status)) {
+      results[r].exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+      results[r].term_signal = WTERMSIG(status);
+    }
+    pids[r] = -1;
+    --*running;
+  }
+}
+
+}  // namespace
+
 std::vector<RankResult> RunRanks(
     int world_size, const std::function<void(const RankContext&)>& body,
     std::chrono::milliseconds timeout) {
@@ -33,9 +113,6 @@ std::vector<RankResult> RunRanks(
     pid_t pid = fork();
     if (pid < 0) throw std::runtime_error("RunRanks: fork");
     if (pid == 0) {
-      // Child: only async-signal-safe work until exec would be the rule, but
-      // the body needs the full runtime; the parent's other threads (the
-      // store server) are simply absent here and never touched.
       dup2(fds[1], STDOUT_FILENO);
       dup2(fds[1], STDERR_FILENO);
       // Only stdout and stderr lead to the parent: a process this rank
@@ -44,28 +121,7 @@ std::vector<RankResult> RunRanks(
       close(fds[0]);
       close(fds[1]);
       for (int q = 0; q < r; ++q) close(out_fds[q]);
-      int code = 0;
-      try {
-        TcpStore store("127.0.0.1", server.port(), std::chrono::seconds(30),
-                       server.secret());
-        RankContext context;
-        context.rank = r;
-        context.world_size = world_size;
-        context.local_rank = r;
-        context.store = &store;
-        context.job_secret = server.secret();
-        body(context);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());
-        code = 1;
-      } catch (...) {
-        std::fprintf(stderr, "rank %d failed: unknown exception\n", r);
-        code = 1;
-      }
-      std::cout.flush();
-      std::fflush(stdout);
-      std::fflush(stderr);
-      _exit(code);
+      RunChild(r, world_size, server, body);
     }
     close(fds[1]);
     pids[r] = pid;
@@ -76,41 +132,8 @@ std::vector<RankResult> RunRanks(
   int open_fds = world_size;
   bool killed = false;
   while (running > 0 || open_fds > 0) {
-    std::vector<pollfd> pfds;
-    std::vector<int> which;
-    for (int r = 0; r < world_size; ++r) {
-      if (out_fds[r] >= 0) {
-        pfds.push_back({out_fds[r], POLLIN, 0});
-        which.push_back(r);
-      }
-    }
-    poll(pfds.data(), pfds.size(), pfds.empty() ? 10 : 10);
-    for (size_t i = 0; i < pfds.size(); ++i) {
-      if (pfds[i].revents == 0) continue;
-      char buf[4096];
-      ssize_t k = read(pfds[i].fd, buf, sizeof(buf));
-      if (k > 0) {
-        results[which[i]].output.append(buf, static_cast<size_t>(k));
-      } else if (k == 0 || errno != EINTR) {
-        close(out_fds[which[i]]);
-        out_fds[which[i]] = -1;
-        --open_fds;
-      }
-    }
-    // Reap promptly: peers detect a dead rank by its pid disappearing.
-    for (int r = 0; r < world_size; ++r) {
-      if (pids[r] < 0) continue;
-      int status = 0;
-      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        if (WIFEXITED(status)) {
-          results[r].exit_code = WEXITSTATUS(status);
-        } else if (WIFSIGNALED(status)) {
-          results[r].term_signal = WTERMSIG(status);
-        }
-        pids[r] = -1;
-        --running;
-      }
-    }
+    ReadOutput(out_fds, results, &open_fds);
+    ReapExited(pids, results, &running);
     if (!killed && std::chrono::steady_clock::now() > deadline) {
       killed = true;
       for (int r = 0; r < world_size; ++r) {

@@ -3,7 +3,7 @@
 
 ringlab's C++ trainer reproduces this run; this script produces the numbers it is compared to
 (initial and final parameters, each rank's data, the sampler's indices, per-step losses) and
-exports them as .npy/.csv/.json under reference/ (see README_reference.md).
+exports them as .npy/.csv/.json under testdata/seed_ddp/reference/ (see README_reference.md).
 
 Run with Debian's torch (the pyenv python3 on PATH has no torch):
     /usr/bin/python3 experiments/seed_ddp/pytorch_reference.py [--seed 0] [--out DIR]
@@ -379,7 +379,7 @@ def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="manual_seed(seed + rank) per rank")
-    parser.add_argument("--out", default=os.path.join(here, "reference"), help="output directory")
+    parser.add_argument("--out", default=os.path.join(here, "..", "..", "testdata", "seed_ddp", "reference"), help="output directory")
     parser.add_argument(
         "--timing_steps", type=int, default=0, help="extra timed DDP run of N steps (0 = off)"
     )

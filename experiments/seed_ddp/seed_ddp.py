@@ -169,7 +169,7 @@ def main():
                                "out", "seed_ddp")
     parser.add_argument("--out_dir", default=default_out)
     parser.add_argument("--train", required=True, help="path to the //train:train binary")
-    parser.add_argument("--reference", default=os.path.join(here, "reference"),
+    parser.add_argument("--reference", default=os.path.join(here, "..", "..", "testdata", "seed_ddp", "reference"),
                         help="the committed PyTorch export")
     parser.add_argument("--rerun_reference", choices=["auto", "yes", "no"], default="auto")
     parser.add_argument("--timeout", type=float, default=60)
@@ -187,7 +187,7 @@ def main():
         fail(f"--train {args.train} is not an executable")
 
     reference = os.path.abspath(args.reference)
-    reference_note = "committed export (experiments/seed_ddp/reference)"
+    reference_note = "committed export (testdata/seed_ddp/reference)"
     fresh_reference = False
     if args.rerun_reference == "yes" or (args.rerun_reference == "auto" and torch_available()):
         fresh = os.path.join(out, "pytorch")

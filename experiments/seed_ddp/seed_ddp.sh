@@ -5,4 +5,4 @@ set -euo pipefail
 runfiles="${RUNFILES_DIR:-$0.runfiles}"
 if [[ -d "$runfiles/ringlab" ]]; then cd "$runfiles/ringlab"; fi
 exec /usr/bin/python3 experiments/seed_ddp/seed_ddp.py --train="$PWD/train/train" \
-  --reference="$PWD/experiments/seed_ddp/reference" "$@"
+  --reference="$PWD/testdata/seed_ddp/reference" "$@"

@@ -3,13 +3,8 @@
 
 Run with Debian's torch 1.13.1 (CPU; the traces under both BLAS libraries, see below):
     /usr/bin/python3 nn/testdata/export_reference.py
-Files:
-  randperm_s<seed>_n<n>.npy   torch.randperm(n, generator=Generator().manual_seed(seed))
-  randperm2_s<seed>_n<n>.npy  the second randperm drawn from the same generator
-  randint_s<seed>_k<k>.npy    torch.randint(0, k, (64,), generator=...)
-  uniform_s<seed>.npy         torch.empty(1000).uniform_(-0.3, 0.7) after manual_seed
-  init_<widths>_s<seed>.npy   Net(widths) state_dict after torch.manual_seed(seed),
-                              flattened in state_dict order (fc1.weight, fc1.bias, ...)
+(the random streams and nn.Linear's init, which no BLAS touches, are
+torch_compat/testdata/export_reference.py's). Files:
   net_<widths>_{params,x,y}.npy            fixed weights and data for the traces
   net_<widths>_refblas_*.npy                forward/backward/SGD traces computed by
                                             torch on the reference BLAS
@@ -73,27 +68,6 @@ def save(name, array):
 def wname(widths):
     return "_".join(str(w) for w in widths)
 
-
-def rng_and_init():
-    SEEDS = [0, 1, 42, 2**32 - 1, 2**32 + 7]
-
-    for seed in SEEDS:
-        for n in [1, 2, 3, 10, 100, 1000, 5000]:
-            g = torch.Generator().manual_seed(seed)
-            save("randperm_s%d_n%d.npy" % (seed, n), torch.randperm(n, generator=g).numpy())
-            if n == 100:
-                save("randperm2_s%d_n%d.npy" % (seed, n), torch.randperm(n, generator=g).numpy())
-        for k in [2, 7, 1000]:
-            g = torch.Generator().manual_seed(seed)
-            save("randint_s%d_k%d.npy" % (seed, k), torch.randint(0, k, (64,), generator=g).numpy())
-        torch.manual_seed(seed)
-        save("uniform_s%d.npy" % seed, torch.empty(1000).uniform_(-0.3, 0.7).numpy())
-
-    for widths in [(10, 5, 2), (3, 8, 8, 4), (1024, 17)]:
-        for seed in SEEDS:
-            torch.manual_seed(seed)
-            net = Net(widths)
-            save("init_%s_s%d.npy" % (wname(widths), seed), flat(net.state_dict().values()))
 
 # Forward/backward/SGD traces. Inputs come from torch.randn (not reproducible
 # in C++, so they are exported too); labels from randint.
@@ -187,7 +161,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--traces":
         traces(sys.argv[2])
         sys.exit(0)
-    rng_and_init()
     sgd_exact()
     runs = [("refblas", None)] + [("openblas", k) for k in OPENBLAS_KERNELS]
     for blas, kernel in runs:

@@ -1,0 +1,210 @@
+#include "bench/allreduce_rows.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <utility>
+
+#include "bench/op_buffer.h"
+#include "bench/sweep.h"
+#include "comm/shm_kernels.h"
+
+namespace ringlab::bench {
+namespace {
+
+using comm::Communicator;
+using comm::ReduceOp;
+using Clock = std::chrono::steady_clock;
+
+struct Result {
+  double loop_s = 0;            // per op in the timed loop, max over ranks
+  double p50_s = 0, p90_s = 0;  // per op after a barrier, max over ranks
+  int64_t wrong = 0;
+};
+
+// (row label, bytes) -> result, filled on every rank, printed by rank 0.
+std::map<std::pair<std::string, int64_t>, Result>& Results() {
+  static auto* r = new std::map<std::pair<std::string, int64_t>, Result>;
+  return *r;
+}
+
+// Times of this op on every rank -> the slowest (untimed exchange).
+double MaxOverRanks(Communicator& comm, double seconds) {
+  std::vector<float> all(comm.world_size(), 0.0f);
+  all[comm.rank()] = static_cast<float>(seconds);
+  comm.AllReduce(all.data(), all.size(), ReduceOp::kSum);
+  return *std::max_element(all.begin(), all.end());
+}
+
+// Wrong elements after one op on exact-sum inputs, summed over the ranks
+// (through the host backend, in two parts that floats hold exactly).
+int64_t CountWrong(Communicator* comm, Communicator* timer, OpBuffer& buffer,
+                   size_t count) {
+  const int rank = comm->rank(), world = comm->world_size();
+  std::vector<float> host(count);
+  for (size_t i = 0; i < count; ++i) host[i] = ExactSumInput(rank, i);
+  buffer.Upload(host);
+  comm->AllReduce(buffer.data(), count, ReduceOp::kSum);
+  buffer.Sync();
+  buffer.Download(&host);
+  int64_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    float want = 0;
+    for (int r = 0; r < world; ++r) want += ExactSumInput(r, i);
+    wrong += host[i] != want;
+  }
+  float parts[2] = {static_cast<float>(wrong >> 16),
+                    static_cast<float>(wrong & 0xffff)};
+  timer->AllReduce(parts, 2, ReduceOp::kSum);
+  return (static_cast<int64_t>(parts[0]) << 16) +
+         static_cast<int64_t>(parts[1]);
+}
+
+double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+}
+
+// The p50 and p90 of `samples` ops, each timed alone after a barrier (the
+// slowest rank's time of each).
+void TimeOneByOne(Communicator* comm, Communicator* timer, int samples,
+                  const std::function<void()>& op, Result* result) {
+  std::vector<double> times;
+  for (int i = 0; i < samples; ++i) {
+    comm->Barrier();
+    const auto t0 = Clock::now();
+    op();
+    times.push_back(MaxOverRanks(
+        *timer, std::chrono::duration<double>(Clock::now() - t0).count()));
+  }
+  result->p50_s = Percentile(times, 0.5);
+  result->p90_s = Percentile(times, 0.9);
+}
+
+void PrintRowTable(const std::string& row, const std::vector<int64_t>& sizes,
+                   int world) {
+  auto floor_of = [&](int64_t bytes) {
+    const bool registered = row.rfind("allreduce_registered/", 0) == 0;
+    auto f = Results().find(
+        {registered ? "floor_registered" : "floor_private", bytes});
+    return f == Results().end() ? 0.0 : f->second.loop_s;
+  };
+  std::printf("\n# %s\n%12s %12s %10s %10s %10s %8s %8s %7s %7s\n", row.c_str(),
+              "size(B)", "count", "time(us)", "p50(us)", "p90(us)", "algbw",
+              "busbw", "#wrong", "xfloor");
+  for (int64_t bytes : sizes) {
+    auto it = Results().find({row, bytes});
+    if (it == Results().end()) continue;
+    const Result& r = it->second;
+    const double algbw = bytes / r.loop_s / 1e9;
+    const double floor_s = floor_of(bytes);
+    std::printf(
+        "%12lld %12lld %10.2f %10.2f %10.2f %8.3f %8.3f %7lld %7.2f\n",
+        static_cast<long long>(bytes), static_cast<long long>(bytes / 4),
+        r.loop_s * 1e6, r.p50_s * 1e6, r.p90_s * 1e6, algbw,
+        algbw * 2.0 * (world - 1) / world, static_cast<long long>(r.wrong),
+        floor_s > 0 ? r.loop_s / floor_s : 0.0);
+  }
+}
+
+}  // namespace
+
+// Timed ops reduce zeros: a sum that stays finite however many ops run back
+// to back (the arithmetic costs the same for any finite value).
+void AllReduceRow(benchmark::State& state, Communicator* comm,
+                  Communicator* timer, const std::string& row, int64_t bytes,
+                  float* allocated, const RowOptions& options) {
+  const size_t count = static_cast<size_t>(bytes) / sizeof(float);
+  const int world = comm->world_size();
+  OpBuffer buffer(comm->memory(), count, allocated);
+  buffer.Upload(std::vector<float>(count, 0.0f));
+  auto op = [&] {
+    comm->AllReduce(buffer.data(), count, ReduceOp::kSum);
+    buffer.Sync();
+  };
+  for (int i = 0; i < options.warmup_iters; ++i) op();
+  const int64_t iters = IterationsFor(bytes, options.max_iters);
+  Result result;
+  for (auto _ : state) {
+    comm->Barrier();
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < iters; ++i) op();
+    const double loop =
+        std::chrono::duration<double>(Clock::now() - t0).count();
+    result.loop_s = MaxOverRanks(*timer, loop / static_cast<double>(iters));
+    state.SetIterationTime(result.loop_s);
+  }
+  TimeOneByOne(comm, timer, options.samples, op, &result);
+  result.wrong = CountWrong(comm, timer, buffer, count);
+  const double algbw = static_cast<double>(bytes) / result.loop_s / 1e9;
+  state.counters["time_us"] = result.loop_s * 1e6;
+  state.counters["p50_us"] = result.p50_s * 1e6;
+  state.counters["p90_us"] = result.p90_s * 1e6;
+  state.counters["algbw_GBps"] = algbw;
+  state.counters["busbw_GBps"] = algbw * 2.0 * (world - 1) / world;
+  state.counters["wrong"] = static_cast<double>(result.wrong);
+  Results()[{row, bytes}] = result;
+}
+
+// ReduceIntoAll over world_size buffers of this rank's (its segment: S read,
+// S written), after, for a private buffer, one copy of S into them.
+void FloorRow(benchmark::State& state, Communicator* timer, int64_t bytes,
+              bool registered, const RowOptions& options) {
+  const size_t count = static_cast<size_t>(bytes) / sizeof(float);
+  const int world = timer->world_size(), rank = timer->rank();
+  std::vector<std::vector<float>> buffers(world,
+                                          std::vector<float>(count, 1.0f));
+  std::vector<float> input(registered ? 0 : count, 1.0f);
+  std::vector<float*> slots;
+  for (auto& b : buffers) slots.push_back(b.data());
+  const size_t seg = (count + world - 1) / world;
+  const size_t a = std::min(count, rank * seg), b = std::min(count, a + seg);
+  const int64_t iters = IterationsFor(bytes, options.max_iters);
+  auto moves = [&] {
+    if (!registered) comm::shm::CopyFloats(slots[rank], input.data(), count);
+    comm::shm::ReduceIntoAll(slots, a, b, 0.0f);
+  };
+  moves();
+  double per_op = 0;
+  for (auto _ : state) {
+    timer->Barrier();
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < iters; ++i) moves();
+    benchmark::ClobberMemory();
+    const double loop =
+        std::chrono::duration<double>(Clock::now() - t0).count();
+    per_op = MaxOverRanks(*timer, loop / static_cast<double>(iters));
+    state.SetIterationTime(per_op);
+  }
+  state.counters["time_us"] = per_op * 1e6;
+  Results()[{registered ? "floor_registered" : "floor_private", bytes}] =
+      Result{per_op, per_op, per_op, 0};
+}
+
+void PrintTables(const std::vector<std::string>& rows, int world) {
+  std::printf(
+      "\n# nccl-tests style: allreduce, float, sum, %d ranks; time = timed "
+      "loop / ops, p50 and p90 of ops after a barrier; all max over ranks\n",
+      world);
+  std::vector<int64_t> sizes;
+  for (const auto& [key, r] : Results()) sizes.push_back(key.second);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (const std::string& row : rows) PrintRowTable(row, sizes, world);
+  std::printf(
+      "\n# floors (us): every rank at once; private = registered + "
+      "one copy of the buffer\n%12s %14s %14s\n",
+      "size(B)", "private", "registered");
+  for (int64_t bytes : sizes) {
+    auto p = Results().find({"floor_private", bytes});
+    auto r = Results().find({"floor_registered", bytes});
+    if (p == Results().end() || r == Results().end()) continue;
+    std::printf("%12lld %14.2f %14.2f\n", static_cast<long long>(bytes),
+                p->second.loop_s * 1e6, r->second.loop_s * 1e6);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace ringlab::bench

@@ -1,0 +1,43 @@
+// When and how the trainer checkpoints (on top of checkpoint.h's files): rank
+// 0 prepares the directory before the ranks agree, every rank writes its part
+// and meets the others at a barrier before rank 0 moves latest, and a resumed
+// run starts from the latest complete checkpoint instead of rank 0's
+// broadcast initial parameters.
+#ifndef RINGLAB_TRAIN_CHECKPOINTING_H_
+#define RINGLAB_TRAIN_CHECKPOINTING_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "nn/mlp.h"
+#include "train/checkpoint.h"
+#include "train/fault_injection.h"
+#include "train/train_config.h"
+
+namespace ringlab::train {
+
+// Rank 0, while no other rank touches the checkpoints: a fresh run removes
+// older ones (they must not be resumed into it) and describes its job; a
+// resumed one removes what a crash left beyond the latest.
+void PrepareCheckpoints(const TrainConfig& config, int world_size,
+                        int64_t dataset_size);
+
+// Collective: every rank's part of the checkpoint after `step` goes to disk,
+// then rank 0 moves latest to it, then removes the steps before it.
+void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
+                    const nn::MlpLayout& layout, const nn::Mlp& model,
+                    const std::vector<StepRecord>& history, int64_t step,
+                    comm::Communicator& comm);
+
+// Where training starts: the latest checkpoint's parameters and history
+// when resuming, else `params`, rank 0's broadcast to all (as DDP's
+// constructor does). Returns the first step to take.
+int64_t StartingPoint(const TrainConfig& config, const nn::MlpLayout& layout,
+                      const std::vector<float>& params,
+                      comm::Communicator& comm, nn::Mlp& model,
+                      std::vector<StepRecord>* history);
+
+}  // namespace ringlab::train
+
+#endif  // RINGLAB_TRAIN_CHECKPOINTING_H_

@@ -1,0 +1,312 @@
+#include "train/job_checks.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/gather_strings.h"
+#include "io/dirs.h"
+#include "io/npy.h"
+#include "nn/params_io.h"
+#include "train/checkpoint.h"
+#include "train/idx_dataset.h"
+#include "train/outputs.h"
+#include "train/training_data.h"
+
+namespace ringlab::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Settings = std::vector<std::pair<std::string, std::string>>;
+
+// Bounds on every integer setting, so that no arithmetic on them overflows:
+// with at most 1e9 samples (so at most 1e9 steps per epoch) and 1e9 epochs,
+// a step number, step + 1 and epoch * steps_per_epoch stay within kMaxSteps
+// (1e18 < 2^63), and samples + batch_size - 1 within 2e9.
+constexpr int64_t kMaxEpochs = 1'000'000'000;
+constexpr int64_t kMaxSamples = 1'000'000'000;
+static_assert(kMaxEpochs * kMaxSamples <= kMaxSteps);
+
+// What every rank must share, by name: DDP's constructor checks the model's
+// shapes; ringlab also checks the rest of the job, since a rank with another
+// learning rate or data-set size would silently train something else.
+Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
+  return {{"--model", nn::MlpLayout::Parse(c.model).ToString()},
+          {"--sync", c.sync},
+          {"--comm", c.comm},
+          {"--device", nn::DeviceName(c.device)},
+          {"--epochs", std::to_string(c.epochs)},
+          {"--lr", FloatText(c.lr)},
+          {"--batch_size", std::to_string(c.batch_size)},
+          {"--sampler_seed", std::to_string(c.sampler_seed)},
+          {"--shuffle", std::to_string(c.shuffle)},
+          {"--drop_last", std::to_string(c.drop_last)},
+          {"--set_epoch", std::to_string(c.set_epoch)},
+          {"--avg_period", std::to_string(c.sync_options.avg_period)},
+          {"--avg_warmup", std::to_string(c.sync_options.avg_warmup)},
+          {"--dataset", DatasetKind(c)},
+          {"the first bucket's cap",
+           std::to_string(c.sync_options.first_bucket_bytes)},
+          {"--bucket_cap_mb", std::to_string(c.sync_options.bucket_cap_bytes)},
+          {"--checkpoint_every", std::to_string(c.checkpoint_every)},
+          {"--resume", std::to_string(c.resume)},
+          {"the data set size", std::to_string(dataset_size)}};
+}
+
+std::string SerializeSettings(const Settings& settings) {
+  std::string text;
+  for (const auto& [name, value] : settings) text += value + '\n';
+  return text;
+}
+
+std::vector<std::string> SplitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t end; (end = text.find('\n', start)) != std::string::npos;
+       start = end + 1) {
+    lines.push_back(text.substr(start, end - start));
+  }
+  return lines;
+}
+
+}  // namespace
+
+std::string JobDescription(const TrainConfig& c, int world_size,
+                           int64_t dataset_size) {
+  std::string text;
+  for (const auto& [name, value] : SharedSettings(c, dataset_size)) {
+    if (name == "--resume" || name == "--epochs" ||
+        name == "--checkpoint_every") {
+      continue;
+    }
+    text += name + "=" + value + "\n";
+  }
+  text += "world size=" + std::to_string(world_size) + "\n";
+  text += "--seed=" + std::to_string(c.seed) + "\n";
+  text += "--per_rank_data=" + std::to_string(c.per_rank_data) + "\n";
+  text += "--data_dir=" + c.data_dir + "\n";
+  text += "--init_dir=" + c.init_dir + "\n";
+  return text;
+}
+
+void CheckRanksAgree(const TrainConfig& config, int64_t dataset_size,
+                     comm::Communicator& comm) {
+  const Settings settings = SharedSettings(config, dataset_size);
+  const auto all = comm::AllGatherStrings(comm, SerializeSettings(settings));
+  const std::vector<std::string> reference = SplitLines(all[0]);
+  for (size_t r = 1; r < all.size(); ++r) {
+    const std::vector<std::string> theirs = SplitLines(all[r]);
+    for (size_t i = 0; i < settings.size(); ++i) {
+      const std::string value = i < theirs.size() ? theirs[i] : "?";
+      if (value != reference[i]) {
+        throw std::invalid_argument(
+            "rank " + std::to_string(r) + " disagrees with rank 0 on " +
+            settings[i].first + " (" + value + " vs " + reference[i] + ")");
+      }
+    }
+  }
+}
+namespace {
+
+// From the data files' headers, the size every rank's data set shares.
+int64_t DatasetSize(const TrainConfig& config, int world_size,
+                    const nn::MlpLayout& layout) {
+  const std::string kind = DatasetKind(config);
+  if (kind == "synthetic") return config.samples;
+  if (kind == "fashion_mnist") {
+    ImageDataSetShape shape;
+    try {
+      shape = ReadFashionMnistShape(DataDir(config));
+    } catch (const DataError& e) {
+      if (!config.data_dir.empty()) throw;
+      throw DataError(std::string(e.what()) +
+                      " (apt-get install dataset-fashion-mnist, or give "
+                      "--data_dir)");
+    }
+    if (shape.features != layout.in_features() || layout.num_classes() != 10) {
+      throw std::invalid_argument(
+          "--dataset=fashion_mnist has " + std::to_string(shape.features) +
+          " pixels per image and 10 classes: the model must be " +
+          std::to_string(shape.features) + ",...,10, not " + layout.ToString());
+    }
+    return shape.train_count;
+  }
+  // A shared data.npy is one file for all ranks: its header is read once.
+  const bool per_rank = fs::exists(config.data_dir + "/data_rank0.npy");
+  int64_t size = -1;
+  for (int rank = 0; rank < (per_rank ? std::max(world_size, 1) : 1); ++rank) {
+    const int64_t rows = CheckNpyDataset(
+        config.data_dir, rank, layout.in_features(), layout.num_classes());
+    if (size >= 0 && rows != size) {
+      throw std::invalid_argument(
+          "--data_dir " + config.data_dir + ": rank " + std::to_string(rank) +
+          "'s data set holds " + std::to_string(rows) + " samples, rank 0's " +
+          std::to_string(size) + " (DistributedSampler needs one size)");
+    }
+    size = rows;
+  }
+  if (size > kMaxSamples) {
+    throw std::invalid_argument("--data_dir " + config.data_dir + " holds " +
+                                std::to_string(size) +
+                                " samples, more than the 1e9 supported");
+  }
+  return size;
+}
+
+}  // namespace
+
+void CheckResumable(const TrainConfig& config, int world_size,
+                    int64_t dataset_size, bool every_part) {
+  const std::string dir = config.out_dir + "/checkpoints";
+  std::optional<int64_t> latest;
+  try {
+    latest = LatestCheckpoint(dir);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("--resume: ") + e.what());
+  }
+  if (!latest) {
+    throw std::invalid_argument("--resume: no checkpoint in " + dir);
+  }
+  const std::vector<std::string> theirs = SplitLines(ReadJobDescription(dir));
+  const std::vector<std::string> ours =
+      SplitLines(JobDescription(config, world_size, dataset_size));
+  for (size_t i = 0; i < ours.size(); ++i) {
+    if (i >= theirs.size() || theirs[i] != ours[i]) {
+      throw std::invalid_argument(
+          "--resume: the checkpoint in " + dir + " is another job's (it has " +
+          (i < theirs.size() ? theirs[i] : std::string("nothing")) +
+          ", this run " + ours[i] + ")");
+    }
+  }
+  const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
+  // Every rank's part, as each rank will read it: a checkpoint missing one
+  // is refused here, before any rank starts.
+  try {
+    for (int rank = 0; rank < world_size; ++rank) {
+      if (every_part) ReadRankCheckpoint(dir, rank, layout, *latest);
+    }
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--resume: ") + e.what());
+  }
+}
+
+namespace {
+
+void CheckRange(const char* flag, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    throw std::invalid_argument(std::string(flag) + " must be in [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) +
+                                "], not " + std::to_string(value));
+  }
+}
+
+void CheckBounds(const TrainConfig& c, int world_size) {
+  CheckRange("--epochs", c.epochs, 0, kMaxEpochs);
+  CheckRange("--batch_size", c.batch_size, 1, kMaxSamples);
+  if (c.data_dir.empty()) CheckRange("--samples", c.samples, 1, kMaxSamples);
+  CheckRange("--checkpoint_every", c.checkpoint_every, 0, kMaxSteps);
+  // Seeds are uint64, as torch.manual_seed's: the rank (--per_rank_data) and
+  // the epoch (--set_epoch) added to them must not wrap around.
+  const uint64_t ranks_added =
+      c.per_rank_data ? static_cast<uint64_t>(std::max(world_size, 1) - 1) : 0;
+  if (c.seed > UINT64_MAX - ranks_added) {
+    throw std::invalid_argument(
+        "--seed + rank must stay below 2^64 with --per_rank_data: --seed "
+        "must be at most " +
+        std::to_string(UINT64_MAX - ranks_added));
+  }
+  const uint64_t epochs_added =
+      c.set_epoch && c.epochs > 0 ? static_cast<uint64_t>(c.epochs - 1) : 0;
+  if (c.sampler_seed > UINT64_MAX - epochs_added) {
+    throw std::invalid_argument(
+        "--sampler_seed + epoch must stay below 2^64 with --set_epoch: "
+        "--sampler_seed must be at most " +
+        std::to_string(UINT64_MAX - epochs_added));
+  }
+}
+
+void CheckDataFlags(const TrainConfig& c) {
+  const std::string kind = DatasetKind(c);
+  if (kind != "synthetic" && kind != "npy" && kind != "fashion_mnist") {
+    throw std::invalid_argument("unknown --dataset=" + kind +
+                                " (expected synthetic, npy or fashion_mnist)");
+  }
+  if (kind == "npy" && c.data_dir.empty()) {
+    throw std::invalid_argument("--dataset=npy needs --data_dir");
+  }
+  if (kind == "synthetic" && !c.data_dir.empty()) {
+    throw std::invalid_argument(
+        "--data_dir is for --dataset=npy or --dataset=fashion_mnist");
+  }
+  if (kind != "synthetic" && c.per_rank_data) {
+    throw std::invalid_argument("--per_rank_data draws synthetic data");
+  }
+  CheckRange("--eval_every", c.eval_every, 0, kMaxEpochs);
+  if (!c.trace_path.empty()) {
+    const fs::path parent = fs::path(c.trace_path).parent_path();
+    if (fs::is_directory(c.trace_path) ||
+        (!parent.empty() && !fs::is_directory(parent))) {
+      throw std::invalid_argument("--trace=" + c.trace_path +
+                                  ": not a file in an existing directory");
+    }
+  }
+}
+}  // namespace
+
+void ValidateConfig(const TrainConfig& config, int world_size,
+                    ValidationScope scope) {
+  const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
+  CheckBounds(config, world_size);
+  if (!(config.lr >= 0.0f) || config.lr > 1e6f) {
+    throw std::invalid_argument("--lr must be a number in [0, 1e6]");
+  }
+  if ((config.checkpoint_every > 0 || config.resume) &&
+      config.out_dir.empty()) {
+    throw std::invalid_argument(
+        "--checkpoint_every and --resume need --out_dir");
+  }
+  ValidateSync(config.sync, config.sync_options);
+  if (config.timeout.count() <= 0) {
+    throw std::invalid_argument("--timeout must be positive");
+  }
+  if ((config.comm == "nccl" || config.comm == "ipc_ring" ||
+       config.comm == "ipc_ring_threads") &&
+      config.device != nn::Device::kCuda) {
+    throw std::invalid_argument("--comm=" + config.comm +
+                                " works on GPU memory: add --device=cuda");
+  }
+  CheckDataFlags(config);
+  for (const std::string* dir : {&config.data_dir, &config.init_dir}) {
+    if (!dir->empty() && !fs::is_directory(*dir)) {
+      throw std::invalid_argument("no such directory: " + *dir);
+    }
+  }
+  if (!config.out_dir.empty()) {
+    io::MakeDirs(config.out_dir);
+    const std::string probe = config.out_dir + "/.ringlab-write-probe";
+    FILE* file = std::fopen(probe.c_str(), "wb");
+    if (file == nullptr || std::fclose(file) != 0) {
+      throw std::invalid_argument("--out_dir " + config.out_dir +
+                                  " is not writable");
+    }
+    std::remove(probe.c_str());
+  }
+  // A rank reads its inputs once, in RunRank, which checks them there.
+  if (scope == ValidationScope::kRank) return;
+  const int64_t dataset_size = DatasetSize(config, world_size, layout);
+  if (!config.init_dir.empty()) {
+    try {
+      nn::CheckParamsDir(config.init_dir, layout);
+    } catch (const io::NpyError& e) {
+      throw std::invalid_argument(e.what());
+    }
+  }
+  if (config.resume) CheckResumable(config, world_size, dataset_size);
+}
+
+}  // namespace ringlab::train

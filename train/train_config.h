@@ -1,0 +1,59 @@
+// What one training job is: the model, the synchroniser and communicator,
+// the device, the data, the optimiser, the schedule, where outputs go. The
+// CLI fills it from flags; job_checks.h validates it once before any rank
+// starts (and each rank against its own inputs); every rank runs it
+// (trainer.h).
+#ifndef RINGLAB_TRAIN_TRAIN_CONFIG_H_
+#define RINGLAB_TRAIN_TRAIN_CONFIG_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "nn/mlp.h"
+#include "train/synchronizer.h"
+
+namespace ringlab::train {
+
+// Defaults reproduce the document's run (Net 10,5,2, SGD 0.01, 10 epochs, 100
+// samples, batch 64, DistributedSampler defaults without set_epoch).
+struct TrainConfig {
+  std::string model = "10,5,2";
+  std::string sync = "allreduce";
+  std::string comm = "shm_ring";
+  nn::Device device = nn::Device::kCpu;
+  // With kCuda, the GPU every rank of this process uses (--device=cuda:N); -1:
+  // LOCAL_RANK modulo the machine's GPUs (rank_device.h).
+  int cuda_device = -1;
+  int64_t epochs = 10;
+  float lr = 0.01f;
+  int64_t batch_size = 64;
+  int64_t samples = 100;
+  uint64_t seed = 0;  // parameters and synthetic data (torch.manual_seed)
+  uint64_t sampler_seed = 0;  // DistributedSampler(seed=...)
+  bool shuffle = true;
+  bool drop_last = false;
+  bool set_epoch = false;      // the document never calls sampler.set_epoch
+  bool per_rank_data = false;  // synthetic data drawn per rank (seed + rank)
+  // "synthetic", "npy" (data_dir's .npy files) or "fashion_mnist" (IDX files
+  // in data_dir, default kFashionMnistDir); empty: npy with a data_dir, else
+  // synthetic.
+  std::string dataset;
+  std::string data_dir;
+  // Epochs between test-set evaluations into eval.csv (0: none); only data
+  // sets with a test split (fashion_mnist) have one.
+  int64_t eval_every = 1;
+  // Where to write the Chrome trace of every rank (empty: none).
+  std::string trace_path;
+  std::string init_dir;
+  std::string out_dir;
+  SyncOptions sync_options;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  bool quiet = false;
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+}  // namespace ringlab::train
+
+#endif  // RINGLAB_TRAIN_TRAIN_CONFIG_H_
