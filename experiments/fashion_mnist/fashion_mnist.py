@@ -11,10 +11,10 @@ line per run. Writes <out_dir>/report.md, results.csv and PNG plots; each run's 
     bazel run -c opt //experiments:fashion_mnist -- [--out_dir=DIR] [--quick] [--epochs=N]
 
 The full run trains FULL_EPOCHS = 3 epochs per run (PyTorch DDP passes 85% test accuracy at the
-third): measured at 9.0 minutes on a 2-core Xeon with other work on it (load 2-4), about 8 of
-CPU time per core; 4 epochs would not keep 15 minutes under that load. --quick: 1 epoch of
+third): measured at 7.1 minutes on a 2-core Xeon with little else running and 9.0 with other
+work on it (load 2-4); 4 epochs would not keep 15 minutes under that load. --quick: 1 epoch of
 PyTorch DDP and ringlab allreduce (overlap on and off) and param_avg K=16 over shm_ring,
-measured at 1.0 minute. --report_only: rewrite the report from the runs already in
+measured at 0.6 to 1.0 minute. --report_only: rewrite the report from the runs already in
 --out_dir. --dry_run: print the commands and stop. Exit status 0 when every run finished, 1
 when one failed (the report says which), 2 for bad input.
 """

@@ -147,8 +147,9 @@ def _ulp_line(ours, reference):
     if first is None:
         return f"- rank 0's first {n} losses are bitwise identical (float32)"
     return (f"- as float32, {same} of rank 0's first {n} losses are bitwise identical; the first "
-            f"difference is at step {first}; the first {leading} steps are within 1 ulp (where "
-            f"they part, the runs no longer hold the same parameters bit for bit)")
+            f"difference is at step {first}; the first {leading} steps are within 1 ulp (a loss "
+            f"that differs means the parameters entering that step, or the loss arithmetic, "
+            f"differ)")
 
 
 def _fidelity_lines(runs):
