@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# `--quick` end to end, as a user runs it: the subset of runs trains on
+# Debian's Fashion-MNIST (skipped where it is not installed), and the report,
+# results.csv and plots come out, every run ok, with the fidelity and speed
+# sections filled in (their PASS/FAIL is the report's; figures depend on the
+# machine's load and are not asserted here).
+set -uo pipefail
+runner=$1
+tmp=${TEST_TMPDIR:-$(mktemp -d)}
+fail() { echo "FAIL: $*"; exit 1; }
+if [[ ! -d /usr/share/datasets/fashion-mnist ]]; then
+  echo "SKIP: /usr/share/datasets/fashion-mnist missing (apt-get install dataset-fashion-mnist)"
+  exit 0
+fi
+"$runner" --quick --out_dir="$tmp/out" > "$tmp/log" 2>&1 || fail "exit $?: $(tail -20 "$tmp/log")"
+cat "$tmp/log"
+for f in report.md results.csv accuracy_vs_epoch.png accuracy_vs_bytes.png \
+  accuracy_vs_time.png step_breakdown.png; do
+  [[ -s $tmp/out/$f ]] || fail "no $f"
+done
+grep -q "ringlab allreduce, overlap (shm_ring) | ok" "$tmp/out/report.md" ||
+  fail "the allreduce run is not ok: $(grep -m3 'shm_ring' "$tmp/out/report.md")"
+grep -q "^## Fidelity" "$tmp/out/report.md" || fail "no fidelity section"
+grep -q "^## Speed" "$tmp/out/report.md" || fail "no speed section"
+echo PASS
