@@ -128,6 +128,8 @@ bool CpuHasFma() {
 
 }  // namespace
 
+void SetBlasThreads(int threads) { openblas_set_num_threads(threads); }
+
 void SgdUpdate(const SgdOptions& o, float* params, const float* grads,
                float* buf, bool* have_buf, size_t n) {
   ValidateSgdOptions(o);

@@ -29,6 +29,13 @@ struct CpuMlpOptions {
 void SetDefaultCpuGemmMode(GemmMode mode);
 GemmMode DefaultCpuGemmMode();
 
+// How many threads OpenBLAS uses in this process. A rank of a multi-rank job
+// wants 1 (as PyTorch's launchers set OMP_NUM_THREADS=1): N ranks on a few
+// cores must not each start a thread per core, and a GEMM split over
+// threads may sum in another order, so one rank would compute other bits
+// than the same rank under another launcher.
+void SetBlasThreads(int threads);
+
 class CpuMlp : public Mlp {
  public:
   CpuMlp(const MlpLayout& layout, CpuMlpOptions options);

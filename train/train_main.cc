@@ -31,6 +31,7 @@
 #include "comm/rank_threads.h"
 #include "comm/rendezvous.h"
 #include "comm/tuning_env.h"
+#include "nn/cpu_mlp.h"
 #include "nn/mlp.h"
 #include "train/rank_device.h"
 #include "train/trainer.h"
@@ -207,6 +208,10 @@ TrainConfig ConfigFromFlags() {
 }
 
 int RunThisRank(const TrainConfig& config) {
+  // One BLAS thread per rank under any launcher (ours, mpirun, torchrun-style)
+  // unless the user says otherwise: under mpirun a rank used to start a BLAS
+  // thread per core and compute other bits than under ours (nn/cpu_mlp.h).
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) nn::SetBlasThreads(1);
   comm::CommOptions options;
   options.timeout = config.timeout;
   options.join_timeout = config.timeout;
@@ -327,11 +332,6 @@ int Main(int argc, char** argv) {
       }
       ValidateFaultInjection(Faults(), FLAGS_nprocs);
       comm::LaunchOptions launch;
-      // One BLAS thread per rank, as PyTorch's launchers set OMP_NUM_THREADS=1:
-      // N ranks on a few cores must not each start a thread per core.
-      if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
-        launch.env.push_back("OPENBLAS_NUM_THREADS=1");
-      }
       return comm::LaunchRanks(
           FLAGS_nprocs, std::vector<std::string>(argv, argv + argc), launch);
     }
