@@ -25,12 +25,20 @@ It writes what ringlab's trainer writes into --out_dir, so one parser reads both
     /usr/bin/python3 experiments/fashion_mnist/pytorch_ddp.py --out_dir DIR [--epochs 3]
 """
 
-import argparse
+import os
+
+# One BLAS thread per rank, as torchrun's OMP_NUM_THREADS=1 gives it: Debian's torch reaches
+# OpenBLAS, which ignores torch.set_num_threads and, started by mp.spawn without this, runs a
+# thread per core in every rank (measured here: 24.4 ms per DDP step instead of 18.8, and the
+# one-process floor computing its GEMMs on both cores). Set before torch loads OpenBLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
 import datetime
 import gzip
 import json
 import math
-import os
 import shutil
 import socket
 import statistics
