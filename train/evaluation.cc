@@ -38,7 +38,7 @@ std::string EvalRecordsToCsv(const std::vector<EvalRecord>& records) {
   std::string csv = "epoch,step,test_loss,test_accuracy,wall_s,bytes_sent\n";
   char line[160];
   for (const EvalRecord& r : records) {
-    std::snprintf(line, sizeof(line), "%lld,%lld,%.9g,%.6f,%.3f,%llu\n",
+    std::snprintf(line, sizeof(line), "%lld,%lld,%.9g,%.6f,%.6f,%llu\n",
                   static_cast<long long>(r.epoch),
                   static_cast<long long>(r.step), r.test_loss, r.test_accuracy,
                   r.wall_s, static_cast<unsigned long long>(r.bytes_sent));

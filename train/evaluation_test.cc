@@ -48,7 +48,7 @@ TEST(EvaluationTest, CsvHasTheDocumentedColumns) {
   const std::string csv = EvalRecordsToCsv({{1, 469, 0.5, 0.8125, 12.5, 1000}});
   EXPECT_EQ(csv,
             "epoch,step,test_loss,test_accuracy,wall_s,bytes_sent\n"
-            "1,469,0.5,0.812500,12.500,1000\n");
+            "1,469,0.5,0.812500,12.500000,1000\n");
 }
 
 }  // namespace
