@@ -137,13 +137,7 @@ void ShmRing::RingAllGather(Call& call, const float* send, float* recv,
       float* local = received(s) + a;
       float* out = s + 1 < steps ? AcquireSend(call) : nullptr;
       const float* in = AcquireRecv(call, len * sizeof(float));
-      if (out != nullptr && stream_) {
-        StreamCopy2(local, out, in, len);
-      } else if (out != nullptr) {
-        CopyFloats2(local, out, in, len);
-      } else {
-        CopyFloats(local, in, len);
-      }
+      StoreAndForward(local, out, in, len);
       ReleaseRecv();
       if (out != nullptr) PostSend(call, len * sizeof(float));
     }

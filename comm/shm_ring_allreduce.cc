@@ -81,17 +81,22 @@ void ShmRing::RingAllReduce(Call& call, float* data, size_t count,
           AddFloats2(local, out, in, len);
         }
       } else {
-        if (out != nullptr && stream_) {
-          StreamCopy2(local, out, in, len);
-        } else if (out != nullptr) {
-          CopyFloats2(local, out, in, len);
-        } else {
-          CopyFloats(local, in, len);
-        }
+        StoreAndForward(local, out, in, len);
       }
       ReleaseRecv();
       if (out != nullptr) PostSend(call, len * sizeof(float));
     }
+  }
+}
+
+void ShmRing::StoreAndForward(float* local, float* out, const float* in,
+                              size_t len) const {
+  if (out != nullptr && stream_) {
+    StreamCopy2(local, out, in, len);
+  } else if (out != nullptr) {
+    CopyFloats2(local, out, in, len);
+  } else {
+    CopyFloats(local, in, len);
   }
 }
 

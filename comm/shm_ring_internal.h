@@ -304,6 +304,12 @@ class ShmRing final : public Communicator {
   void StagedAllGather(Call& call, const float* send, float* recv,
                        size_t count);
   void RingAllGather(Call& call, const float* send, float* recv, size_t count);
+  // The ring's gather step, shared by allreduce and allgather: a chunk that
+  // arrived (in) is stored into this rank's buffer (local) and, unless this
+  // is its last hop, into the mailbox towards the right (out, or null), with
+  // the store kind chosen at join.
+  void StoreAndForward(float* local, float* out, const float* in,
+                       size_t len) const;
 
   int rank_, world_;
   int left_, right_;

@@ -289,8 +289,7 @@ ConformanceCase Mismatch(Odd odd, const char* path, size_t count) {
     const bool is_odd = comm.rank() == 1;
     auto buffer =
         MakeBuffer(comm.memory(), std::vector<float>(count + 1, 1.0f));
-    std::string error;
-    try {
+    ExpectMismatchError(comm, [&] {
       if (odd == Odd::kRoot) {
         comm.Broadcast(buffer->data(), count, is_odd ? 1 : 0);
       } else {
@@ -298,19 +297,27 @@ ConformanceCase Mismatch(Odd odd, const char* path, size_t count) {
             buffer->data(), odd == Odd::kCount && is_odd ? count + 1 : count,
             odd == Odd::kOp && is_odd ? ReduceOp::kAvg : ReduceOp::kSum);
       }
-    } catch (const CommError& e) {
-      error = e.what();
-    }
-    Check(!error.empty(),
-          "the mismatch went unnoticed on rank " + std::to_string(comm.rank()));
-    RankPrint("[mismatch] " + error);
-    Check(error.find("mismatched") != std::string::npos,
-          "the error does not say 'mismatched': " + error);
+    });
   };
   return c;
 }
 
 }  // namespace
+
+void ExpectMismatchError(Communicator& comm,
+                         const std::function<void()>& call) {
+  std::string error;
+  try {
+    call();
+  } catch (const CommError& e) {
+    error = e.what();
+  }
+  Check(!error.empty(),
+        "the mismatch went unnoticed on rank " + std::to_string(comm.rank()));
+  RankPrint("[mismatch] " + error);
+  Check(error.find("mismatched") != std::string::npos,
+        "the error does not say 'mismatched': " + error);
+}
 
 bool RegisterDeviceBuffers(BufferMaker maker,
                            std::function<int(std::string* why)> devices) {

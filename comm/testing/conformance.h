@@ -95,6 +95,11 @@ std::vector<ConformanceCase> AllGatherCases();
 std::vector<ConformanceCase> MismatchCases();
 // Ranks that disagree on an allgather's count, at three sizes.
 std::vector<ConformanceCase> AllGatherMismatchCases();
+
+// For the mismatch cases: runs `call`, which the ranks disagree on, and
+// throws unless it failed on this rank with a CommError saying
+// "mismatched" (printed with RankPrint).
+void ExpectMismatchError(Communicator& comm, const std::function<void()>& call);
 // Both lists.
 std::vector<ConformanceCase> AllCases();
 
