@@ -16,10 +16,7 @@ void CudaCheck(int status, const char* backend, const std::string& what) {
 int SelectCudaDevice(const CommOptions& options, int local_rank,
                      const char* backend) {
   try {
-    const int device = options.cuda_device >= 0 ? options.cuda_device
-                                                : cuda::LocalDevice(local_rank);
-    cuda::SelectDevice(device);
-    return device;
+    return cuda::SelectRankDevice(options.cuda_device, local_rank);
   } catch (const cuda::CudaError& e) {
     throw CommError(std::string(backend) + ": " + e.what());
   }

@@ -151,4 +151,10 @@ int CurrentDevice() {
 
 void Synchronize() { Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
+int SelectRankDevice(int requested, int local_rank) {
+  const int device = requested >= 0 ? requested : LocalDevice(local_rank);
+  SelectDevice(device);
+  return device;
+}
+
 }  // namespace ringlab::cuda

@@ -31,6 +31,10 @@ int LocalDevice(int local_rank);
 // CudaError when there is no device or the index is out of range.
 void SelectDevice(int device);
 
+// A rank's device made current and returned: `requested` when >= 0, else
+// LocalDevice(local_rank). Throws as those do.
+int SelectRankDevice(int requested, int local_rank);
+
 // The calling thread's current device (cudaGetDevice); throws CudaError.
 int CurrentDevice();
 

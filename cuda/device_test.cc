@@ -48,6 +48,8 @@ TEST(DeviceTest, WithoutDeviceEveryChoiceSaysSo) {
     }
   }
   EXPECT_THROW(SelectDevice(0), CudaError);
+  EXPECT_THROW(SelectRankDevice(-1, 0), CudaError);
+  EXPECT_THROW(SelectRankDevice(0, 1), CudaError);
 }
 
 TEST(DeviceTest, NegativeLocalRankIsRefused) {
@@ -62,6 +64,11 @@ TEST(DeviceTest, LocalRankModuloCountAndSelection) {
   SelectDevice(count - 1);
   EXPECT_EQ(CurrentDevice(), count - 1);
   SelectDevice(0);
+  EXPECT_EQ(CurrentDevice(), 0);
+  // Requested wins; else the local rank's.
+  EXPECT_EQ(SelectRankDevice(count - 1, 0), count - 1);
+  EXPECT_EQ(CurrentDevice(), count - 1);
+  EXPECT_EQ(SelectRankDevice(-1, count), 0);
   EXPECT_EQ(CurrentDevice(), 0);
   for (int bad : {-1, count}) {
     try {

@@ -9,10 +9,7 @@ namespace ringlab::train {
 
 int SelectRankDevice(int requested, int local_rank) {
   try {
-    const int device =
-        requested >= 0 ? requested : cuda::LocalDevice(local_rank);
-    cuda::SelectDevice(device);
-    return device;
+    return cuda::SelectRankDevice(requested, local_rank);
   } catch (const cuda::CudaError& e) {
     throw std::invalid_argument(std::string("--device=cuda: ") + e.what());
   }
