@@ -22,6 +22,7 @@
 
 #include "nn/labels.h"
 #include "nn/mlp.h"
+#include "torch_compat/aten_math.h"
 
 namespace ringlab::nn {
 
@@ -213,14 +214,29 @@ void ReluBackward(const T* h, T* dh, size_t n) {
   for (size_t i = 0; i < n; ++i) dh[i] = h[i] > T(0) ? dh[i] : T(0);
 }
 
+// log Σ_k exp(z[k] - shift): ATen's arithmetic in float, std's in double.
+inline float LogSumExpShifted(const float* z, int n, float shift) {
+  return torch_compat::AtenLog(torch_compat::AtenSumExp(z, n, shift));
+}
+inline double LogSumExpShifted(const double* z, int n, double shift) {
+  double s = 0;
+  for (int k = 0; k < n; ++k) s += std::exp(z[k] - shift);
+  return std::log(s);
+}
+inline void ExpInPlace(float* v, int n) { torch_compat::AtenExp(v, v, n); }
+inline void ExpInPlace(double* v, int n) {
+  for (int k = 0; k < n; ++k) v[k] = std::exp(v[k]);
+}
+
 // Mean softmax cross-entropy over the batch (nn.CrossEntropyLoss()), and its
 // gradient with respect to the logits in dlogits (may be null). Stable:
 // log_softmax = (z - max) - log Σ exp(z - max). The per-row losses are summed
 // as torch's nll_loss does (an 8-level cascade in blocks of 16) and divided by
 // the batch; the gradient is torch's log_softmax_backward, g - exp(logp)·Σg
 // with g = -(1/batch) at the label, which its AVX2 build fuses into one fma.
-// exp and log are glibc's, not ATen's vectorised ones: expect an ulp here and
-// there. Labels must be valid (see CheckLabels).
+// In float, exp, log and the row sum are ATen's (torch_compat/aten_math.h),
+// so the gradient is torch's bit for bit; in double (gradient checks) they
+// are std::exp and std::log. Labels must be valid (see CheckLabels).
 template <typename T>
 T SoftmaxCrossEntropy(const T* logits, const int64_t* labels, int batch,
                       int classes, T* dlogits) {
@@ -233,9 +249,7 @@ T SoftmaxCrossEntropy(const T* logits, const int64_t* labels, int batch,
     const T* z = logits + static_cast<size_t>(j) * classes;
     T mx = z[0];
     for (int k = 1; k < classes; ++k) mx = std::max(mx, z[k]);
-    T s = 0;
-    for (int k = 0; k < classes; ++k) s += std::exp(z[k] - mx);
-    const T lse = std::log(s);
+    const T lse = LogSumExpShifted(z, classes, mx);
     const int64_t y = labels[j];
     partial[0] -= (z[y] - mx) - lse;
     const int64_t j1 = j + 1;
@@ -248,10 +262,11 @@ T SoftmaxCrossEntropy(const T* logits, const int64_t* labels, int batch,
     }
     if (dlogits != nullptr) {
       T* d = dlogits + static_cast<size_t>(j) * classes;
+      for (int k = 0; k < classes; ++k) d[k] = (z[k] - mx) - lse;  // logp
+      ExpInPlace(d, classes);
       for (int k = 0; k < classes; ++k) {
-        const T logp = (z[k] - mx) - lse;
         const T g = k == y ? grad : T(0);
-        d[k] = std::fma(-std::exp(logp), grad, g);
+        d[k] = std::fma(-d[k], grad, g);
       }
     }
   }

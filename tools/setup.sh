@@ -9,6 +9,7 @@ PACKAGES=(
   g++ googletest libgtest-dev                    # GoogleTest is built from /usr/src/googletest
   libgflags-dev libbenchmark-dev                 # CLI flags, Google Benchmark
   libopenblas-dev                                # CBLAS for the CPU backend
+  libsleef-dev                                   # exp and log as torch computes them
   libopenmpi-dev openmpi-bin                     # the mpi communicator, mpirun
   libgloo-dev                                    # the gloo communicator (PyTorch's CPU backend)
   zlib1g-dev dataset-fashion-mnist               # gzip'd IDX files, Fashion-MNIST

@@ -11,6 +11,9 @@ Files:
   uniform_s<seed>.npy         torch.empty(1000).uniform_(-0.3, 0.7) after manual_seed
   init_<widths>_s<seed>.npy   Net(widths) state_dict after torch.manual_seed(seed),
                               flattened in state_dict order (fc1.weight, fc1.bias, ...)
+  aten_{exp,log}_{in,out}.npy torch.exp / torch.log of 1003 values (ATen's Sleef calls)
+  aten_log_softmax_{in,out}_c<classes>.npy
+                              torch.log_softmax(z, dim=1) of 37 rows of <classes> logits
 None of these depend on the BLAS library (nn/testdata/export_reference.py
 exports the traces that do).
 """
@@ -60,7 +63,29 @@ def main():
             net = Net(widths)
             name = "_".join(str(w) for w in widths)
             save("init_%s_s%d.npy" % (name, seed), flat(net.state_dict().values()))
+    aten_math()
     print("wrote reference files to", OUT)
+
+
+def aten_math():
+    """ATen's exp, log and log_softmax on values that exercise every lane path."""
+    g = torch.Generator().manual_seed(3)
+    # exp over its useful float range (down to subnormal results) and log over
+    # ten decades either side of 1, 1003 values: not a multiple of 8 lanes.
+    x = torch.linspace(-100.0, 80.0, 1003)
+    save("aten_exp_in.npy", x.numpy())
+    save("aten_exp_out.npy", torch.exp(x).numpy())
+    y = torch.exp(torch.empty(1003).uniform_(-23.0, 23.0, generator=g))
+    save("aten_log_in.npy", y.numpy())
+    save("aten_log_out.npy", torch.log(y).numpy())
+    for classes in LOG_SOFTMAX_CLASSES:
+        z = torch.randn(37, classes, generator=g) * 6.0
+        save("aten_log_softmax_in_c%d.npy" % classes, z.numpy())
+        save("aten_log_softmax_out_c%d.npy" % classes, torch.log_softmax(z, dim=1).numpy())
+
+
+# Fewer than 8 classes, exactly 8, 8 plus a tail, several whole vectors, a tail.
+LOG_SOFTMAX_CLASSES = [1, 2, 3, 7, 8, 9, 10, 16, 17, 40]
 
 
 if __name__ == "__main__":
