@@ -39,5 +39,23 @@ while read -r name first second; do
     fi
   done
 done < <("$bin" --list)
+# Ranks given different RINGLAB_MPI_CHECK_CALLS take rank 0's: with rank 0
+# checking, a mismatch is still named on both ranks (without the agreement,
+# rank 1 skipped the check's MPI_Allreduce and the ranks' calls crossed).
+dir="$(mktemp -d "${TEST_TMPDIR:-/tmp}/mpi.XXXXXX")"
+out="$(TMPDIR="$dir" OMPI_MCA_btl_vader_backing_directory="$dir" \
+  timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe \
+  -np 1 -x RINGLAB_MPI_CHECK_CALLS=1 "$bin" --case=mismatched_count_ring : \
+  -np 1 -x RINGLAB_MPI_CHECK_CALLS=0 "$bin" --case=mismatched_count_ring \
+  </dev/null 2>&1)"
+rm -rf "$dir"
+if [[ "$(grep '^\[mismatch\]' <<<"$out" | grep -F count=1048576 |
+  grep -cF count=1048577)" -eq 2 ]]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAILED: ranks with different RINGLAB_MPI_CHECK_CALLS"
+  echo "$out"
+fi
 echo "conformance_mpi: ${passed} passed, ${failed} failed"
 ((failed == 0 && passed > 0))

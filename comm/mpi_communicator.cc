@@ -42,12 +42,21 @@ void FinalizeAtExit() {
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(const CommOptions& options) : options_(options) {
-    // tuning.mpi.check_calls false (alike on every rank) skips the call
-    // check: bench/allreduce_bench's "mpi:check=0" measures plain
-    // MPI_Allreduce as the anchor that other backends are compared with.
-    check_calls_ = options.tuning.mpi.check_calls;
+    // tuning.mpi.check_calls false skips the call check:
+    // bench/allreduce_bench's "mpi:check=0" measures plain MPI_Allreduce as
+    // the anchor that other backends are compared with. Rank 0's choice is
+    // every rank's (as shm_ring and ipc_ring take rank 0's tuning): ranks
+    // that checked and ranks that did not would otherwise call different
+    // numbers of MPI_Allreduce and hang or mix up their data.
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    int check = options.tuning.mpi.check_calls ? 1 : 0;
+    const int code = MPI_Bcast(&check, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (code != MPI_SUCCESS) {
+      throw CommError("mpi: MPI_Bcast (tuning) failed: " +
+                      MpiErrorString(code));
+    }
+    check_calls_ = check != 0;
     watchdog_ = std::thread([this] { Watch(); });
   }
   ~MpiCommunicator() override {

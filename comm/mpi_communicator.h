@@ -11,8 +11,8 @@
 // Calls that disagree across ranks (kind, count, op, root, or a skipped call)
 // are detected before any data moves, at the cost of one small
 // MPI_Allreduce per call, and throw CommError("mpi: mismatched ...") on
-// every rank (unless CommOptions::tuning.mpi.check_calls is false, which
-// must then be so on every rank).
+// every rank (unless CommOptions::tuning.mpi.check_calls is false on rank 0,
+// whose choice every rank takes at creation).
 #ifndef RINGLAB_COMM_MPI_COMMUNICATOR_H_
 #define RINGLAB_COMM_MPI_COMMUNICATOR_H_
 
