@@ -30,7 +30,8 @@ bool HasAvx2Fma() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-size_t CountDiffering(const std::vector<float>& a, const std::vector<float>& b) {
+size_t CountDiffering(const std::vector<float>& a,
+                      const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   size_t n = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
@@ -92,8 +93,8 @@ TEST(AtenMathTest, LogSoftmaxIsTorchs) {
       for (int k = 0; k < classes; ++k) glibc_sum += std::exp(row[k] - mx);
       for (int k = 0; k < classes; ++k) {
         got[r * classes + k] = (row[k] - mx) - lse;
-        glibc_differs += (row[k] - mx) - std::log(glibc_sum) !=
-                         want[r * classes + k];
+        glibc_differs +=
+            (row[k] - mx) - std::log(glibc_sum) != want[r * classes + k];
       }
     }
     EXPECT_EQ(CountDiffering(got, want), 0u) << classes << " classes";
