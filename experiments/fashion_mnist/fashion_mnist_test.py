@@ -148,6 +148,9 @@ class ReportTest(unittest.TestCase):
                       "0.00e+00 |", self.report)
         self.assertIn("overlap 0.300 ms, no overlap 2.000 ms (-85%: smaller with overlap)",
                       self.report)
+        # The fixture's machine has 2 cores for 2 ranks: the report says what overlap can do.
+        self.assertIn("2 core(s) for 2 ranks: a rank's communication thread gets its core only "
+                      "while the compute thread waits", self.report)
 
     def test_header_names_machine_and_torch(self):
         self.assertIn("Fixture CPU, 2 core(s)", self.report)

@@ -187,7 +187,7 @@ def _fidelity_lines(runs):
     return lines + [""]
 
 
-def _speed_lines(runs):
+def _speed_lines(runs, cores=None):
     ddp = _stats(runs, PYTORCH_DDP)
     head = _stats(runs, HEADLINE)
     lines = ["## Speed", ""]
@@ -216,6 +216,11 @@ def _speed_lines(runs):
                      f"{on['median_step_ms']:.2f} against {off['median_step_ms']:.2f} ms")
     if len(lines) == 2:
         lines.append("Not measured: no finished runs to compare.")
+    elif comms and isinstance(cores, int) and cores < 2 * 2:
+        lines.append(f"- {cores} core(s) for 2 ranks: a rank's communication thread gets its "
+                     f"core only while the compute thread waits, so overlap can move waiting "
+                     f"into backward but not hide work behind it; compare the median steps, and "
+                     f"the step breakdown for where the time went")
     return lines + [""]
 
 
@@ -258,7 +263,7 @@ def write_markdown(path, invocation, runs, rows, plot_notes):
         "85%, evaluation time excluded.",
         "- load after: the machine's 1-minute load average when the run ended (2 ranks of a run "
         "make about 2): well above that, the run's times are stretched by other work.", ""]
-    lines += _fidelity_lines(runs) + _speed_lines(runs)
+    lines += _fidelity_lines(runs) + _speed_lines(runs, inv.get("cores"))
     lines += ["## Plots", ""]
     for title, name in (("Test accuracy against epochs", "accuracy_vs_epoch.png"),
                         ("Test accuracy against bytes sent", "accuracy_vs_bytes.png"),
