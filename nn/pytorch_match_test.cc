@@ -67,6 +67,14 @@ float MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+// The exports come from torch's AVX2 kernels, whose exp and log ringlab
+// reproduces only on a CPU with AVX2 and FMA (torch_compat/aten_math.h);
+// elsewhere both sides fall back to std::exp, and the exports' exp is a
+// different function: within 1e-7 absolute (gradients O(0.1)).
+bool AtenIsVectorised() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
 struct Case {
   const char* widths;
   const char* net;   // file prefix of the fixed inputs
@@ -165,7 +173,8 @@ TEST_P(PytorchMatchTest, ForwardLossAndGradients) {
   std::vector<float> grads(layout_->num_params());
   mlp->GetGrads(grads.data());
   const float max_abs = MaxAbs(grads, LoadRef(Ref(), "_grads.npy"));
-  EXPECT_LE(max_abs, exact ? 0.0f : 1e-6f) << Ref().what;
+  EXPECT_LE(max_abs, exact ? (AtenIsVectorised() ? 0.0f : 1e-7f) : 1e-6f)
+      << Ref().what;
   std::printf(
       "%s (%s, %s): logits max ulp %lld (max abs %.3g), loss ulp %lld, grads "
       "max abs %.3g\n",
@@ -218,7 +227,7 @@ TEST_P(PytorchMatchTest, SgdTrajectories) {
       EXPECT_NEAR(losses[s], want_losses[s], 1e-6f)
           << prefix << " step " << s << ", " << Ref().what;
     }
-    EXPECT_LE(max_abs, Ref().same_kernel ? 0.0f : 1e-6f)
+    EXPECT_LE(max_abs, Ref().same_kernel && AtenIsVectorised() ? 0.0f : 1e-6f)
         << prefix << ", " << Ref().what;
     std::printf(
         "%s%s (%s): params max abs %.3g, last loss ulp %lld\n", GetParam().net,
