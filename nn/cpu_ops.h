@@ -228,38 +228,58 @@ inline void ExpInPlace(double* v, int n) {
   for (int k = 0; k < n; ++k) v[k] = std::exp(v[k]);
 }
 
+// nll_loss's sum of -logp[label] over the batch, in torch 1.13's order
+// (LossNLL.cpp): an 8-level cascade in blocks of 2^max(4, ceil(log2 n) / 8);
+// after adding sample b, level j carries into level j + 1 while b's bits of
+// level j are all zero (so sample 0 alone climbs every level).
+template <typename T>
+class NllCascade {
+ public:
+  explicit NllCascade(int64_t n)
+      : power_(std::max<int64_t>(4, CeilLog2(n) / kLevels)),
+        mask_((int64_t{1} << power_) - 1) {}
+  void Add(int64_t b, T logp) {
+    partial_[0] -= logp;
+    for (int j = 0; j + 1 < kLevels; ++j) {
+      if ((b & (mask_ << (j * power_))) != 0) break;
+      partial_[j + 1] += partial_[j];
+      partial_[j] = T(0);
+    }
+  }
+  T Total() const {
+    T total = 0;
+    for (const T& p : partial_) total += p;
+    return total;
+  }
+
+ private:
+  static constexpr int kLevels = 8;
+  const int64_t power_, mask_;
+  T partial_[kLevels] = {};
+};
+
 // Mean softmax cross-entropy over the batch (nn.CrossEntropyLoss()), and its
 // gradient with respect to the logits in dlogits (may be null). Stable:
 // log_softmax = (z - max) - log Σ exp(z - max). The per-row losses are summed
-// as torch's nll_loss does (an 8-level cascade in blocks of 16) and divided by
-// the batch; the gradient is torch's log_softmax_backward, g - exp(logp)·Σg
-// with g = -(1/batch) at the label, which its AVX2 build fuses into one fma.
-// In float, exp, log and the row sum are ATen's (torch_compat/aten_math.h),
-// so the gradient is torch's bit for bit; in double (gradient checks) they
-// are std::exp and std::log. Labels must be valid (see CheckLabels).
+// as torch's nll_loss does (NllCascade) and divided by the batch; the gradient
+// is torch's log_softmax_backward, g - exp(logp)·Σg with g = -(1/batch) at the
+// label, which its AVX2 build fuses into one fma. In float, exp, log and the
+// row sum are ATen's (torch_compat/aten_math.h), so the gradient is torch's bit
+// for bit; in double (gradient checks) they are std::exp and std::log. Labels
+// must be valid (see CheckLabels).
 template <typename T>
 T SoftmaxCrossEntropy(const T* logits, const int64_t* labels, int batch,
                       int classes, T* dlogits) {
   if (batch == 0) return T(0);
   const T grad = -(T(1) / static_cast<T>(batch));
-  constexpr int kLevels = 8;
-  constexpr int64_t kPower = 4, kMask = (1 << kPower) - 1;
-  T partial[kLevels] = {};
+  NllCascade<T> nll(batch);
   for (int j = 0; j < batch; ++j) {
     const T* z = logits + static_cast<size_t>(j) * classes;
     T mx = z[0];
     for (int k = 1; k < classes; ++k) mx = std::max(mx, z[k]);
     const T lse = LogSumExpShifted(z, classes, mx);
     const int64_t y = labels[j];
-    partial[0] -= (z[y] - mx) - lse;
-    const int64_t j1 = j + 1;
-    if ((j1 & kMask) == 0) {
-      for (int l = 1; l < kLevels; ++l) {
-        partial[l] += partial[l - 1];
-        partial[l - 1] = T(0);
-        if ((j1 & (kMask << (l * kPower))) != 0) break;
-      }
-    }
+    nll.Add(j, (z[y] - mx) - lse);
     if (dlogits != nullptr) {
       T* d = dlogits + static_cast<size_t>(j) * classes;
       for (int k = 0; k < classes; ++k) d[k] = (z[k] - mx) - lse;  // logp
@@ -270,9 +290,7 @@ T SoftmaxCrossEntropy(const T* logits, const int64_t* labels, int batch,
       }
     }
   }
-  T total = 0;
-  for (int l = 0; l < kLevels; ++l) total += partial[l];
-  return total / static_cast<T>(batch);
+  return nll.Total() / static_cast<T>(batch);
 }
 
 // Per-layer scratch for MlpForwardBackward.

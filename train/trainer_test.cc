@@ -176,11 +176,11 @@ TEST(TrainerTest, MatchesPyTorchDdpRun) {
   const TrainRun run = Train(2, ReferenceConfig(out));
   ASSERT_TRUE(AllSucceeded(run)) << comm::testing::Describe(run.ranks);
 
-  // Per-step losses. The 2-rank average, SGD's fused update and the softmax's
-  // exp and log (ATen's, torch_compat/aten_math.h) are torch's arithmetic;
-  // the products sum in the order of whichever BLAS the export's machine ran
-  // (this CPU's kernel may sum in another), and the loss's last division may
-  // differ by an ulp: 1e-6 relative.
+  // Per-step losses. The 2-rank average, SGD's fused update, the softmax's
+  // exp and log (ATen's, torch_compat/aten_math.h) and the loss's sum are
+  // torch's arithmetic; the products sum in the order of whichever BLAS the
+  // export's machine ran, and this CPU's kernel may sum in another: 1e-6
+  // relative.
   const auto ours = ReadLosses(out + "/losses.csv");
   const auto theirs = ReadLosses(std::string(kReference) + "/losses.csv");
   ASSERT_EQ(ours.size(), 20u);
