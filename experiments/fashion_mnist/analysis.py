@@ -164,11 +164,14 @@ def summarise_run(run_dir):
 
 def fidelity(ours, reference, steps=100):
     """(max |Δ per-epoch test accuracy| in points over the epochs both evaluated, max relative
-    difference of rank 0's first `steps` losses, epochs compared, losses compared)."""
+    difference of rank 0's first `steps` losses as float32, epochs compared, losses compared)."""
     ref_acc = {r["epoch"]: r["test_accuracy"] for r in reference["evals"]}
     deltas = [abs(r["test_accuracy"] - ref_acc[r["epoch"]]) * 100
               for r in ours["evals"] if r["epoch"] in ref_acc]
-    pairs = list(zip(ours["losses0"], reference["losses0"]))[:steps]
+    # Both sides' losses are float32 values, printed to 9 digits by ringlab and in full by
+    # Python: compare them as the float32 values they are, not as their printed decimals.
+    pairs = [(float(np.float32(a)), float(np.float32(b)))
+             for a, b in zip(ours["losses0"], reference["losses0"])][:steps]
     rel = [abs(a - b) / abs(b) if b else abs(a - b) for a, b in pairs]
     return (max(deltas) if deltas else math.nan, max(rel) if rel else math.nan, len(deltas),
             len(pairs))
