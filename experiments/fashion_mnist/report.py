@@ -14,6 +14,7 @@ import analysis
 
 # Targets from issue 13, item 6.
 ACCURACY_POINTS_TARGET = 0.5
+RANKS = 2  # every 2-rank run; each rank has a compute and a communication thread
 LOSS_REL_TARGET = 1e-4
 STEP_RATIO_TARGET = 0.4
 HEADLINE = "shm_ring_allreduce_overlap"  # the ringlab run compared to PyTorch DDP
@@ -216,8 +217,8 @@ def _speed_lines(runs, cores=None):
                      f"{on['median_step_ms']:.2f} against {off['median_step_ms']:.2f} ms")
     if len(lines) == 2:
         lines.append("Not measured: no finished runs to compare.")
-    elif comms and isinstance(cores, int) and cores < 2 * 2:
-        lines.append(f"- {cores} core(s) for 2 ranks: a rank's communication thread gets its "
+    elif comms and isinstance(cores, int) and cores < 2 * RANKS:  # a core per thread
+        lines.append(f"- {cores} core(s) for {RANKS} ranks: a rank's communication thread gets its "
                      f"core only while the compute thread waits, so overlap can move waiting "
                      f"into backward but not hide work behind it; compare the median steps, and "
                      f"the step breakdown for where the time went")
