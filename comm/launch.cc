@@ -282,16 +282,50 @@ Failure ReapRound(Ranks& ranks, bool terminating, int* running) {
   return blamed;
 }
 
+// Whether a rank's process is already on its way out (the kernel's
+// PF_EXITING on its main thread, /proc/<pid>/stat's flags): it has been
+// killed or has returned, and will soon be waitable.
+bool Exiting(pid_t pid) {
+  std::FILE* f =
+      std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return false;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // pid (comm) state ppid pgrp session tty_nr tpgid flags ...: comm may hold
+  // spaces and parentheses, so count fields after its last ')'.
+  const char* p = std::strrchr(buf, ')');
+  unsigned long flags = 0;
+  if (p == nullptr ||
+      std::sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) != 1) {
+    return false;
+  }
+  constexpr unsigned long kPfExiting = 0x4;
+  return (flags & kPfExiting) != 0;
+}
+
+bool AnyExiting(const Ranks& ranks) {
+  for (pid_t pid : ranks.pids) {
+    if (pid > 0 && Exiting(pid)) return true;
+  }
+  return false;
+}
+
 // A rank that exits with an error status is often a survivor reporting a
 // peer that was killed, and the killed one may not be waitable yet: a
 // multi-threaded process closes its files (so its peers see it gone) before
-// its last thread has exited. Before blaming an exit status, waits briefly
-// for a signal death among the others.
+// its last thread has exited, and tearing down a large address space takes
+// a while on a busy machine. Before blaming an exit status, waits for a
+// signal death among the others: 500 ms, and as long as another rank is
+// already exiting (up to 10 s), so that its end decides.
 Failure PreferSignalDeath(Ranks& ranks, Failure failed, int* running) {
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-  while (!failed.signaled && *running > 0 &&
-         std::chrono::steady_clock::now() < until) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto brief = start + std::chrono::milliseconds(500);
+  const auto longest = start + std::chrono::seconds(10);
+  while (!failed.signaled && *running > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= longest || (now >= brief && !AnyExiting(ranks))) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const Failure more = ReapRound(ranks, /*terminating=*/false, running);
     if (more.rank >= 0 && more.signaled) return more;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,12 +12,29 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 
 namespace ringlab::comm {
 namespace {
+
+// With RINGLAB_LAUNCH_TEST_SLOW_DEATH=<file>, this binary is a rank that takes
+// a second to die, as a large killed process may: its main thread creates
+// <file> and exits (the kernel marks the process exiting); another thread
+// SIGKILLs the process a second later. Runs before main(), so before gtest.
+const bool kSlowDeathRank = [] {
+  const char* marker = std::getenv("RINGLAB_LAUNCH_TEST_SLOW_DEATH");
+  if (marker == nullptr) return false;
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    raise(SIGKILL);
+  }).detach();
+  close(open(marker, O_CREAT | O_WRONLY, 0644));
+  syscall(SYS_exit, 0);  // this thread only, without unwinding
+  return true;
+}();
 
 struct Launched {
   int status;  // LaunchRanks's return value
@@ -155,6 +173,27 @@ TEST(LaunchTest, TheFirstFailureIsBlamed) {
              "/pid.tmp " + dir + "/pid; kill -9 $$; fi; while [ ! -e " + dir +
              "/pid ]; do sleep 0.01; done; while kill -0 $(cat " + dir +
              "/pid) 2>/dev/null; do sleep 0.01; done; exit 1");
+  EXPECT_EQ(l.status, 128 + 9) << l.output;
+  EXPECT_NE(l.output.find("error: rank 0 killed by signal 9"),
+            std::string::npos)
+      << l.output;
+}
+
+// Rank 0 is exiting but not yet waitable for a second (slow to die, like a
+// killed rank unmapping a large data set); rank 1 exits 1 as soon as rank 0
+// has started exiting. The launcher must wait for rank 0's end, beyond its
+// usual 500 ms, and blame its signal (before, it blamed rank 1).
+TEST(LaunchTest, ARankAlreadyExitingIsWaitedForBeforeBlaming) {
+  (void)kSlowDeathRank;
+  std::string dir = ::testing::TempDir() + "/slow_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  char self[4096] = {};
+  ASSERT_GT(readlink("/proc/self/exe", self, sizeof(self) - 1), 0);
+  const std::string marker = dir + "/exiting";
+  Launched l = Launch(
+      2, "if [ $RANK = 0 ]; then RINGLAB_LAUNCH_TEST_SLOW_DEATH=" + marker +
+             " exec " + self + "; fi; while [ ! -e " + marker +
+             " ]; do sleep 0.01; done; exit 1");
   EXPECT_EQ(l.status, 128 + 9) << l.output;
   EXPECT_NE(l.output.find("error: rank 0 killed by signal 9"),
             std::string::npos)
