@@ -356,6 +356,7 @@ BackendTraits TraitsOf(const std::string& backend) {
     t.allocates = false;
   } else if (backend == "gloo") {
     t.join_deadlines_to_notice_death = 6;
+    t.op_deadlines_to_notice_death = 1;
   } else if (backend == "ipc_ring_threads") {
     t.needs_gpu = true;
     t.ranks_are_threads = true;

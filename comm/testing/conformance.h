@@ -54,6 +54,12 @@ struct BackendTraits {
   // Gloo connects its pairs one by one and cannot be interrupted, so each
   // pair's connect may wait out the deadline before the death is seen.
   int join_deadlines_to_notice_death = 1;
+  // How many collective deadlines a death after joining may take to be
+  // noticed. Gloo's TCP transport does not fail a send still waiting for its
+  // receiver to be ready when that receiver's pair breaks, so a survivor
+  // blocked there notices only at the collective's deadline (about 1 run in
+  // 40 of rank_killed_mid_collective; the others notice at once).
+  int op_deadlines_to_notice_death = 0;
   // Communicator::Allocate hands out memory (the device backends do not yet).
   bool allocates = true;
   // Ranks are threads of one process (RunThreadRanks): a killed rank is a
