@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/job_secret.h"
+#include "comm/process.h"
 #include "comm/tcp_store.h"
 
 extern char** environ;
@@ -282,32 +283,10 @@ Failure ReapRound(Ranks& ranks, bool terminating, int* running) {
   return blamed;
 }
 
-// Whether a rank's process is already on its way out (the kernel's
-// PF_EXITING on its main thread, /proc/<pid>/stat's flags): it has been
-// killed or has returned, and will soon be waitable.
-bool Exiting(pid_t pid) {
-  std::FILE* f =
-      std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (f == nullptr) return false;
-  char buf[1024];
-  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  buf[n] = '\0';
-  // pid (comm) state ppid pgrp session tty_nr tpgid flags ...: comm may hold
-  // spaces and parentheses, so count fields after its last ')'.
-  const char* p = std::strrchr(buf, ')');
-  unsigned long flags = 0;
-  if (p == nullptr ||
-      std::sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) != 1) {
-    return false;
-  }
-  constexpr unsigned long kPfExiting = 0x4;
-  return (flags & kPfExiting) != 0;
-}
-
+// Whether any rank not yet reaped is already exiting (comm/process.h).
 bool AnyExiting(const Ranks& ranks) {
   for (pid_t pid : ranks.pids) {
-    if (pid > 0 && Exiting(pid)) return true;
+    if (ProcessExiting(pid)) return true;
   }
   return false;
 }

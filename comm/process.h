@@ -1,6 +1,7 @@
 // Whether a peer process on this machine has ended, for the backends that
 // watch their peers' pids to fail fast (shm_ring, and the GPU backends'
-// PeerWatch) rather than wait out a deadline.
+// PeerWatch) rather than wait out a deadline, and whether it is ending (the
+// launcher, before it blames a rank).
 #ifndef RINGLAB_COMM_PROCESS_H_
 #define RINGLAB_COMM_PROCESS_H_
 
@@ -11,6 +12,11 @@ namespace ringlab::comm {
 // True when pid no longer runs: gone, or a zombie nobody has reaped yet.
 // False for pid <= 0.
 bool ProcessExited(pid_t pid);
+
+// True when pid is on its way out (the kernel's PF_EXITING on its main
+// thread): killed or returning, soon waitable. False for pid <= 0 and for a
+// pid that is gone.
+bool ProcessExiting(pid_t pid);
 
 }  // namespace ringlab::comm
 
