@@ -18,6 +18,7 @@
 
 #include "io/npy.h"
 #include "nn/cpu_mlp.h"
+#include "torch_compat/aten_math.h"
 
 namespace ringlab::nn {
 namespace {
@@ -65,14 +66,6 @@ float MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
     m = std::max(m, std::fabs(a[i] - b[i]));
   }
   return m;
-}
-
-// The exports come from torch's AVX2 kernels, whose exp and log ringlab
-// reproduces only on a CPU with AVX2 and FMA (torch_compat/aten_math.h);
-// elsewhere both sides fall back to std::exp, and the exports' exp is a
-// different function: within 1e-7 absolute (gradients O(0.1)).
-bool AtenIsVectorised() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
 struct Case {
@@ -140,8 +133,9 @@ std::vector<float> LoadRef(const Reference& ref, const std::string& suffix) {
 // Same kernel: logits, loss and gradients bit for bit (the products are the
 // same operations in the same order; exp, log and the softmax sums are ATen's,
 // torch_compat/aten_math.h, and the loss is summed in nll_loss's order),
-// where the CPU has AVX2 and FMA (AtenIsVectorised); elsewhere the loss within
-// 4 ulp and the gradients within 1e-7.
+// where the CPU has AVX2 and FMA (torch_compat::AtenIsVectorised; the exports
+// are torch's AVX2 kernels'); elsewhere the loss within 4 ulp and the
+// gradients within 1e-7.
 // Another kernel: its sums run in another order; across the six exported
 // kernels logits differ by up to 1.2e-7 and loss and grads by 6e-8, so 1e-5
 // for the O(1) logits (as for the other BLAS below) and 1e-6 for the loss and
@@ -165,7 +159,7 @@ TEST_P(PytorchMatchTest, ForwardLossAndGradients) {
   const float want_loss = LoadRef(Ref(), "_loss.npy")[0];
   const int64_t loss_ulp = UlpDistance(loss, want_loss);
   if (exact) {
-    EXPECT_LE(loss_ulp, AtenIsVectorised() ? 0 : 4)
+    EXPECT_LE(loss_ulp, torch_compat::AtenIsVectorised() ? 0 : 4)
         << loss << " vs " << want_loss << ", " << Ref().what;
   } else {
     EXPECT_NEAR(loss, want_loss, 1e-6f) << Ref().what;
@@ -174,7 +168,8 @@ TEST_P(PytorchMatchTest, ForwardLossAndGradients) {
   std::vector<float> grads(layout_->num_params());
   mlp->GetGrads(grads.data());
   const float max_abs = MaxAbs(grads, LoadRef(Ref(), "_grads.npy"));
-  EXPECT_LE(max_abs, exact ? (AtenIsVectorised() ? 0.0f : 1e-7f) : 1e-6f)
+  EXPECT_LE(max_abs,
+            exact ? (torch_compat::AtenIsVectorised() ? 0.0f : 1e-7f) : 1e-6f)
       << Ref().what;
   std::printf(
       "%s (%s, %s): logits max ulp %lld (max abs %.3g), loss ulp %lld, grads "
@@ -225,11 +220,14 @@ TEST_P(PytorchMatchTest, SgdTrajectories) {
     mlp->GetParams(got.data());
     const float max_abs = MaxAbs(got, LoadRef(Ref(), prefix + "_params.npy"));
     for (size_t s = 0; s < losses.size(); ++s) {
-      EXPECT_NEAR(losses[s], want_losses[s],
-                  Ref().same_kernel && AtenIsVectorised() ? 0.0f : 1e-6f)
+      EXPECT_NEAR(
+          losses[s], want_losses[s],
+          Ref().same_kernel && torch_compat::AtenIsVectorised() ? 0.0f : 1e-6f)
           << prefix << " step " << s << ", " << Ref().what;
     }
-    EXPECT_LE(max_abs, Ref().same_kernel && AtenIsVectorised() ? 0.0f : 1e-6f)
+    EXPECT_LE(max_abs, Ref().same_kernel && torch_compat::AtenIsVectorised()
+                           ? 0.0f
+                           : 1e-6f)
         << prefix << ", " << Ref().what;
     std::printf(
         "%s%s (%s): params max abs %.3g, last loss ulp %lld\n", GetParam().net,

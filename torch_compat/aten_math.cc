@@ -15,18 +15,18 @@ using aten_internal::SleefLog;
 
 constexpr int64_t kLanes = 8;  // Vectorized<float>::size() on AVX2
 
+}  // namespace
+
 // torch picks its AVX2 kernels only where the CPU has AVX2 and FMA; Sleef's
 // dispatcher then runs its FMA variant, the one these calls reach as well.
-bool UseSleef() {
+bool AtenIsVectorised() {
   static const bool use =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return use;
 }
 
-}  // namespace
-
 void AtenExp(const float* in, float* out, int64_t n) {
-  if (!UseSleef()) {
+  if (!AtenIsVectorised()) {
     for (int64_t i = 0; i < n; ++i) out[i] = std::exp(in[i]);
     return;
   }
@@ -40,7 +40,9 @@ void AtenExp(const float* in, float* out, int64_t n) {
   }
 }
 
-float AtenLog(float x) { return UseSleef() ? SleefLog(x) : std::log(x); }
+float AtenLog(float x) {
+  return AtenIsVectorised() ? SleefLog(x) : std::log(x);
+}
 
 float AtenSumExp(const float* row, int64_t n, float shift) {
   float e[kLanes];

@@ -15,6 +15,11 @@
 
 namespace ringlab::torch_compat {
 
+// Whether this CPU has AVX2 and FMA: where torch runs its AVX2 kernels and
+// these functions reproduce them bit for bit (elsewhere both fall back to
+// std::exp and std::log).
+bool AtenIsVectorised();
+
 // out[i] = exp(in[i]) for i < n, as Vectorized<float>::exp. In place is fine.
 void AtenExp(const float* in, float* out, int64_t n);
 

@@ -24,12 +24,6 @@ std::vector<float> Load(const std::string& name, int64_t* cols = nullptr) {
   return v;
 }
 
-// On a CPU without AVX2 and FMA torch computes with std::exp (and so does
-// AtenExp); the exports come from the AVX2 kernels.
-bool HasAvx2Fma() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
 size_t CountDiffering(const std::vector<float>& a,
                       const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -42,7 +36,8 @@ size_t CountDiffering(const std::vector<float>& a,
 }
 
 TEST(AtenMathTest, ExpIsTorchs) {
-  if (!HasAvx2Fma()) GTEST_SKIP() << "the exports are torch's AVX2 kernels'";
+  if (!AtenIsVectorised())
+    GTEST_SKIP() << "the exports are torch's AVX2 kernels'";
   const std::vector<float> in = Load("aten_exp_in.npy");
   const std::vector<float> want = Load("aten_exp_out.npy");
   std::vector<float> got(in.size()), glibc(in.size());
@@ -65,7 +60,8 @@ TEST(AtenMathTest, ExpInPlaceAndAnyTail) {
 }
 
 TEST(AtenMathTest, LogIsTorchs) {
-  if (!HasAvx2Fma()) GTEST_SKIP() << "the exports are torch's AVX2 kernels'";
+  if (!AtenIsVectorised())
+    GTEST_SKIP() << "the exports are torch's AVX2 kernels'";
   const std::vector<float> in = Load("aten_log_in.npy");
   const std::vector<float> want = Load("aten_log_out.npy");
   std::vector<float> got(in.size());
@@ -76,7 +72,8 @@ TEST(AtenMathTest, LogIsTorchs) {
 // log_softmax(z) = (z - max) - log Σ exp(z - max), as ATen computes it, for
 // class counts below, at and past one 8-lane vector.
 TEST(AtenMathTest, LogSoftmaxIsTorchs) {
-  if (!HasAvx2Fma()) GTEST_SKIP() << "the exports are torch's AVX2 kernels'";
+  if (!AtenIsVectorised())
+    GTEST_SKIP() << "the exports are torch's AVX2 kernels'";
   size_t glibc_differs = 0;
   for (int classes : {1, 2, 3, 7, 8, 9, 10, 16, 17, 40}) {
     const std::string c = "_c" + std::to_string(classes) + ".npy";
