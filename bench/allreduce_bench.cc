@@ -10,7 +10,7 @@
 // Communicator::Allocate (zero-copy where the backend registers it).
 //
 // The floor is what the memory system allows, measured in the same run with
-// the kernels shm_ring moves data with (comm/shm_kernels.h), every rank at
+// the kernels shm_ring moves data with (comm/shm_ring/kernels.h), every rank at
 // once: with registered buffers each rank must read S and write S bytes (its
 // segment of every rank's buffer, summed into every rank's buffer); with a
 // private buffer it must in addition bring its buffer into shared memory and
@@ -43,11 +43,11 @@
 #include "cli/usage_error.h"
 #ifdef RINGLAB_WITH_CUDA
 #include "bench/gpu_threads_bench.h"
-#include "comm/rank_threads.h"
+#include "comm/job/rank_threads.h"
 #endif
 #include "comm/communicator.h"
-#include "comm/launch.h"
-#include "comm/rendezvous.h"
+#include "comm/job/launch.h"
+#include "comm/job/rendezvous.h"
 #include "comm/tuning.h"
 #include "comm/tuning_env.h"
 

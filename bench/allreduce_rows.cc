@@ -9,7 +9,7 @@
 
 #include "bench/op_buffer.h"
 #include "bench/sweep.h"
-#include "comm/shm_kernels.h"
+#include "comm/shm_ring/kernels.h"
 
 namespace ringlab::bench {
 namespace {

@@ -17,7 +17,7 @@
 #include "bench/benchmark_flags.h"
 #include "bench/gpu_threads_bench.h"
 #include "cli/usage_error.h"
-#include "comm/rank_threads.h"
+#include "comm/job/rank_threads.h"
 #include "comm/tuning_env.h"
 
 DEFINE_int32(ranks, 2, "ranks, each a thread with its own stream");

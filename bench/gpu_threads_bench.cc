@@ -14,7 +14,7 @@
 #include "bench/sweep.h"
 #include "benchmark/benchmark.h"
 #include "comm/communicator.h"
-#include "comm/local_store.h"
+#include "comm/store/local_store.h"
 #include "comm/tuning_env.h"
 #include "cuda/device.h"
 #include "cuda/error.h"

@@ -115,8 +115,8 @@ struct RankContext {
   int local_rank = 0;
   Store* store =
       nullptr;  // may be null for backends that bring their own (mpi)
-  // The job's secret (raw bytes, at least 16; see comm/job_secret.h): what
-  // the store demanded of every rank's connection, known only to the job's
+  // The job's secret (raw bytes, at least 16; see comm/store/job_secret.h):
+  // what the store demanded of every rank's connection, known only to the job's
   // processes. A backend that must recognise something of its own job
   // through a channel strangers could write (a segment name in the store, a
   // file in /dev/shm) tags it with JobTag(job_secret, purpose), which nobody

@@ -9,10 +9,10 @@
 #include <string>
 #include <thread>
 
-#include "comm/hex.h"
-#include "comm/local_store.h"
 #include "comm/peer_watch.h"
 #include "comm/poll_pacer.h"
+#include "comm/store/hex.h"
+#include "comm/store/local_store.h"
 #include "gtest/gtest.h"
 
 namespace ringlab::comm {

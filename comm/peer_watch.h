@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 namespace ringlab::comm {
 

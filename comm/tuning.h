@@ -17,12 +17,12 @@
 
 namespace ringlab::comm {
 
-// shm_ring (comm/shm_ring.h). Defaults measured with bench/allreduce_bench
-// at 2 ranks (2-vCPU VM, under chrt -f 10): up to 10 floats the inline path
-// (flag, description and data in one cache line) took 0.26-0.30 us against
-// the ring's 0.45-0.5; at 1-4 KiB one-shot and ring tied; from 16 KiB the
-// ring was faster (1.2x at 16 KiB, 2x at 256 KiB). Chunks of 16 KiB to
-// 256 KiB were within noise of each other from 256 KiB to 64 MiB.
+// shm_ring (comm/shm_ring/shm_ring.h). Defaults measured with
+// bench/allreduce_bench at 2 ranks (2-vCPU VM, under chrt -f 10): up to 10
+// floats the inline path (flag, description and data in one cache line) took
+// 0.26-0.30 us against the ring's 0.45-0.5; at 1-4 KiB one-shot and ring tied;
+// from 16 KiB the ring was faster (1.2x at 16 KiB, 2x at 256 KiB). Chunks of 16
+// KiB to 256 KiB were within noise of each other from 256 KiB to 64 MiB.
 struct ShmRingTuning {
   // The numbers are what the segment's header records.
   enum class Stores : uint32_t {
@@ -58,10 +58,10 @@ struct ShmRingTuning {
   bool debug = false;
 };
 
-// ipc_ring and ipc_ring_threads (comm/ipc_ring.h). Defaults not yet measured
-// on a GPU: bench/allreduce_threads_bench (or allreduce_bench with ipc_ring)
-// with oneshot_bytes 0 (ring only) against a large value (one-shot only)
-// gives the crossover that should replace this guess.
+// ipc_ring and ipc_ring_threads (comm/ipc_ring/ipc_ring.h). Defaults not yet
+// measured on a GPU: bench/allreduce_threads_bench (or allreduce_bench with
+// ipc_ring) with oneshot_bytes 0 (ring only) against a large value (one-shot
+// only) gives the crossover that should replace this guess.
 struct IpcRingTuning {
   static constexpr size_t kDefaultOneShotBytes = 256 << 10;
   static constexpr size_t kDefaultChunkBytes = 1 << 20;
@@ -80,7 +80,7 @@ struct IpcRingTuning {
   size_t buffer_bytes = kDefaultBufferBytes;
 };
 
-// mpi (comm/mpi_communicator.h).
+// mpi (comm/adapters/mpi.h).
 struct MpiTuning {
   // Whether every collective first checks that all ranks make the same call
   // (one extra small MPI_Allreduce). false measures plain MPI_Allreduce, the

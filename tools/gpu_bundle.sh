@@ -27,8 +27,8 @@ gzip_over=$((4 << 20))
 # What tools/gpu_check.sh runs (its plan names each).
 targets=(
   //tools:gpu_probe
-  //comm:conformance_gpu_test
-  //comm:gpu_backends_test
+  //comm/conformance:conformance_gpu_test
+  //comm/conformance:gpu_backends_test
   //nn:cuda_kernels_test
   //nn:cuda_mlp_test
   //bench:allreduce_bench

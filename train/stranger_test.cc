@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/job_secret.h"
-#include "comm/store_protocol.h"
+#include "comm/store/job_secret.h"
+#include "comm/store/store_protocol.h"
 #include "train/cli_testing.h"
 
 namespace {

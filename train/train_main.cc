@@ -9,9 +9,9 @@
 // WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and RINGLAB_JOB_SECRET beyond
 // loopback) it is one of them; under mpirun with --comm=mpi it takes MPI's
 // ranks. With --comm=ipc_ring_threads the N ranks are threads of this one
-// process on one GPU, each with its own stream (comm/ipc_ring_threads.h):
-// what a one-GPU machine can train with a multi-rank allreduce whose kernels
-// run side by side.
+// process on one GPU, each with its own stream
+// (comm/ipc_ring/ipc_ring_threads.h): what a one-GPU machine can train with a
+// multi-rank allreduce whose kernels run side by side.
 #include <arpa/inet.h>
 #include <gflags/gflags.h>
 
@@ -27,9 +27,9 @@
 
 #include "cli/flags.h"
 #include "comm/communicator.h"
-#include "comm/launch.h"
-#include "comm/rank_threads.h"
-#include "comm/rendezvous.h"
+#include "comm/job/launch.h"
+#include "comm/job/rank_threads.h"
+#include "comm/job/rendezvous.h"
 #include "comm/tuning_env.h"
 #include "nn/cpu_mlp.h"
 #include "nn/mlp.h"

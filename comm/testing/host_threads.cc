@@ -20,8 +20,8 @@
 
 #include "comm/call_agreement.h"
 #include "comm/communicator.h"
-#include "comm/store.h"
-#include "comm/thread_group.h"
+#include "comm/job/thread_group.h"
+#include "comm/store/store.h"
 
 namespace ringlab::comm::testing {
 namespace {

@@ -12,7 +12,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "comm/tcp_store.h"
+#include "comm/store/tcp_store.h"
 
 namespace ringlab::comm::testing {
 

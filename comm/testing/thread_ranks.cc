@@ -12,7 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "comm/rank_threads.h"
+#include "comm/job/rank_threads.h"
 #include "comm/testing/multi_process.h"
 
 namespace ringlab::comm::testing {

@@ -1,0 +1,428 @@
+#include "comm/job/launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/process.h"
+#include "comm/store/job_secret.h"
+#include "comm/store/tcp_store.h"
+
+extern char** environ;
+
+namespace ringlab::comm {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void OnStopSignal(int sig) { g_stop_signal.store(sig); }
+
+void WriteAll(int fd, const std::string& s) {
+  const char* p = s.data();
+  size_t n = s.size();
+  while (n > 0) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+// A line longer than this is forwarded in pieces, each prefixed: output
+// without newlines must not grow the launcher without bound.
+constexpr size_t kMaxPartialLine = 64 << 10;
+
+// One child stream (stdout or stderr) being forwarded.
+struct Stream {
+  int fd = -1;     // read end, -1 once closed
+  int out_fd = 1;  // where its lines go
+  std::string prefix;
+  std::string partial;  // the current line, until its newline
+
+  void Forward(const char* data, size_t n) {
+    partial.append(data, n);
+    size_t start = 0, nl;
+    std::string out;
+    while ((nl = partial.find('\n', start)) != std::string::npos) {
+      out += prefix;
+      out.append(partial, start, nl + 1 - start);
+      start = nl + 1;
+    }
+    partial.erase(0, start);
+    while (partial.size() >= kMaxPartialLine) {
+      out += prefix;
+      out.append(partial, 0, kMaxPartialLine);
+      out += '\n';
+      partial.erase(0, kMaxPartialLine);
+    }
+    if (!out.empty()) WriteAll(out_fd, out);
+  }
+  void Flush() {
+    if (!partial.empty()) WriteAll(out_fd, prefix + partial + "\n");
+    partial.clear();
+  }
+};
+
+// The environment of every rank: this process's, without the variables the
+// launcher sets, plus those (and `extra`, "NAME=value").
+std::vector<std::vector<std::string>> RankEnvironments(
+    int nprocs, int port, const std::string& secret_hex,
+    const std::vector<std::string>& extra) {
+  const char* ours[] = {"RANK=",
+                        "WORLD_SIZE=",
+                        "LOCAL_RANK=",
+                        "LOCAL_WORLD_SIZE=",
+                        "MASTER_ADDR=",
+                        "MASTER_PORT=",
+                        "RINGLAB_STORE_HOSTED=",
+                        "RINGLAB_JOB_SECRET="};
+  std::vector<std::vector<std::string>> envs(nprocs);
+  for (int r = 0; r < nprocs; ++r) {
+    for (char** e = environ; *e != nullptr; ++e) {
+      bool replaced = false;
+      for (const char* o : ours) {
+        if (std::strncmp(*e, o, std::strlen(o)) == 0) replaced = true;
+      }
+      if (!replaced) envs[r].push_back(*e);
+    }
+    envs[r].push_back("RANK=" + std::to_string(r));
+    envs[r].push_back("WORLD_SIZE=" + std::to_string(nprocs));
+    envs[r].push_back("LOCAL_RANK=" + std::to_string(r));
+    envs[r].push_back("LOCAL_WORLD_SIZE=" + std::to_string(nprocs));
+    envs[r].push_back("MASTER_ADDR=127.0.0.1");
+    envs[r].push_back("MASTER_PORT=" + std::to_string(port));
+    envs[r].push_back("RINGLAB_STORE_HOSTED=1");
+    envs[r].push_back(std::string(kJobSecretVariable) + "=" + secret_hex);
+    for (const std::string& e : extra) envs[r].push_back(e);
+  }
+  return envs;
+}
+
+// NULL-terminated pointers into strings that outlive them (execve's argv and
+// envp, built before any fork).
+std::vector<char*> Pointers(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// While alive, SIGINT and SIGTERM to the launcher are recorded in
+// g_stop_signal (and passed on to the ranks by Supervise); the previous
+// handlers come back when it is destroyed, also when a start fails.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = OnStopSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {
+  }, old_term_{};
+};
+
+// The ranks a launcher started: pid per rank (-1 once reaped, or never
+// started) and the pipes of their stdout and stderr (2r and 2r + 1).
+struct Ranks {
+  explicit Ranks(int n) : pids(n, -1), streams(2 * n) {}
+  std::vector<pid_t> pids;
+  std::vector<Stream> streams;
+
+  void SignalAll(int sig) const {
+    for (pid_t pid : pids) {
+      if (pid > 0) kill(-pid, sig);  // the rank's whole process group
+    }
+  }
+};
+
+// A start that failed part-way: stops and reaps the ranks already started
+// and closes their pipes.
+void Abandon(Ranks& ranks) {
+  ranks.SignalAll(SIGKILL);
+  for (pid_t& pid : ranks.pids) {
+    if (pid <= 0) continue;
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    pid = -1;
+  }
+  for (Stream& s : ranks.streams) {
+    if (s.fd >= 0) close(s.fd);
+    s.fd = -1;
+  }
+}
+
+[[noreturn]] void ThrowErrno(const std::string& what, int err) {
+  throw std::runtime_error("LaunchRanks: " + what +
+                           " failed: " + std::strerror(err));
+}
+
+// Forks rank r into ranks.pids[r], its output into two pipes. Everything the
+// child needs is built before the fork: the store thread is running, so the
+// child may only make async-signal-safe calls until exec. Throws
+// std::runtime_error when no pipe or process can be made.
+void StartRank(int r, const char* exe, char* const* args, char* const* envp,
+               pid_t parent, Ranks& ranks) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+    const int e = errno;
+    for (int fd : {out[0], out[1]}) {
+      if (fd >= 0) close(fd);
+    }
+    ThrowErrno("pipe", e);
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int e = errno;
+    for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
+    ThrowErrno("fork", e);
+  }
+  if (pid == 0) {
+    // Its own process group, so stopping a rank stops what it started too;
+    // and it dies with the launcher, whatever way the launcher goes (also
+    // if that was before prctl: then this process was already reparented).
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    execve(exe, args, envp);
+    static const char msg[] = "LaunchRanks: exec failed\n";
+    (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also here: no race with the child's own call
+  close(out[1]);
+  close(err[1]);
+  ranks.pids[r] = pid;
+  const std::string prefix = "[rank " + std::to_string(r) + "] ";
+  ranks.streams[2 * r] = {out[0], STDOUT_FILENO, prefix, {}};
+  ranks.streams[2 * r + 1] = {err[0], STDERR_FILENO, prefix, {}};
+}
+
+// Forwards what the ranks have written, waiting at most 10 ms for any; a
+// stream at its end is flushed and closed.
+void ForwardOutput(std::vector<Stream>& streams) {
+  std::vector<pollfd> pfds;
+  std::vector<Stream*> which;
+  for (Stream& s : streams) {
+    if (s.fd < 0) continue;
+    pfds.push_back({s.fd, POLLIN, 0});
+    which.push_back(&s);
+  }
+  if (poll(pfds.data(), pfds.size(), 10) <= 0) return;
+  for (size_t i = 0; i < pfds.size(); ++i) {
+    if (pfds[i].revents == 0) continue;
+    Stream& s = *which[i];
+    char buf[65536];
+    const ssize_t k = read(s.fd, buf, sizeof(buf));
+    if (k > 0) {
+      s.Forward(buf, static_cast<size_t>(k));
+    } else if (k == 0 || errno != EINTR) {
+      s.Flush();
+      close(s.fd);
+      s.fd = -1;
+    }
+  }
+}
+
+// A failed rank, as LaunchRanks reports it.
+struct Failure {
+  int rank = -1;  // none
+  int wait_status = 0;
+  bool signaled = false;
+};
+
+// Reaps the ranks that have exited (--*running each). The first failure in
+// time is blamed (the launcher wakes as soon as a rank's pipes close, so
+// rounds are short); among failures seen in the same round a signal death
+// wins over an exit status, as it is more likely the cause than the
+// consequence, then the lowest rank. Failures while terminating are the
+// launcher's doing and not reported.
+Failure ReapRound(Ranks& ranks, bool terminating, int* running) {
+  Failure blamed;
+  for (size_t r = 0; r < ranks.pids.size(); ++r) {
+    if (ranks.pids[r] < 0) continue;
+    int status = 0;
+    if (waitpid(ranks.pids[r], &status, WNOHANG) != ranks.pids[r]) continue;
+    ranks.pids[r] = -1;
+    --*running;
+    const bool bad = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!bad || terminating) continue;
+    const bool signaled = WIFSIGNALED(status);
+    if (blamed.rank < 0 || (signaled && !blamed.signaled)) {
+      blamed = {static_cast<int>(r), status, signaled};
+    }
+  }
+  return blamed;
+}
+
+// Whether any rank not yet reaped is already exiting (comm/process.h).
+bool AnyExiting(const Ranks& ranks) {
+  for (pid_t pid : ranks.pids) {
+    if (ProcessExiting(pid)) return true;
+  }
+  return false;
+}
+
+// A rank that exits with an error status is often a survivor reporting a
+// peer that was killed, and the killed one may not be waitable yet: a
+// multi-threaded process closes its files (so its peers see it gone) before
+// its last thread has exited, and tearing down a large address space takes
+// a while on a busy machine. Before blaming an exit status, waits for a
+// signal death among the others: 500 ms, and as long as another rank is
+// already exiting (up to 10 s), so that its end decides.
+Failure PreferSignalDeath(Ranks& ranks, Failure failed, int* running) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto brief = start + std::chrono::milliseconds(500);
+  const auto longest = start + std::chrono::seconds(10);
+  while (!failed.signaled && *running > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= longest || (now >= brief && !AnyExiting(ranks))) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const Failure more = ReapRound(ranks, /*terminating=*/false, running);
+    if (more.rank >= 0 && more.signaled) return more;
+  }
+  return failed;
+}
+
+// "error: rank R ..." for a failure, and the status LaunchRanks returns.
+std::string Describe(const Failure& f, int* exit_status) {
+  if (f.signaled) {
+    const int sig = WTERMSIG(f.wait_status);
+    *exit_status = 128 + sig;
+    return "error: rank " + std::to_string(f.rank) + " killed by signal " +
+           std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  *exit_status = WEXITSTATUS(f.wait_status);
+  return "error: rank " + std::to_string(f.rank) + " exited with status " +
+         std::to_string(*exit_status);
+}
+
+// Forwards output and reaps until every rank has exited. The first failure,
+// or a stop signal to the launcher, sends SIGTERM (the signal, for a stop
+// signal) to every rank, and SIGKILL after `grace`. Returns the failure's
+// message ("" when every rank exited 0) and sets *exit_status.
+std::string Supervise(Ranks& ranks, std::chrono::milliseconds grace,
+                      int* exit_status) {
+  int running = static_cast<int>(ranks.pids.size());
+  std::string failure;
+  *exit_status = 0;
+  bool terminating = false;
+  auto kill_at = std::chrono::steady_clock::time_point::max();
+  auto terminate = [&](int sig, const std::string& why, int status) {
+    ranks.SignalAll(sig);
+    if (terminating) return;
+    terminating = true;
+    failure = why;
+    *exit_status = status;
+    kill_at = std::chrono::steady_clock::now() + grace;
+  };
+  while (running > 0) {
+    ForwardOutput(ranks.streams);
+    Failure failed = ReapRound(ranks, terminating, &running);
+    if (failed.rank >= 0) {
+      failed = PreferSignalDeath(ranks, failed, &running);
+      int status = 0;
+      const std::string why = Describe(failed, &status);
+      terminate(SIGTERM, why, status);
+    }
+    if (const int sig = g_stop_signal.exchange(0); sig != 0) {
+      terminate(sig,
+                std::string("error: launcher interrupted by ") + strsignal(sig),
+                128 + sig);
+    }
+    if (terminating && std::chrono::steady_clock::now() > kill_at) {
+      ranks.SignalAll(SIGKILL);
+      kill_at = std::chrono::steady_clock::time_point::max();
+    }
+  }
+  return failure;
+}
+
+// What the ranks wrote before they exited (grandchildren that kept a pipe
+// open were killed with their process group).
+void DrainOutput(std::vector<Stream>& streams) {
+  for (Stream& s : streams) {
+    if (s.fd < 0) continue;
+    fcntl(s.fd, F_SETFL, O_NONBLOCK);
+    char buf[65536];
+    ssize_t k;
+    while ((k = read(s.fd, buf, sizeof(buf))) > 0) {
+      s.Forward(buf, static_cast<size_t>(k));
+    }
+    s.Flush();
+    close(s.fd);
+    s.fd = -1;
+  }
+}
+
+}  // namespace
+
+int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
+                const LaunchOptions& options) {
+  if (nprocs < 1) {
+    throw std::invalid_argument("LaunchRanks: nprocs must be at least 1, got " +
+                                std::to_string(nprocs));
+  }
+  if (argv.empty()) throw std::invalid_argument("LaunchRanks: empty argv");
+  // The job's secret: the store admits only the ranks, which get it in
+  // their environment (readable by this user only, /proc/<pid>/environ).
+  TcpStoreServer server("127.0.0.1", 0, GenerateJobSecret());
+  std::vector<std::string> arg_strings = argv;
+  const std::vector<char*> args = Pointers(arg_strings);
+  const char* exe = options.exec_self ? "/proc/self/exe" : argv[0].c_str();
+  std::vector<std::vector<std::string>> envs = RankEnvironments(
+      nprocs, server.port(), JobSecretToHex(server.secret()), options.env);
+  std::vector<std::vector<char*>> envps;
+  for (auto& env : envs) envps.push_back(Pointers(env));
+
+  StopSignals stop_signals;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  Ranks ranks(nprocs);
+  try {
+    for (int r = 0; r < nprocs; ++r) {
+      StartRank(r, exe, args.data(), envps[r].data(), getpid(), ranks);
+    }
+  } catch (...) {
+    Abandon(ranks);
+    throw;
+  }
+  int status = 0;
+  const std::string failure = Supervise(ranks, options.grace, &status);
+  DrainOutput(ranks.streams);
+  if (!failure.empty()) {
+    WriteAll(STDERR_FILENO, failure + "\n");
+    return status;
+  }
+  return 0;
+}
+
+}  // namespace ringlab::comm

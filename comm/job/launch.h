@@ -1,0 +1,42 @@
+// Starts N ranks of this program on this machine, as
+// torch.multiprocessing.spawn does for `--nprocs=N`: each child gets RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (a TCP
+// store the launcher hosts on loopback, so no two ranks race for the port),
+// and RINGLAB_JOB_SECRET, 128 fresh random bits without which the store
+// admits nobody;
+// their stdout and stderr are forwarded line by line, prefixed "[rank R] ".
+// When a rank fails, the others are stopped (SIGTERM, then SIGKILL after a
+// grace period) and the launcher reports that rank and returns its status.
+#ifndef RINGLAB_COMM_JOB_LAUNCH_H_
+#define RINGLAB_COMM_JOB_LAUNCH_H_
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace ringlab::comm {
+
+struct LaunchOptions {
+  // Between SIGTERM and SIGKILL for the ranks still running after a failure.
+  std::chrono::milliseconds grace{std::chrono::seconds(5)};
+  // Run /proc/self/exe (this very binary) rather than searching PATH for
+  // argv[0]; argv[0] is still what the children see.
+  bool exec_self = true;
+  // Extra variables for every child, "NAME=value".
+  std::vector<std::string> env;
+};
+
+// Runs argv in nprocs processes and waits for all of them. Returns 0 when
+// every rank exits 0; otherwise prints "error: rank R exited with status S"
+// (or "... killed by signal N") to stderr and returns S (128 + N for a
+// signal) of the first rank that failed (failures seen together: a signal
+// death first, then the lowest rank). SIGINT/SIGTERM to the launcher are
+// passed on to the ranks. Throws std::invalid_argument for nprocs < 1 or an
+// empty argv, std::runtime_error when a rank cannot be started (after
+// stopping and reaping those already started).
+int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
+                const LaunchOptions& options = {});
+
+}  // namespace ringlab::comm
+
+#endif  // RINGLAB_COMM_JOB_LAUNCH_H_

@@ -1,0 +1,329 @@
+#include "comm/job/rendezvous.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "comm/shm_ring/shm_ring.h"
+#include "comm/store/job_secret.h"
+#include "gtest/gtest.h"
+
+namespace ringlab::comm {
+namespace {
+
+using std::chrono::milliseconds;
+
+class RendezvousTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+          "RINGLAB_STORE_HOSTED", "RINGLAB_STORE_BIND", "RINGLAB_JOB_SECRET",
+          "RINGLAB_HOST_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+          "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+      unsetenv(v);
+    }
+  }
+  // The message of the invalid_argument reading the environment throws, or
+  // "".
+  std::string Error() {
+    try {
+      Rendezvous::FromEnv(milliseconds(500));
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  }
+};
+
+// The job of two ranks, as each would read it from torchrun's variables.
+JobEnvironment Rank(int rank, const std::string& master_addr) {
+  JobEnvironment job;
+  job.rank = rank;
+  job.world_size = 2;
+  job.local_rank = rank;
+  job.master_addr = master_addr;
+  job.host = ThisHostIdentity();
+  return job;
+}
+
+// The invalid_argument message of joining `job`, or "".
+std::string JoinError(const JobEnvironment& job) {
+  try {
+    Rendezvous::Join(job, milliseconds(500));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Both ranks of a job, joined at once (each blocks until the other has
+// reported its host). MASTER_PORT is a fixed number, as torchrun's: a port
+// found free may be taken by a parallel test before rank 0 listens on it.
+// Only that clash is retried, with another port, a few times.
+std::pair<std::unique_ptr<Rendezvous>, std::unique_ptr<Rendezvous>> JoinBoth(
+    JobEnvironment zero, JobEnvironment one, int* port = nullptr,
+    milliseconds timeout = milliseconds(5000)) {
+  for (int attempt = 0;; ++attempt) {
+    {
+      TcpStoreServer probe;
+      zero.master_port = one.master_port = probe.port();
+      if (port != nullptr) *port = probe.port();
+    }
+    auto second = std::async(std::launch::async,
+                             [&] { return Rendezvous::Join(one, timeout); });
+    try {
+      auto first = Rendezvous::Join(zero, timeout);
+      return {std::move(first), second.get()};
+    } catch (const CommError& e) {
+      try {
+        second.get();
+      } catch (const CommError&) {
+      }
+      const bool clash = std::string(e.what()).find("Address already in use") !=
+                         std::string::npos;
+      if (!clash || attempt == 4) throw;
+    }
+  }
+}
+
+// The address a TCP port listens on, from /proc/net/tcp ("" if none).
+std::string ListeningAddress(int port) {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);
+  while (std::getline(table, line)) {
+    unsigned a = 0, p = 0, state = 0;
+    if (std::sscanf(line.c_str(), " %*d: %8X:%4X %*8X:%*4X %2X", &a, &p,
+                    &state) == 3 &&
+        static_cast<int>(p) == port && state == 0x0A) {
+      return std::to_string(a & 255) + "." + std::to_string((a >> 8) & 255) +
+             "." + std::to_string((a >> 16) & 255) + "." +
+             std::to_string(a >> 24);
+    }
+  }
+  return "";
+}
+
+TEST_F(RendezvousTest, LoneProcessGetsAPrivateStore) {
+  EXPECT_FALSE(Rendezvous::InLaunchedJob());
+  auto rv = Rendezvous::FromEnv(milliseconds(5000));
+  EXPECT_EQ(rv->context().rank, 0);
+  EXPECT_EQ(rv->context().world_size, 1);
+  EXPECT_EQ(rv->context().job_secret.size(), kJobSecretBytes);
+  EXPECT_EQ(rv->context().hosts, std::vector<std::string>{ThisHostIdentity()});
+  ASSERT_NE(rv->context().store, nullptr);
+  rv->context().store->Set("k", "v");
+  EXPECT_EQ(rv->context().store->Get("k", milliseconds(1000)), "v");
+  // Every store-based backend works for one rank.
+  auto comm = CreateCommunicator("shm_ring", rv->context(), CommOptions{});
+  float x = 3;
+  comm->AllReduce(&x, 1, ReduceOp::kAvg);
+  EXPECT_EQ(x, 3);
+}
+
+// MASTER_ADDR=127.0.0.2: rank 0 listens there, where rank 1 connects (it
+// used to listen on 127.0.0.1 whatever MASTER_ADDR said, and both hung).
+TEST_F(RendezvousTest, RankZeroListensOnMasterAddr) {
+  int port = 0;
+  auto [rv0, rv1] = JoinBoth(Rank(0, "127.0.0.2"), Rank(1, "127.0.0.2"), &port);
+  EXPECT_EQ(ListeningAddress(port), "127.0.0.2");
+  EXPECT_EQ(rv1->context().rank, 1);
+  rv0->context().store->Set("from0", "x");
+  EXPECT_EQ(rv1->context().store->Get("from0", milliseconds(1000)), "x");
+  EXPECT_EQ(rv0->context().hosts, rv1->context().hosts);
+  EXPECT_EQ(rv0->context().hosts.size(), 2u);
+  // Without a secret given, rank 0 drew one and rank 1 read it from the
+  // file rank 0 published, private to this user, removed at the end.
+  EXPECT_EQ(rv0->context().job_secret.size(), kJobSecretBytes);
+  EXPECT_EQ(rv0->context().job_secret, rv1->context().job_secret);
+  const std::string path = LoopbackSecretPath("127.0.0.2", port);
+  struct stat file {
+  }, dir{};
+  ASSERT_EQ(stat(path.c_str(), &file), 0);
+  ASSERT_EQ(stat(path.substr(0, path.rfind('/')).c_str(), &dir), 0);
+  EXPECT_EQ(file.st_mode & 0777, 0600u);
+  EXPECT_EQ(dir.st_mode & 0777, 0700u);
+  rv1.reset();
+  rv0.reset();
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << path << " left behind";
+}
+
+TEST_F(RendezvousTest, TheStoreListensOnEveryInterfaceWhenTold) {
+  const std::string secret = GenerateJobSecret();
+  JobEnvironment zero = Rank(0, "127.0.0.1"), one = Rank(1, "127.0.0.1");
+  zero.secret = one.secret = secret;
+  zero.store_bind = "0.0.0.0";
+  auto [rv0, rv1] = JoinBoth(zero, one);
+  EXPECT_EQ(rv1->context().job_secret, secret);
+  rv1->context().store->Set("k", "v");
+  EXPECT_EQ(rv0->context().store->Get("k", milliseconds(1000)), "v");
+}
+
+TEST_F(RendezvousTest, ABadOrMissingSecretRefusesAJobBeyondLoopback) {
+  // A store on every interface, or a master elsewhere, needs the secret:
+  // refused before anything listens or connects.
+  JobEnvironment zero = Rank(0, "127.0.0.1");
+  zero.master_port = 1;
+  zero.store_bind = "0.0.0.0";
+  EXPECT_NE(JoinError(zero).find("set RINGLAB_JOB_SECRET"), std::string::npos)
+      << JoinError(zero);
+  JobEnvironment one = Rank(1, "10.0.0.1");
+  one.master_port = 1;
+  EXPECT_NE(JoinError(one).find("MASTER_ADDR=10.0.0.1, beyond loopback"),
+            std::string::npos)
+      << JoinError(one);
+  zero.store_bind = "all";
+  EXPECT_NE(JoinError(zero).find("not an IPv4 address"), std::string::npos);
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("RINGLAB_JOB_SECRET", "12345", 1);
+  EXPECT_NE(Error().find("RINGLAB_JOB_SECRET must be 32 to 128 hex digits"),
+            std::string::npos)
+      << Error();
+}
+
+// 192.0.2.1 (TEST-NET-1) is no address of this host: rank 0 says so instead
+// of listening on loopback and waiting for peers that cannot reach it.
+TEST_F(RendezvousTest, RankZeroAwayFromMasterAddrRefusesToStart) {
+  JobEnvironment zero = Rank(0, "192.0.2.1");
+  zero.master_port = 29500;
+  zero.secret = GenerateJobSecret();
+  const std::string error = JoinError(zero);
+  EXPECT_NE(error.find("192.0.2.1, which is not an address of this host"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("--store_bind=0.0.0.0"), std::string::npos) << error;
+}
+
+TEST_F(RendezvousTest, RanksWithAnotherSecretAreNotAdmitted) {
+  JobEnvironment zero = Rank(0, "127.0.0.1"), one = Rank(1, "127.0.0.1");
+  zero.secret = GenerateJobSecret();
+  one.secret = GenerateJobSecret();
+  try {
+    JoinBoth(zero, one, nullptr, milliseconds(1000));
+    ADD_FAILURE() << "joined with different secrets";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 did not join"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Every rank reports its host: backends that share memory refuse a job
+// that spans hosts, naming them; the others do not mind.
+TEST_F(RendezvousTest, SharedMemoryBackendsRefuseAJobOnTwoHosts) {
+  JobEnvironment zero = Rank(0, "127.0.0.1"), one = Rank(1, "127.0.0.1");
+  zero.host = "node-a";
+  one.host = "node-b";
+  auto [rv0, rv1] = JoinBoth(zero, one);
+  EXPECT_EQ(rv1->context().hosts,
+            (std::vector<std::string>{"node-a", "node-b"}));
+  try {
+    CreateCommunicator("shm_ring", rv0->context(), CommOptions{});
+    ADD_FAILURE() << "shm_ring started on two hosts";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "shm_ring needs every rank on one host, but this job spans 2 "
+                 "hosts (rank 0 on node-a; rank 1 on node-b); use a backend "
+                 "that spans hosts: mpi, nccl or gloo");
+  }
+  RankContext many;
+  many.world_size = 7;
+  many.hosts = {"a", "b", "a", "a", "a", "a", "b"};
+  try {
+    RequireOneHost(many, "ipc_ring");
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "(ranks 0,2,3,4 and 1 more on a; ranks 1,6 on b)"),
+              std::string::npos)
+        << e.what();
+  }
+  many.hosts.assign(7, "a");
+  RequireOneHost(many, "ipc_ring");  // one host: fine
+}
+
+TEST_F(RendezvousTest, HostIdentityNamesHostBootAndPidNamespace) {
+  const std::string id = ThisHostIdentity();
+  char name[256] = "";
+  gethostname(name, sizeof(name) - 1);
+  EXPECT_EQ(id.rfind(std::string(name) + " (boot ", 0), 0u) << id;
+  EXPECT_NE(id.find(", pid namespace "), std::string::npos) << id;
+  setenv("RINGLAB_HOST_ID", "rack7-node3", 1);
+  EXPECT_EQ(ThisHostIdentity(), "rack7-node3");
+}
+
+TEST_F(RendezvousTest, ARankThatNeverComesIsNamedAtTheDeadline) {
+  const std::string secret = GenerateJobSecret();
+  JobEnvironment zero = Rank(0, "127.0.0.1");
+  zero.secret = secret;
+  for (int attempt = 0;; ++attempt) {
+    {
+      TcpStoreServer probe;
+      zero.master_port = probe.port();
+    }
+    try {
+      Rendezvous::Join(zero, milliseconds(300));
+      ADD_FAILURE() << "joined alone";
+      return;
+    } catch (const CommError& e) {
+      const std::string what = e.what();
+      if (what.find("Address already in use") != std::string::npos &&
+          attempt < 4) {
+        continue;
+      }
+      EXPECT_NE(what.find("rank 1 did not join the job's store within 300 ms"),
+                std::string::npos)
+          << what;
+      return;
+    }
+  }
+}
+
+TEST_F(RendezvousTest, MpirunVariablesWithoutAStore) {
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+  auto rv = Rendezvous::FromEnv(milliseconds(500));
+  EXPECT_EQ(rv->context().rank, 1);
+  EXPECT_EQ(rv->context().world_size, 4);
+  EXPECT_EQ(rv->context().store, nullptr);
+  EXPECT_TRUE(rv->context().hosts.empty());
+}
+
+TEST_F(RendezvousTest, MalformedVariablesAreNamed) {
+  setenv("RANK", "0", 1);
+  EXPECT_NE(Error().find("RANK and WORLD_SIZE"), std::string::npos);
+  setenv("WORLD_SIZE", "two", 1);
+  EXPECT_NE(Error().find("WORLD_SIZE='two'"), std::string::npos);
+  setenv("WORLD_SIZE", "0", 1);
+  EXPECT_NE(Error().find("WORLD_SIZE='0'"), std::string::npos);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("RANK", "2", 1);
+  EXPECT_NE(Error().find("RANK=2 is not below WORLD_SIZE=2"),
+            std::string::npos);
+  setenv("RANK", "-1", 1);
+  EXPECT_NE(Error().find("RANK='-1'"), std::string::npos);
+  setenv("RANK", "1", 1);
+  setenv("MASTER_PORT", "99999", 1);
+  EXPECT_NE(Error().find("MASTER_PORT='99999'"), std::string::npos);
+  setenv("MASTER_PORT", "12x", 1);
+  EXPECT_NE(Error().find("MASTER_PORT='12x'"), std::string::npos);
+  // A label of 64 characters is no DNS name: the resolver refuses it
+  // without asking any server.
+  const std::string bad_name(64, 'x');
+  setenv("MASTER_PORT", "29500", 1);
+  setenv("MASTER_ADDR", bad_name.c_str(), 1);
+  EXPECT_NE(Error().find("MASTER_ADDR=" + bad_name + ": cannot resolve"),
+            std::string::npos)
+      << Error();
+}
+
+}  // namespace
+}  // namespace ringlab::comm
