@@ -24,8 +24,9 @@
 //     -x MASTER_PORT bazel-bin/bench/allreduce_bench
 //     --backends=shm_ring,gloo,mpi:check=0
 // Backend variants for tuning: "shm_ring:oneshot=B:chunk=B:stage=B:ring=B";
-// "mpi:check=0" is plain MPI_Allreduce, without mpi's cross-rank call check
-// (one extra small allreduce per call): the anchor of the comparison.
+// "mpi:check=0" is plain MPI_Allreduce, without the front's cross-rank call
+// check (one extra small allreduce per call): the anchor of the comparison.
+// `--help` lists the backends and every option they take.
 #include <gflags/gflags.h>
 #include <sched.h>
 
@@ -45,6 +46,7 @@
 #include "bench/gpu_threads_bench.h"
 #include "comm/job/rank_threads.h"
 #endif
+#include "comm/backend.h"
 #include "comm/communicator.h"
 #include "comm/job/launch.h"
 #include "comm/job/rendezvous.h"
@@ -61,9 +63,10 @@ DEFINE_int32(step_factor, 4, "each size is the previous one times this");
 DEFINE_int32(warmup_iters, 5, "untimed ops before each timed loop");
 DEFINE_int64(max_iters, 1000, "most ops in one timed loop (small sizes)");
 DEFINE_int32(samples, 20, "ops timed one by one after a barrier, per row");
-DEFINE_string(registered_backends, "shm_ring",
-              "backends that also get allreduce_registered rows, on memory "
-              "from their Communicator::Allocate");
+DEFINE_bool(registered, true,
+            "backends that register memory (their description says so) also "
+            "get allreduce_registered rows, on memory from their "
+            "Communicator::Allocate");
 DEFINE_double(timeout_s, 120, "deadline of every wait between ranks");
 DEFINE_bool(floor, true, "also measure the memory-bandwidth floor");
 DEFINE_int32(threads, 0,
@@ -141,16 +144,12 @@ struct Backend {
 std::vector<Backend> CreateBackends(const comm::RankContext& context,
                                     const comm::CommOptions& options) {
   std::vector<std::string> specs = SplitList(FLAGS_backends, ',');
-  if (specs.empty()) specs = comm::RegisteredCommunicators();
-  const std::vector<std::string> registered =
-      SplitList(FLAGS_registered_backends, ',');
+  if (specs.empty()) specs = comm::RegisteredBackendNames();
   std::vector<Backend> backends;
   for (const std::string& spec : specs) {
     try {
       Backend b{spec, CreateVariant(spec, context, options)};
-      const std::string name = SplitList(spec, ':').at(0);
-      if (std::find(registered.begin(), registered.end(), name) !=
-          registered.end()) {
+      if (FLAGS_registered && b.comm->description().registers_memory) {
         b.allocated = b.comm->Allocate(static_cast<size_t>(FLAGS_max_bytes) /
                                        sizeof(float));
       }
@@ -213,7 +212,7 @@ std::vector<std::string> RegisterRows(std::vector<Backend>& backends,
 // allreduce_threads/<variant>/<bytes> against a device floor measured in the
 // same run (bench/gpu_threads_bench.h), and an nccl row saying why NCCL has
 // none (it refuses two ranks on one GPU).
-int RunThreads(const comm::IpcRingTuning& tuning) {
+int RunThreads(const comm::BackendTuning& tuning) {
 #ifdef RINGLAB_WITH_CUDA
   ThreadsBenchOptions options;
   options.tuning = tuning;
@@ -242,7 +241,6 @@ int RunRank(const comm::BackendTuning& tuning) {
   options.join_timeout = options.timeout;
   auto rv = comm::Rendezvous::FromEnv(options.timeout);
   const comm::RankContext& context = rv->context();
-  options.local_rank = context.local_rank;
   if (FLAGS_pin) PinToCpu(context.local_rank);
   std::vector<Backend> backends = CreateBackends(context, options);
   // Times are exchanged (and the floor synchronised) over a host backend.
@@ -297,8 +295,8 @@ int Main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     cli::ExitWithUsageError(e.what());
   }
-  if (FLAGS_threads > 0) return RunThreads(tuning.ipc_ring);
-  if (!comm::Rendezvous::InLaunchedJob() && FLAGS_nprocs > 1) {
+  if (FLAGS_threads > 0) return RunThreads(tuning);
+  if (!comm::InLaunchedJob() && FLAGS_nprocs > 1) {
     return comm::LaunchRanks(FLAGS_nprocs, original);
   }
   return RunRank(tuning);

@@ -57,7 +57,7 @@ int Main(int argc, char** argv) {
   options.floor = FLAGS_floor;
   options.cuda_device = FLAGS_cuda_device;
   try {
-    options.tuning = comm::TuningFromEnvironment().ipc_ring;
+    options.tuning = comm::TuningFromEnvironment();
   } catch (const std::invalid_argument& e) {
     cli::ExitWithUsageError(e.what());
   }

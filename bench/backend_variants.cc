@@ -4,20 +4,31 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "comm/backend.h"
 #include "comm/tuning_env.h"
 
 namespace ringlab::bench {
 namespace {
 
-// The variable an option stands for, "" for none.
-std::string VariableOf(const std::string& key) {
-  return key == "oneshot"  ? "RINGLAB_SHM_ONESHOT_BYTES"
-         : key == "chunk"  ? "RINGLAB_SHM_CHUNK_BYTES"
-         : key == "stream" ? "RINGLAB_SHM_STREAM_STORES"
-         : key == "stage"  ? "RINGLAB_SHM_STAGE_BYTES"
-         : key == "ring"   ? "RINGLAB_SHM_RING_BYTES"
-         : key == "check"  ? "RINGLAB_MPI_CHECK_CALLS"
-                           : "";
+// The setting `option` stands for in a spec of `family` (a backend, or the
+// settings prefix it shares, e.g. ipc_ring's): the backend's or the
+// family's own settings first, then the front's (comm.*); nullptr for none.
+const comm::TuningSetting* SettingOf(const std::string& family,
+                                     const std::string& option) {
+  if (const comm::BackendDescription* backend = comm::FindBackend(family)) {
+    for (const comm::TuningSetting& s : backend->tuning) {
+      if (s.option == option) return comm::FindTuningSetting(s.name);
+    }
+  }
+  const comm::TuningSetting* front = nullptr;
+  for (const comm::TuningSetting& s : comm::TuningSettings()) {
+    if (s.option != option) continue;
+    if (s.name.rfind(family + ".", 0) == 0) {
+      return comm::FindTuningSetting(s.name);
+    }
+    if (s.name.rfind("comm.", 0) == 0) front = comm::FindTuningSetting(s.name);
+  }
+  return front;
 }
 
 }  // namespace
@@ -38,12 +49,15 @@ comm::BackendTuning VariantTuning(const std::string& spec,
   std::map<std::string, std::string> variables;
   for (size_t i = 1; i < parts.size(); ++i) {
     const auto eq = parts[i].find('=');
-    const std::string variable = VariableOf(parts[i].substr(0, eq));
-    if (variable.empty() || eq == std::string::npos) {
+    const comm::TuningSetting* setting =
+        eq == std::string::npos
+            ? nullptr
+            : SettingOf(parts.at(0), parts[i].substr(0, eq));
+    if (setting == nullptr) {
       throw std::invalid_argument("unknown backend option '" + parts[i] +
                                   "' in " + spec);
     }
-    variables[variable] = parts[i].substr(eq + 1);
+    variables[setting->variable] = parts[i].substr(eq + 1);
   }
   try {
     return comm::OverrideTuning(base, [&](const char* name) -> const char* {

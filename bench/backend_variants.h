@@ -1,9 +1,11 @@
-// allreduce_bench's backend specs: a backend's name, optionally with tuning,
+// The benchmarks' backend specs: a backend's name, optionally with tuning,
 // "shm_ring:oneshot=B:chunk=B:stream=0|1:stage=B:ring=B" or "mpi:check=0"
-// (plain MPI_Allreduce, without mpi's cross-rank call check). Each option is
-// read as its RINGLAB_* variable is (comm/tuning_env.h: same numbers, same
-// ranges) over the tuning the binary started with, and reaches the backend
-// as typed options (CommOptions::tuning).
+// (plain MPI_Allreduce, without the front's cross-rank call check). An
+// option is a setting's short name in the descriptions (comm/backend.h:
+// TuningSetting::option), the backend's own or the front's; each is read as
+// its RINGLAB_* variable is (comm/tuning_env.h: same numbers, same ranges)
+// over the tuning the binary started with, and reaches the backend as
+// CommOptions::tuning.
 #ifndef RINGLAB_BENCH_BACKEND_VARIANTS_H_
 #define RINGLAB_BENCH_BACKEND_VARIANTS_H_
 

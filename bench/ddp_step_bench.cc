@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
     cli::ExitWithUsageError(e.what());
   }
   try {
-    if (!comm::Rendezvous::InLaunchedJob()) {
+    if (!comm::InLaunchedJob()) {
       comm::LaunchOptions launch;
       // One BLAS thread per rank, as the trainer's launcher sets it.
       launch.env.push_back("OPENBLAS_NUM_THREADS=1");

@@ -9,11 +9,14 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "bench/backend_variants.h"
 #include "bench/device_floor.h"
 #include "bench/rank_thread_pool.h"
 #include "bench/sweep.h"
 #include "benchmark/benchmark.h"
+#include "comm/backend.h"
 #include "comm/communicator.h"
+#include "comm/job/rank_threads.h"
 #include "comm/store/local_store.h"
 #include "comm/tuning_env.h"
 #include "cuda/device.h"
@@ -29,42 +32,42 @@ constexpr char kNcclWhy[] =
     "and has no ranks-as-threads mode; allreduce_bench --backends=nccl runs "
     "it at world size 1, or one process per GPU";
 
-// "ipc_ring:oneshot=0:chunk=65536" -> base with those settings, read as the
-// RINGLAB_IPC_RING_* variables are (comm/tuning_env.h: same numbers, same
-// ranges).
-comm::IpcRingTuning VariantTuning(const std::string& spec,
-                                  comm::IpcRingTuning base) {
-  std::vector<std::string> parts;
-  std::stringstream in(spec);
-  for (std::string part; std::getline(in, part, ':');) parts.push_back(part);
-  if (parts.empty() || parts[0] != "ipc_ring") {
-    throw std::runtime_error("unknown threads variant '" + spec +
-                             "' (ipc_ring[:oneshot=B][:chunk=B][:buffer=B])");
-  }
-  std::map<std::string, std::string> vars;
-  for (size_t i = 1; i < parts.size(); ++i) {
-    const size_t eq = parts[i].find('=');
-    const std::string key = parts[i].substr(0, eq);
-    const std::string var = key == "oneshot"  ? "RINGLAB_IPC_RING_ONESHOT_BYTES"
-                            : key == "chunk"  ? "RINGLAB_IPC_RING_CHUNK_BYTES"
-                            : key == "buffer" ? "RINGLAB_IPC_RING_BUFFER_BYTES"
-                                              : "";
-    if (var.empty() || eq == std::string::npos) {
-      throw std::runtime_error("unknown option '" + parts[i] + "' in " + spec);
+// The backend the rows run: the one this binary has whose ranks are threads
+// on a GPU (its description says so).
+const comm::BackendDescription& ThreadsBackend() {
+  for (const comm::BackendDescription* d : comm::RegisteredBackends()) {
+    if (d->launch == comm::RankLaunch::kThreads &&
+        d->memory == comm::MemoryKind::kDevice) {
+      return *d;
     }
-    vars[var] = parts[i].substr(eq + 1);
   }
-  comm::BackendTuning tuning;
-  tuning.ipc_ring = base;
+  throw std::runtime_error("no GPU backend with ranks as threads is linked in");
+}
+
+// "ipc_ring:oneshot=0:chunk=65536" -> base with those settings, read as the
+// RINGLAB_* variables are (bench/backend_variants.h). A variant names the
+// threads backend or the family of its settings (ipc_ring.*).
+comm::BackendTuning ThreadsVariantTuning(const std::string& spec,
+                                         const comm::BackendTuning& base) {
+  const comm::BackendDescription& backend = ThreadsBackend();
+  const std::string family = SplitList(spec, ':').empty()
+                                 ? std::string()
+                                 : SplitList(spec, ':').front();
+  bool known = family == backend.name;
+  std::string options;
+  for (const comm::TuningSetting& s : backend.tuning) {
+    known = known || s.name.rfind(family + ".", 0) == 0;
+    options += "[:" + s.option + "=N]";
+  }
+  if (!known) {
+    throw std::runtime_error("unknown threads variant '" + spec + "' (" +
+                             backend.name + options + ")");
+  }
   try {
-    tuning = comm::OverrideTuning(tuning, [&](const char* name) -> const char* {
-      auto it = vars.find(name);
-      return it == vars.end() ? nullptr : it->second.c_str();
-    });
+    return VariantTuning(spec, base);
   } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(spec + ": " + e.what());
+    throw std::runtime_error(e.what());
   }
-  return tuning.ipc_ring;
 }
 
 std::string RowName(const std::string& label, int64_t bytes) {
@@ -76,7 +79,7 @@ std::string RowName(const std::string& label, int64_t bytes) {
 std::vector<std::pair<std::string, int64_t>> ThreadsBenchPlan(
     const ThreadsBenchOptions& o) {
   for (const std::string& v : o.variants) {
-    VariantTuning(v, o.tuning);  // throws if bad
+    ThreadsVariantTuning(v, o.tuning);  // throws if bad
   }
   std::vector<std::pair<std::string, int64_t>> rows;
   for (int64_t bytes : SweepSizes(o.min_bytes, o.max_bytes)) {
@@ -176,20 +179,16 @@ class ThreadsBench::Impl {
   // The variant's communicator on every rank, with the variant's tuning.
   void Create(size_t v) {
     comm::CommOptions options;
-    options.tuning.ipc_ring = VariantTuning(o_.variants[v], o_.tuning);
+    options.tuning = ThreadsVariantTuning(o_.variants[v], o_.tuning);
     options.timeout =
         std::chrono::milliseconds(static_cast<int64_t>(o_.timeout_s * 1000));
     options.join_timeout =
         std::max(options.timeout, std::chrono::milliseconds(30000));
     options.cuda_device = o_.cuda_device;
+    const std::string& backend = ThreadsBackend().name;
     pool_.Run([&](int r) {
-      comm::RankContext context;
-      context.rank = r;
-      context.world_size = o_.ranks;
-      context.local_rank = r;
-      context.store = &store_;
-      ranks_[r].comms[v] =
-          comm::CreateCommunicator("ipc_ring_threads", context, options);
+      ranks_[r].comms[v] = comm::CreateCommunicator(
+          backend, comm::RankThreadContext(r, o_.ranks, &store_), options);
       return 0.0;
     });
   }

@@ -5,11 +5,11 @@
 // device floor measured in the same run:
 //   allreduce_threads/floor/<bytes>: every rank, at once on its own stream,
 //     copies its buffer into a staging one and adds it in (device_floor.h);
-//   allreduce_threads/<variant>/<bytes>: one ipc_ring_threads allreduce (sum)
-//     of <bytes>; variants "ipc_ring" (the default tuning) or e.g.
-//     "ipc_ring:oneshot=0" (ring only), "ipc_ring:oneshot=1073741824"
-//     (one-shot only), also chunk= and buffer= (comm::IpcRingTuning's
-//     oneshot_bytes, chunk_bytes, buffer_bytes, from options.tuning);
+//   allreduce_threads/<variant>/<bytes>: one allreduce (sum) of <bytes> over
+//     the GPU backend whose ranks are threads (ipc_ring_threads); variants
+//     "ipc_ring" (the default tuning) or e.g. "ipc_ring:oneshot=0" (ring
+//     only), "ipc_ring:oneshot=1073741824" (one-shot only), also chunk= and
+//     buffer= (the ipc_ring.* settings, over options.tuning);
 //   allreduce_threads/nccl: an error row saying why it is empty (NCCL
 //     refuses two ranks on one GPU).
 // Counters, as allreduce_bench's: time_us (per op, the slowest rank's,
@@ -42,9 +42,9 @@ struct ThreadsBenchOptions {
   double timeout_s = 30;          // every wait of a rank
   bool floor = true;
   int cuda_device = 0;
-  // What every variant starts from (binaries: the RINGLAB_IPC_RING_*
-  // variables, comm::TuningFromEnvironment().ipc_ring).
-  comm::IpcRingTuning tuning;
+  // What every variant starts from (binaries: the RINGLAB_* variables,
+  // comm::TuningFromEnvironment()).
+  comm::BackendTuning tuning;
 };
 
 // The rows options describe, in the order Register adds them, each with its

@@ -1,10 +1,11 @@
-// For the backends whose library does not notice ranks that disagree on a
-// call (MPI returns partial or wrong results, Gloo hangs or mixes buffers):
-// every call first reduces {desc, -desc} with max across the ranks — one
-// small allreduce of 10 integers gives every field's maximum and minimum —
-// and any difference is reported on every rank alike, before any data moves,
-// naming the field with both values ("count=8 on some ranks, count=9 on
-// others"). Also the argument checks every backend makes on entry.
+// How the front (comm/communicator.h) makes sure that the ranks of a backend
+// that cannot tell (MPI returns partial or wrong results, Gloo and NCCL hang
+// or mix buffers) are in the same call before any data moves: every call
+// first reduces {desc, -desc} with max across the ranks — one small
+// allreduce of integers gives every field's maximum and minimum — and any
+// difference is reported on every rank alike, naming the field with both
+// values ("count=8 on some ranks, count=9 on others"). The descriptions'
+// text is also what backends that check calls themselves print.
 #ifndef RINGLAB_COMM_CALL_AGREEMENT_H_
 #define RINGLAB_COMM_CALL_AGREEMENT_H_
 
@@ -22,45 +23,32 @@ enum class CallKind : int64_t {
   kBarrier = 3,
   kAllGather = 4,
 };
+const char* CallKindName(CallKind kind);
 
 struct CallDescription {
   int64_t seq = 0;  // the call's number on this rank, from 1
   CallKind kind = CallKind::kBarrier;
   size_t count = 0;
+  DataType type = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
 
-  // "call #3 AllReduce(count=8, op=sum)".
+  // "call #3 AllReduce(count=8, op=sum)"; the type where it is not float32.
   std::string ToString() const;
 };
 
 // The buffer to max-reduce across ranks: the fields, then their negatives.
-inline constexpr int kAgreementWords = 10;
+inline constexpr int kAgreementFields = 6;
+inline constexpr int kAgreementWords = 2 * kAgreementFields;
 void EncodeForAgreement(const CallDescription& call,
                         int64_t buf[kAgreementWords]);
 
 // After the max-reduction: throws CommError ("<backend>: mismatched
 // collectives: rank R is in <call> but the ranks differ: <fields>") unless
 // every rank described the same call.
-void ThrowUnlessAgreed(const char* backend, int rank,
+void ThrowUnlessAgreed(const std::string& backend, int rank,
                        const CallDescription& call,
                        const int64_t buf[kAgreementWords]);
-
-// std::invalid_argument for an op other than sum and avg, or null data with
-// a positive count.
-void CheckAllReduceArguments(const char* backend, const float* data,
-                             size_t count, ReduceOp op);
-// std::invalid_argument for a root outside [0, world_size), or null data
-// with a positive count.
-void CheckBroadcastArguments(const char* backend, const float* data,
-                             size_t count, int root, int world_size);
-// std::invalid_argument for null buffers with a positive count, a gathered
-// size that does not fit in memory, or a send buffer that overlaps recv other
-// than as this rank's block (recv + rank * count, in place). Compares
-// addresses only, so it serves device pointers too.
-void CheckAllGatherArguments(const char* backend, const float* send,
-                             const float* recv, size_t count, int rank,
-                             int world_size);
 
 }  // namespace ringlab::comm
 

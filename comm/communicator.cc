@@ -1,34 +1,34 @@
 #include "comm/communicator.h"
 
 #include <algorithm>
-#include <map>
-#include <mutex>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
 #include <utility>
+
+#include "comm/backend.h"
+#include "comm/call_agreement.h"
+#include "comm/store/prefix_store.h"
+#include "comm/store/store.h"
 
 namespace ringlab::comm {
 namespace {
 
-// Function-local statics: backends register during static initialisation of
-// other translation units, in an order the linker chooses.
-std::mutex& RegistryMutex() {
-  static std::mutex mutex;
-  return mutex;
+std::string Names(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& n : names) text += (text.empty() ? "" : ", ") + n;
+  return text.empty() ? "none" : text;
 }
-std::map<std::string, CommunicatorFactory>& Registry() {
-  static auto* registry = new std::map<std::string, CommunicatorFactory>;
-  return *registry;
+
+template <typename T, typename Name>
+std::string SupportedList(const std::vector<T>& items, Name name) {
+  std::vector<std::string> names;
+  for (const T& item : items) names.push_back(name(item));
+  return Names(names);
 }
 
 }  // namespace
-
-float* Communicator::Allocate(size_t count) {
-  if (memory() != MemoryKind::kHost) {
-    throw CommError(std::string(backend()) +
-                    ": Allocate is not supported for device memory");
-  }
-  allocations_.push_back(std::make_unique<float[]>(std::max<size_t>(count, 1)));
-  return allocations_.back().get();
-}
 
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
@@ -36,90 +36,292 @@ const char* ReduceOpName(ReduceOp op) {
       return "sum";
     case ReduceOp::kAvg:
       return "avg";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
   }
   return "unknown";
 }
 
-bool RegisterCommunicator(const std::string& name,
-                          CommunicatorFactory factory) {
-  std::lock_guard<std::mutex> lock(RegistryMutex());
-  return Registry().emplace(name, std::move(factory)).second;
+const char* DataTypeName(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBFloat16:
+      return "bfloat16";
+  }
+  return "unknown";
 }
 
-std::vector<std::string> RegisteredCommunicators() {
-  std::lock_guard<std::mutex> lock(RegistryMutex());
-  std::vector<std::string> names;
-  for (const auto& [name, factory] : Registry()) names.push_back(name);
-  return names;
+size_t DataTypeSize(DataType type) {
+  return type == DataType::kFloat32 ? 4 : 2;
 }
 
-std::string DescribeHosts(const std::vector<std::string>& hosts,
-                          size_t* count) {
-  // Hosts in order of their lowest rank, each with its ranks.
-  std::vector<std::pair<std::string, std::vector<int>>> groups;
-  for (size_t r = 0; r < hosts.size(); ++r) {
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const auto& h) { return h.first == hosts[r]; });
-    if (it == groups.end()) {
-      groups.push_back({hosts[r], {}});
-      it = groups.end() - 1;
-    }
-    it->second.push_back(static_cast<int>(r));
-  }
-  constexpr size_t kRanksNamed = 4;
-  std::string where;
-  for (const auto& [host, ranks] : groups) {
-    where += where.empty() ? "" : "; ";
-    where += ranks.size() == 1 ? "rank " : "ranks ";
-    for (size_t i = 0; i < ranks.size() && i < kRanksNamed; ++i) {
-      where += (i == 0 ? "" : ",") + std::to_string(ranks[i]);
-    }
-    if (ranks.size() > kRanksNamed) {
-      where += " and " + std::to_string(ranks.size() - kRanksNamed) + " more";
-    }
-    where += " on " + host;
-  }
-  if (count != nullptr) *count = groups.size();
-  return where;
+uint64_t AllReduceBusBytes(uint64_t bytes, int world_size) {
+  if (world_size <= 1) return 0;
+  const uint64_t n = static_cast<uint64_t>(world_size);
+  return 2 * (n - 1) * bytes / n;
 }
 
-void RequireOneHost(const RankContext& context, const std::string& backend) {
-  size_t count = 0;
-  const std::string where = DescribeHosts(context.hosts, &count);
-  if (count <= 1) return;
-  throw std::invalid_argument(
-      backend + " needs every rank on one host, but this job spans " +
-      std::to_string(count) + " hosts (" + where +
-      "); use a backend that spans hosts: mpi, nccl or gloo");
+uint64_t BroadcastBusBytes(uint64_t bytes, int world_size) {
+  return world_size > 1 ? bytes : 0;
 }
 
-std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
-                                                 const RankContext& context,
-                                                 const CommOptions& options) {
-  CommunicatorFactory factory;
-  {
-    std::lock_guard<std::mutex> lock(RegistryMutex());
-    auto it = Registry().find(name);
-    if (it != Registry().end()) factory = it->second;
+uint64_t AllGatherBusBytes(uint64_t bytes, int world_size) {
+  if (world_size <= 1) return 0;
+  return static_cast<uint64_t>(world_size - 1) * bytes;
+}
+
+Communicator::Communicator(std::unique_ptr<Backend> backend,
+                           const BackendDescription& description, int rank,
+                           int world_size, const BackendTuning& tuning)
+    : backend_(std::move(backend)),
+      description_(description),
+      rank_(rank),
+      world_size_(world_size) {
+  if (!backend_ || world_size < 1 || rank < 0 || rank >= world_size) {
+    throw std::invalid_argument("Communicator: rank " + std::to_string(rank) +
+                                " not in [0, world_size=" +
+                                std::to_string(world_size) + ") or no backend");
   }
-  if (!factory) {
-    std::string known;
-    for (const std::string& n : RegisteredCommunicators()) {
-      known += (known.empty() ? "" : ", ") + n;
-    }
-    throw std::invalid_argument("unknown communicator '" + name +
-                                "' (linked into this binary: " +
-                                (known.empty() ? "none" : known) + ")");
+  if (description_.checks_calls || world_size_ == 1) return;
+  // Every rank checks when any rank asks it to: they must all make the same
+  // number of calls of the backend.
+  int64_t check = tuning.GetOr(CheckCallsSetting()) != 0 ? 1 : 0;
+  Guard([&] { backend_->MaxOverRanks(&check, 1); });
+  agree_ = check != 0;
+}
+
+Communicator::~Communicator() = default;
+
+const char* Communicator::backend() const { return description_.name.c_str(); }
+
+MemoryKind Communicator::memory() const { return description_.memory; }
+
+const std::string& Communicator::Name() const { return description_.name; }
+
+void Communicator::CheckUsable(const char* what) const {
+  if (broken_.empty()) return;
+  throw CommError(
+      Name() + ": " + what +
+      " on a communicator unusable after an earlier error: " + broken_);
+}
+
+void Communicator::CheckBuffer(DataType type, const void* data, size_t count,
+                               const char* what) const {
+  if (!description_.Supports(type)) {
+    throw CommError(Name() + ": " + what + " of " + DataTypeName(type) +
+                    " is not supported (it has " +
+                    SupportedList(description_.types, DataTypeName) + ")");
   }
+  const size_t size = DataTypeSize(type);
+  if (count > SIZE_MAX / size / static_cast<size_t>(world_size_)) {
+    throw std::invalid_argument(Name() + ": " + what + " of " +
+                                std::to_string(count) + " elements from " +
+                                std::to_string(world_size_) +
+                                " ranks does not fit in memory");
+  }
+  if (data == nullptr && count > 0) {
+    throw std::invalid_argument(Name() + ": " + what + " of null data");
+  }
+  if (reinterpret_cast<uintptr_t>(data) % size != 0) {
+    throw std::invalid_argument(
+        Name() + ": " + what + "'s " + DataTypeName(type) +
+        " buffer is not aligned to " + std::to_string(size) + " bytes");
+  }
+}
+
+template <typename Fn>
+void Communicator::Guard(Fn fn) {
+  try {
+    fn();
+  } catch (const CommError& e) {
+    broken_ = e.what();
+    throw;
+  } catch (const StoreError& e) {
+    broken_ = Name() + ": " + e.what();
+    throw CommError(broken_);
+  }
+}
+
+template <typename Move>
+void Communicator::Run(CallKind kind, size_t count, DataType type, ReduceOp op,
+                       int root, uint64_t bus_bytes, Move move) {
+  const CallDescription call{
+      static_cast<int64_t>(++calls_), kind, count, type, op, root};
+  if (agree_) {
+    int64_t words[kAgreementWords];
+    EncodeForAgreement(call, words);
+    Guard([&] { backend_->MaxOverRanks(words, kAgreementWords); });
+    // A mismatch leaves the ranks in step: nothing moved, all refuse alike.
+    ThrowUnlessAgreed(Name(), rank_, call, words);
+    if (count == 0 && kind != CallKind::kBarrier) return;
+  }
+  Guard(move);
+  bytes_sent_ += bus_bytes;
+}
+
+void Communicator::AllReduce(void* data, size_t count, DataType type,
+                             ReduceOp op) {
+  CheckUsable("AllReduce");
+  if (!description_.Supports(op)) {
+    throw CommError(Name() + ": AllReduce with op " + ReduceOpName(op) +
+                    " is not supported (it has " +
+                    SupportedList(description_.ops, ReduceOpName) + ")");
+  }
+  CheckBuffer(type, data, count, "AllReduce");
+  if (world_size_ == 1) return;  // the sum, mean, max and min of one: itself
+  Run(CallKind::kAllReduce, count, type, op, 0,
+      AllReduceBusBytes(count * DataTypeSize(type), world_size_),
+      [&] { backend_->AllReduce(data, count, type, op); });
+}
+
+void Communicator::Broadcast(void* data, size_t count, DataType type,
+                             int root) {
+  CheckUsable("Broadcast");
+  if (root < 0 || root >= world_size_) {
+    throw std::invalid_argument(Name() + ": Broadcast root " +
+                                std::to_string(root) + " not in [0, " +
+                                std::to_string(world_size_) + ")");
+  }
+  CheckBuffer(type, data, count, "Broadcast");
+  if (world_size_ == 1) return;
+  Run(CallKind::kBroadcast, count, type, ReduceOp::kSum, root,
+      BroadcastBusBytes(count * DataTypeSize(type), world_size_),
+      [&] { backend_->Broadcast(data, count, type, root); });
+}
+
+void Communicator::AllGather(const void* send, void* recv, size_t count,
+                             DataType type) {
+  CheckUsable("AllGather");
+  CheckBuffer(type, send, count, "AllGather");
+  CheckBuffer(type, recv, count, "AllGather");
+  const size_t bytes = count * DataTypeSize(type);
+  const size_t world = static_cast<size_t>(world_size_);
+  // std::less gives a total order even on pointers into different objects;
+  // only addresses are compared, so this serves device pointers too.
+  const auto* s = static_cast<const char*>(send);
+  const auto* r = static_cast<const char*>(recv);
+  const char* own = r + static_cast<size_t>(rank_) * bytes;
+  const std::less<const char*> before;
+  if (bytes > 0 && before(s, r + world * bytes) && before(r, s + bytes) &&
+      s != own) {
+    throw std::invalid_argument(
+        Name() +
+        ": AllGather's send buffer overlaps recv other than as this rank's "
+        "block (recv + rank * count)");
+  }
+  if (world_size_ == 1 && (s == own || bytes == 0)) return;
+  if (world_size_ == 1 && description_.memory == MemoryKind::kHost) {
+    std::memcpy(recv, send, bytes);
+    return;
+  }
+  Run(CallKind::kAllGather, count, type, ReduceOp::kSum, 0,
+      AllGatherBusBytes(bytes, world_size_),
+      [&] { backend_->AllGather(send, recv, count, type); });
+}
+
+void Communicator::Barrier() {
+  CheckUsable("Barrier");
+  if (world_size_ == 1) return;
+  Run(CallKind::kBarrier, 0, DataType::kFloat32, ReduceOp::kSum, 0, 0,
+      [&] { backend_->Barrier(); });
+}
+
+float* Communicator::Allocate(size_t count) {
+  CheckUsable("Allocate");
+  if (count > SIZE_MAX / sizeof(float)) {
+    throw std::invalid_argument(Name() + ": Allocate of " +
+                                std::to_string(count) + " floats");
+  }
+  if (description_.registers_memory) {
+    void* memory = nullptr;
+    Guard([&] {
+      memory = backend_->AllocateRegistered(std::max<size_t>(count, 1) *
+                                            sizeof(float));
+    });
+    return static_cast<float*>(memory);
+  }
+  if (description_.memory != MemoryKind::kHost) {
+    throw CommError(Name() + ": Allocate is not supported for device memory");
+  }
+  allocations_.push_back(std::make_unique<float[]>(std::max<size_t>(count, 1)));
+  return allocations_.back().get();
+}
+
+namespace {
+
+// The checks a context must pass before a backend sees it.
+void CheckContext(const BackendDescription& d, const RankContext& context) {
   if (context.world_size < 1 || context.rank < 0 ||
       context.rank >= context.world_size) {
     throw std::invalid_argument(
         "CreateCommunicator: rank " + std::to_string(context.rank) +
         " not in [0, world_size=" + std::to_string(context.world_size) + ")");
   }
+  if (!d.needs_store) return;
+  if (context.store == nullptr) {
+    throw std::invalid_argument(
+        d.name + " needs a rendezvous store (set MASTER_ADDR and MASTER_PORT)");
+  }
+  if (context.peers.size() != static_cast<size_t>(context.world_size)) {
+    throw std::invalid_argument(
+        d.name +
+        ": the job's context has no peer information (make it with "
+        "comm::Rendezvous, RunRankThreads or testing::RunRanks)");
+  }
+  size_t hosts = 0;
+  const std::string where = DescribeHosts(context.peers, &hosts);
+  if (!d.spans_hosts && hosts > 1) {
+    std::string spanning;
+    for (const BackendDescription* other : RegisteredBackends()) {
+      if (other->spans_hosts) {
+        spanning += (spanning.empty() ? "" : ", ") + other->name;
+      }
+    }
+    throw std::invalid_argument(
+        d.name + " needs every rank on one host, but this job spans " +
+        std::to_string(hosts) + " hosts (" + where +
+        "); use a backend that spans hosts" +
+        (spanning.empty() ? std::string(" (none in this binary)")
+                          : ": " + spanning));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
+                                                 const RankContext& context,
+                                                 const CommOptions& options) {
+  const BackendDescription& description = BackendNamed(name);
+  CheckContext(description, context);
   // The one place options enter: every backend gets tuning checked alike.
   ValidateTuning(options.tuning);
-  return factory(context, options);
+  RankContext own = context;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Backend> backend;
+  try {
+    if (context.store != nullptr) {
+      // This rank's k-th communicator meets the other ranks' k-th, whether
+      // the ranks are processes or threads sharing the store.
+      const int64_t k = context.store->Add(
+          "comm/instances/" + std::to_string(context.rank), 1);
+      store = std::make_unique<PrefixStore>("comm/" + std::to_string(k - 1),
+                                            context.store);
+      own.store = store.get();
+    }
+    backend = description.create(own, options);
+  } catch (const StoreError& e) {
+    throw CommError(name + ": " + e.what());
+  }
+  auto comm = std::make_unique<Communicator>(std::move(backend), description,
+                                             context.rank, context.world_size,
+                                             options.tuning);
+  comm->store_ = std::move(store);
+  return comm;
 }
 
 }  // namespace ringlab::comm

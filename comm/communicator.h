@@ -1,94 +1,58 @@
-// The collective-communication interface every backend implements (shm_ring,
-// mpi, nccl, ipc_ring), and the one factory that creates them by name. One
-// Communicator per rank; data lives in host or device memory as memory() says.
-// comm knows nothing of neural networks: it moves and reduces float buffers.
+// The collective-communication front every caller uses, as PyTorch's
+// ProcessGroup is over its Backends: one non-virtual Communicator per rank,
+// over the backend a name chose (shm_ring, gloo, mpi, nccl, ipc_ring, ...;
+// comm/backend.h). What every backend would otherwise repeat lives here,
+// once: the argument checks (count, op, element type, root, pointers and
+// their alignment), the agreement of the ranks on each call for backends
+// that cannot notice a mismatch themselves, the bus-byte accounting, the
+// state after a failure, and the wording of these errors. A backend only
+// moves data. comm knows nothing of neural networks: it moves and reduces
+// buffers of numbers, in host or device memory as memory() says.
 #ifndef RINGLAB_COMM_COMMUNICATOR_H_
 #define RINGLAB_COMM_COMMUNICATOR_H_
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "comm/peers.h"
 #include "comm/tuning.h"
 
 namespace ringlab::comm {
 
+class Backend;
+struct BackendDescription;
 class Store;
+enum class CallKind : int64_t;
 
-enum class ReduceOp { kSum, kAvg };
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+enum class DataType { kFloat32, kFloat16, kBFloat16 };
 enum class MemoryKind { kHost, kDevice };
 
 const char* ReduceOpName(ReduceOp op);
+const char* DataTypeName(DataType type);
+size_t DataTypeSize(DataType type);
 
 // Every failure of a collective (a peer that died or timed out, calls that
-// disagree across ranks, a system call that failed) is reported as a CommError
-// whose message names what was waited for, e.g.
+// disagree across ranks, a system call that failed, an op or element type
+// the backend does not have) is reported as a CommError whose message names
+// what was waited for, e.g.
 // "shm_ring: rank 1 exited during AllReduce (step 2 of reduce-scatter)".
 class CommError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-class Communicator {
- public:
-  virtual ~Communicator() = default;
-
-  virtual const char* backend() const = 0;  // "shm_ring", "mpi", …
-  virtual int rank() const = 0;
-  virtual int world_size() const = 0;
-  // Where the pointers given to the collectives must point.
-  virtual MemoryKind memory() const = 0;
-
-  // In place; count may be 0. Every rank must call with the same count and op.
-  virtual void AllReduce(float* data, size_t count, ReduceOp op) = 0;
-  virtual void Broadcast(float* data, size_t count, int root) = 0;
-  virtual void Barrier() = 0;
-  // NCCL's allgather: every rank contributes count floats from send, and
-  // recv (world_size() * count floats) receives rank r's at r * count on
-  // every rank. send may be recv + rank() * count (in place); otherwise the
-  // two must not overlap. count may be 0; every rank must call with the same
-  // count.
-  virtual void AllGather(const float* send, float* recv, size_t count) = 0;
-
-  // Bus bytes of every collective this rank completed since creation, as
-  // nccl-tests counts them (AllReduceBusBytes, BroadcastBusBytes,
-  // AllGatherBusBytes): what each rank moves in a bandwidth-optimal
-  // algorithm, whatever algorithm the backend chose, so reports compare
-  // across backends.
-  virtual uint64_t bytes_sent() const = 0;
-
-  // Memory for count floats that the peers can reach directly (the idea of
-  // NCCL's user-buffer registration and PyTorch's symmetric memory): a
-  // collective on a range inside it copies nothing in or out. Collective:
-  // every rank calls it with the same count, in the same order. Zeroed,
-  // valid until the communicator is destroyed. Backends without such memory
-  // hand out ordinary host memory (device backends: a CommError).
-  virtual float* Allocate(size_t count);
-
- private:
-  std::vector<std::unique_ptr<float[]>> allocations_;
-};
-
-// nccl-tests' bus bytes: 2(N-1)/N of the buffer for an allreduce, the whole
-// buffer for a broadcast, (N-1)/N of the gathered buffer (N * count floats)
-// for an allgather; nothing moves at world size 1.
-inline uint64_t AllReduceBusBytes(size_t count, int world_size) {
-  if (world_size <= 1) return 0;
-  const uint64_t n = static_cast<uint64_t>(world_size);
-  return 2 * (n - 1) * (count * sizeof(float)) / n;
-}
-inline uint64_t BroadcastBusBytes(size_t count, int world_size) {
-  return world_size > 1 ? count * sizeof(float) : 0;
-}
-inline uint64_t AllGatherBusBytes(size_t count, int world_size) {
-  if (world_size <= 1) return 0;
-  return static_cast<uint64_t>(world_size - 1) * (count * sizeof(float));
-}
+// nccl-tests' bus bytes of a buffer of `bytes`: 2(N-1)/N of it for an
+// allreduce, all of it for a broadcast, (N-1)/N of the gathered buffer (N
+// blocks of `bytes`) for an allgather; nothing moves at world size 1.
+uint64_t AllReduceBusBytes(uint64_t bytes, int world_size);
+uint64_t BroadcastBusBytes(uint64_t bytes, int world_size);
+uint64_t AllGatherBusBytes(uint64_t bytes, int world_size);
 
 struct CommOptions {
   // Every wait of a collective ends by this deadline with a CommError.
@@ -99,56 +63,133 @@ struct CommOptions {
   // CUDA device for GPU backends (usually LOCAL_RANK); -1: LOCAL_RANK mod the
   // device count.
   int cuda_device = -1;
-  int local_rank = 0;
-  // The local address gloo's TCP pairs listen on (peers must reach it).
-  std::string gloo_address = "127.0.0.1";
-  // Backends' thresholds and buffer sizes (comm/tuning.h), validated by
-  // CreateCommunicator; binaries fill them from RINGLAB_* variables with
-  // comm/tuning_env.h.
+  // The settings of the front (comm.*) and of the backends (comm/tuning.h),
+  // validated by CreateCommunicator; binaries fill them from RINGLAB_*
+  // variables with comm/tuning_env.h.
   BackendTuning tuning;
 };
 
-// Everything a backend needs to find its peers.
+// Everything a backend needs to find its peers: made by the job's rendezvous
+// (comm/job/rendezvous.h), the rank-threads runner or a test's.
 struct RankContext {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
-  Store* store =
-      nullptr;  // may be null for backends that bring their own (mpi)
+  // The job's store; null for backends that bring their own (mpi under
+  // mpirun without MASTER_PORT). A communicator's backend is given a
+  // PrefixStore of its own over it.
+  Store* store = nullptr;
   // The job's secret (raw bytes, at least 16; see comm/store/job_secret.h):
-  // what the store demanded of every rank's connection, known only to the job's
-  // processes. A backend that must recognise something of its own job
+  // what the store demanded of every rank's connection, known only to the
+  // job's processes. A backend that must recognise something of its own job
   // through a channel strangers could write (a segment name in the store, a
   // file in /dev/shm) tags it with JobTag(job_secret, purpose), which nobody
-  // without the secret can forge. Empty only where there is no store
-  // (mpirun without MASTER_PORT).
+  // without the secret can forge. Empty only where there is no store.
   std::string job_secret;
-  // Each rank's host, indexed by rank (rendezvous.h: ThisHostIdentity), as
-  // every rank reported it through the store; empty where there is no store.
-  std::vector<std::string> hosts;
+  // Every rank's host, process and address, indexed by rank, gathered once
+  // when the job started (comm/peers.h); empty where there is no store.
+  std::vector<PeerInfo> peers;
 };
 
-// "rank 0 on a; ranks 1,2 on b" for each rank's host; *count (when not null)
-// says how many hosts.
-std::string DescribeHosts(const std::vector<std::string>& hosts, size_t* count);
+class Communicator final {
+ public:
+  // A communicator over `backend` for `rank` of `world_size` (what
+  // CreateCommunicator makes; tests give a backend of their own).
+  Communicator(std::unique_ptr<Backend> backend,
+               const BackendDescription& description, int rank, int world_size,
+               const BackendTuning& tuning = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
 
-// For backends whose ranks share memory and so must all run on one host
-// (shm_ring, ipc_ring): throws std::invalid_argument naming the hosts and
-// their ranks when context.hosts holds more than one, suggesting a backend
-// that spans hosts. Does nothing when the hosts are unknown.
-void RequireOneHost(const RankContext& context, const std::string& backend);
+  const char* backend() const;  // "shm_ring", "mpi", ...
+  const BackendDescription& description() const { return description_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  // Where the pointers given to the collectives must point.
+  MemoryKind memory() const;
 
-using CommunicatorFactory = std::function<std::unique_ptr<Communicator>(
-    const RankContext& context, const CommOptions& options)>;
+  // In place; count may be 0. Every rank must call with the same count, type
+  // and op. Throws std::invalid_argument for null data with a positive
+  // count, a pointer not aligned to its type or a count whose bytes do not
+  // fit in memory; CommError for an op or type the backend does not have,
+  // calls that disagree across ranks, or a failure.
+  void AllReduce(void* data, size_t count, DataType type, ReduceOp op);
+  void AllReduce(float* data, size_t count, ReduceOp op) {
+    AllReduce(data, count, DataType::kFloat32, op);
+  }
+  // Root's buffer into every rank's; std::invalid_argument for a root
+  // outside [0, world_size).
+  void Broadcast(void* data, size_t count, DataType type, int root);
+  void Broadcast(float* data, size_t count, int root) {
+    Broadcast(data, count, DataType::kFloat32, root);
+  }
+  // NCCL's allgather: every rank contributes count elements from send, and
+  // recv (world_size() * count elements) receives rank r's at r * count on
+  // every rank. send may be recv + rank() * count (in place); otherwise the
+  // two must not overlap.
+  void AllGather(const void* send, void* recv, size_t count, DataType type);
+  void AllGather(const float* send, float* recv, size_t count) {
+    AllGather(send, recv, count, DataType::kFloat32);
+  }
+  void Barrier();
 
-// Backends register themselves at static-initialisation time; the GPU ones only
-// when they are linked into the binary.
-bool RegisterCommunicator(const std::string& name, CommunicatorFactory factory);
-std::vector<std::string> RegisteredCommunicators();
+  // Bus bytes of every collective this rank completed since creation, as
+  // nccl-tests counts them (AllReduceBusBytes, ...): what each rank moves in
+  // a bandwidth-optimal algorithm, whatever algorithm the backend chose, so
+  // reports compare across backends.
+  uint64_t bytes_sent() const { return bytes_sent_; }
 
-// Throws std::invalid_argument for an unknown name (listing the known ones)
-// or tuning outside its ranges (ValidateTuning, before the backend starts:
-// nothing is joined), and CommError when the backend cannot start.
+  // Memory for count floats that the peers can reach directly (the idea of
+  // NCCL's user-buffer registration and PyTorch's symmetric memory): a
+  // collective on a range inside it copies nothing in or out. Collective:
+  // every rank calls it with the same count, in the same order. Zeroed,
+  // valid until the communicator is destroyed. Backends without such memory
+  // hand out ordinary host memory (device backends: a CommError).
+  float* Allocate(size_t count);
+
+ private:
+  friend std::unique_ptr<Communicator> CreateCommunicator(
+      const std::string& name, const RankContext& context,
+      const CommOptions& options);
+
+  // Agrees on the call where the backend cannot, runs `move` and counts its
+  // bytes; a failure of the backend leaves the communicator broken.
+  template <typename Move>
+  void Run(CallKind kind, size_t count, DataType type, ReduceOp op, int root,
+           uint64_t bus_bytes, Move move);
+  // Runs fn, turning its failure into the communicator's end.
+  template <typename Fn>
+  void Guard(Fn fn);
+  void CheckUsable(const char* what) const;
+  // The element type (supported: else CommError) and the buffer it is in
+  // (std::invalid_argument for null data, misalignment, an impossible size).
+  void CheckBuffer(DataType type, const void* data, size_t count,
+                   const char* what) const;
+  const std::string& Name() const;
+
+  // The communicator's own keys in the job's store (the backend's store);
+  // declared first, so that it outlives the backend.
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Backend> backend_;
+  const BackendDescription& description_;
+  const int rank_, world_size_;
+  bool agree_ =
+      false;  // the front checks calls (description, comm.check_calls)
+  uint64_t calls_ = 0;
+  uint64_t bytes_sent_ = 0;
+  std::string broken_;  // the failure that ended this communicator
+  std::vector<std::unique_ptr<float[]>> allocations_;
+};
+
+// The communicator of backend `name` for this rank. The factory of the
+// backend named (comm/backend.h) builds it over a PrefixStore of its own
+// (this rank's k-th communicator on the store meets the other ranks' k-th).
+// Throws std::invalid_argument for an unknown name (listing the known
+// ones), a context the backend cannot use (no store, ranks on several hosts
+// for a one-host backend, no CUDA device where one is needed) or tuning
+// outside its ranges, before anything is joined; CommError when the backend
+// cannot start.
 std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
                                                  const RankContext& context,
                                                  const CommOptions& options);

@@ -34,6 +34,19 @@ bool ProcessExited(pid_t pid) {
   return state == 'Z' || state == 'X';
 }
 
+uint64_t ProcessStartTime(pid_t pid) {
+  if (pid <= 0) return 0;
+  // state, then fields 4 to 21, then starttime (field 22 of the line).
+  unsigned long long start = 0;
+  if (std::sscanf(StatFields(pid).c_str(),
+                  " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d "
+                  "%*d %*d %*d %*d %*d %llu",
+                  &start) != 1) {
+    return 0;
+  }
+  return start;
+}
+
 bool ProcessExiting(pid_t pid) {
   if (pid <= 0) return false;
   // state ppid pgrp session tty_nr tpgid flags

@@ -30,11 +30,11 @@ BackendTuning OverrideTuning(const BackendTuning& base,
                              const EnvironmentLookup& lookup) {
   BackendTuning tuning = base;
   for (const TuningSetting& setting : TuningSettings()) {
-    const char* text = lookup(setting.variable);
+    const char* text = lookup(setting.variable.c_str());
     if (text == nullptr || *text == '\0') continue;
-    const uint64_t value = ParseNumber(setting.variable, text);
+    const uint64_t value = ParseNumber(setting.variable.c_str(), text);
     ValidateTuningValue(setting, value);
-    setting.set(tuning, value);
+    tuning.Set(setting.name, value);
   }
   return tuning;
 }

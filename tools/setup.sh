@@ -14,6 +14,7 @@ PACKAGES=(
   libgloo-dev                                    # the gloo communicator (PyTorch's CPU backend)
   zlib1g-dev dataset-fashion-mnist               # gzip'd IDX files, Fashion-MNIST
   nlohmann-json3-dev                             # JSON for traces and summaries
+  nettle-dev                                     # SHA-256 and HMAC for the job's secret
   iproute2 util-linux                            # ip, unshare, nsenter: the two-host test
   strace                                         # counting a job's file opens
   python3-torch python3-numpy python3-matplotlib # the PyTorch reference and the plots

@@ -70,10 +70,10 @@ void BucketReducer::Reduce(const Ready& ready) {
   ready.wait_ready();
   const Bucket& bucket = buckets_[ready.bucket];
   const size_t count = bucket.end - bucket.begin;
-  ScopedSpan span(
-      tracer_, Track::kComm, "allreduce bucket " + std::to_string(ready.bucket),
-      "comm",
-      static_cast<int64_t>(comm::AllReduceBusBytes(count, comm_.world_size())));
+  ScopedSpan span(tracer_, Track::kComm,
+                  "allreduce bucket " + std::to_string(ready.bucket), "comm",
+                  static_cast<int64_t>(comm::AllReduceBusBytes(
+                      count * sizeof(float), comm_.world_size())));
   comm_.AllReduce(grads_ + bucket.begin, count, comm::ReduceOp::kAvg);
 }
 

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/testing/fake_backend.h"
 #include "nn/init.h"
 #include "nn/mlp.h"
 #include "torch_compat/generator.h"
@@ -55,15 +56,13 @@ TEST(AssignBucketsTest, CapsDecideTheGrouping) {
 
 // Rank 0 of two whose peer's gradients are `peer`: averages each bucket with
 // the peer's values at the same offsets, recording the order of the buckets.
-class PeerComm : public comm::Communicator {
+class PeerBackend : public comm::Backend {
  public:
-  PeerComm(const float* base, std::vector<float> peer)
+  PeerBackend(const float* base, std::vector<float> peer)
       : base_(base), peer_(std::move(peer)) {}
-  const char* backend() const override { return "peer"; }
-  int rank() const override { return 0; }
-  int world_size() const override { return 2; }
-  comm::MemoryKind memory() const override { return comm::MemoryKind::kHost; }
-  void AllReduce(float* data, size_t count, comm::ReduceOp op) override {
+  void AllReduce(void* buffer, size_t count, comm::DataType,
+                 comm::ReduceOp op) override {
+    float* const data = static_cast<float*>(buffer);
     const size_t offset = static_cast<size_t>(data - base_);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -76,10 +75,9 @@ class PeerComm : public comm::Communicator {
     }
     EXPECT_EQ(op, comm::ReduceOp::kAvg);
   }
-  void AllGather(const float*, float*, size_t) override {}
-  void Broadcast(float*, size_t, int) override {}
+  void AllGather(const void*, void*, size_t, comm::DataType) override {}
+  void Broadcast(void*, size_t, comm::DataType, int) override {}
   void Barrier() override {}
-  uint64_t bytes_sent() const override { return 0; }
 
   std::vector<size_t> offsets() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -95,12 +93,22 @@ class PeerComm : public comm::Communicator {
   std::vector<size_t> offsets_;
 };
 
+// The communicator over a PeerBackend, and the backend.
+struct PeerComm {
+  PeerComm(const float* base, std::vector<float> peer)
+      : comm(comm::testing::CommunicatorOver(
+            std::make_unique<PeerBackend>(base, std::move(peer)), 0, 2,
+            &backend)) {}
+  PeerBackend* backend = nullptr;
+  std::unique_ptr<comm::Communicator> comm;
+};
+
 // Forwards to the reducer; when backward reports its last layer, records
 // whether a bucket's allreduce had started (waiting up to 10 s for it), which
 // with overlap it must have: the first buckets were complete long before.
 class ProbeObserver : public nn::BackwardObserver {
  public:
-  ProbeObserver(BucketReducer& reducer, PeerComm& comm, bool expect_started)
+  ProbeObserver(BucketReducer& reducer, PeerBackend& comm, bool expect_started)
       : reducer_(reducer), comm_(comm), expect_started_(expect_started) {}
   void OnLayerGrads(int layer, std::function<void()> wait_ready) override {
     if (layer == 0) {
@@ -118,7 +126,7 @@ class ProbeObserver : public nn::BackwardObserver {
 
  private:
   BucketReducer& reducer_;
-  PeerComm& comm_;
+  PeerBackend& comm_;
   bool expect_started_;
 };
 
@@ -149,9 +157,10 @@ struct Fixture {
 
 void CheckBucketsReduced(bool overlap) {
   Fixture f;
-  PeerComm comm(f.model->grads(), f.peer);
+  PeerComm peer(f.model->grads(), f.peer);
+  PeerBackend& comm = *peer.backend;
   Tracer tracer(false, 0);
-  BucketReducer reducer(comm, *f.model, f.model->grads(),
+  BucketReducer reducer(*peer.comm, *f.model, f.model->grads(),
                         AssignBuckets(f.layout, 1, 1), overlap, tracer);
   const std::vector<float> expected = f.Expected();
   for (int step = 0; step < 2; ++step) {
@@ -182,12 +191,13 @@ TEST(BucketReducerTest, WithoutOverlapBucketsWaitForBackward) {
 TEST(BucketReducerTest, AFailedBucketFailsFinishAndStopsTheRest) {
   for (bool overlap : {true, false}) {
     Fixture f;
-    PeerComm comm(f.model->grads(), f.peer);
+    PeerComm peer(f.model->grads(), f.peer);
+    PeerBackend& comm = *peer.backend;
     const auto buckets = AssignBuckets(f.layout, 1, 1);
     comm.fail_at_ = buckets[1].begin;
     Tracer tracer(false, 0);
-    BucketReducer reducer(comm, *f.model, f.model->grads(), buckets, overlap,
-                          tracer);
+    BucketReducer reducer(*peer.comm, *f.model, f.model->grads(), buckets,
+                          overlap, tracer);
     f.model->ForwardBackward(f.x.data(), f.y.data(), 2, &reducer);
     EXPECT_THROW(reducer.Finish(), comm::CommError) << "overlap " << overlap;
     EXPECT_EQ(comm.offsets(),

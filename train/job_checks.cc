@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/backend.h"
 #include "comm/gather_strings.h"
 #include "io/dirs.h"
 #include "io/npy.h"
@@ -274,8 +275,8 @@ void ValidateConfig(const TrainConfig& config, int world_size,
   if (config.timeout.count() <= 0) {
     throw std::invalid_argument("--timeout must be positive");
   }
-  if ((config.comm == "nccl" || config.comm == "ipc_ring" ||
-       config.comm == "ipc_ring_threads") &&
+  const comm::BackendDescription& backend = comm::BackendNamed(config.comm);
+  if (backend.memory == comm::MemoryKind::kDevice &&
       config.device != nn::Device::kCuda) {
     throw std::invalid_argument("--comm=" + config.comm +
                                 " works on GPU memory: add --device=cuda");

@@ -37,9 +37,10 @@ class AllReduceSynchronizer : public Synchronizer {
       reducer_->Finish();
       return;
     }
-    ScopedSpan reduce(tracer_, Track::kComm, "allreduce gradients", "comm",
-                      static_cast<int64_t>(comm::AllReduceBusBytes(
-                          model.layout().num_params(), comm_.world_size())));
+    ScopedSpan reduce(
+        tracer_, Track::kComm, "allreduce gradients", "comm",
+        static_cast<int64_t>(comm::AllReduceBusBytes(
+            model.layout().num_params() * sizeof(float), comm_.world_size())));
     AverageModelBuffer(comm_, model, ModelBuffer::kGrads);
   }
   void AfterStep(nn::Mlp&, int64_t) override {}
@@ -62,9 +63,10 @@ class ParamAvgSynchronizer : public Synchronizer {
     if (!IsAveragingStep(step, options_)) return;
     ScopedSpan wait(tracer_, Track::kCompute, "wait for allreduce",
                     kExposedCommCategory);
-    ScopedSpan reduce(tracer_, Track::kComm, "allreduce parameters", "comm",
-                      static_cast<int64_t>(comm::AllReduceBusBytes(
-                          model.layout().num_params(), comm_.world_size())));
+    ScopedSpan reduce(
+        tracer_, Track::kComm, "allreduce parameters", "comm",
+        static_cast<int64_t>(comm::AllReduceBusBytes(
+            model.layout().num_params() * sizeof(float), comm_.world_size())));
     AverageModelBuffer(comm_, model, ModelBuffer::kParams);
   }
 

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "comm/testing/fake_backend.h"
 #include "nn/mlp.h"
 
 namespace ringlab::train {
@@ -12,14 +13,12 @@ namespace {
 // A two-rank communicator whose other rank is simulated: it holds `peer` and
 // reduces with it. Multi-process behaviour is tested in trainer_test; this
 // checks what each synchroniser reduces, and when.
-class PeerCommunicator : public comm::Communicator {
+class PeerBackend : public comm::Backend {
  public:
-  explicit PeerCommunicator(std::vector<float> peer) : peer_(std::move(peer)) {}
-  const char* backend() const override { return "peer"; }
-  int rank() const override { return 0; }
-  int world_size() const override { return 2; }
-  comm::MemoryKind memory() const override { return comm::MemoryKind::kHost; }
-  void AllReduce(float* data, size_t count, comm::ReduceOp op) override {
+  explicit PeerBackend(std::vector<float> peer) : peer_(std::move(peer)) {}
+  void AllReduce(void* buffer, size_t count, comm::DataType,
+                 comm::ReduceOp op) override {
+    float* const data = static_cast<float*>(buffer);
     ++allreduce_calls;
     ASSERT_EQ(count, peer_.size());
     for (size_t i = 0; i < count; ++i) {
@@ -27,14 +26,22 @@ class PeerCommunicator : public comm::Communicator {
       if (op == comm::ReduceOp::kAvg) data[i] /= 2;
     }
   }
-  void Broadcast(float*, size_t, int) override {}
+  void Broadcast(void*, size_t, comm::DataType, int) override {}
   void Barrier() override {}
-  void AllGather(const float*, float*, size_t) override {}
-  uint64_t bytes_sent() const override { return 0; }
+  void AllGather(const void*, void*, size_t, comm::DataType) override {}
   int allreduce_calls = 0;
 
  private:
   std::vector<float> peer_;
+};
+
+// Rank 0 of two over a PeerBackend; `backend` is it.
+struct PeerCommunicator {
+  explicit PeerCommunicator(std::vector<float> peer)
+      : comm(comm::testing::CommunicatorOver(
+            std::make_unique<PeerBackend>(std::move(peer)), 0, 2, &backend)) {}
+  PeerBackend* backend = nullptr;
+  std::unique_ptr<comm::Communicator> comm;
 };
 
 TEST(SynchronizerTest, PeriodicModelAveragerSchedule) {
@@ -62,7 +69,7 @@ TEST(SynchronizerTest, AllReduceAveragesGradientsOnly) {
   plain->GetGrads(grads.data());
 
   PeerCommunicator comm(std::vector<float>(6, 1.0f));
-  auto sync = CreateSynchronizer("allreduce", comm, *model, {});
+  auto sync = CreateSynchronizer("allreduce", *comm.comm, *model, {});
   ASSERT_NE(sync->backward_observer(), nullptr);
   model->ForwardBackward(x, y, 1, sync->backward_observer());
   sync->AfterBackward(*model);
@@ -72,7 +79,7 @@ TEST(SynchronizerTest, AllReduceAveragesGradientsOnly) {
   // rounded the same way on both sides.
   for (int i = 0; i < 6; ++i) EXPECT_EQ(averaged[i], (grads[i] + 1.0f) / 2);
   sync->AfterStep(*model, 0);
-  EXPECT_EQ(comm.allreduce_calls, 1);
+  EXPECT_EQ(comm.backend->allreduce_calls, 1);
   std::vector<float> after(6);
   model->GetParams(after.data());
   EXPECT_EQ(after, params);
@@ -84,35 +91,35 @@ TEST(SynchronizerTest, ParamAvgAveragesParametersOnSchedule) {
   const std::vector<float> params = {1, 2, 3, 4, 5, 6};
   model->SetParams(params.data());
   PeerCommunicator comm(std::vector<float>(6, 3.0f));
-  auto sync = CreateSynchronizer("param_avg", comm, *model, {2, 1});
+  auto sync = CreateSynchronizer("param_avg", *comm.comm, *model, {2, 1});
   sync->AfterBackward(*model);
   sync->AfterStep(*model, 0);  // warm-up: nothing
-  EXPECT_EQ(comm.allreduce_calls, 0);
+  EXPECT_EQ(comm.backend->allreduce_calls, 0);
   sync->AfterStep(*model, 1);  // (1 - 1) % 2 == 0: average
-  EXPECT_EQ(comm.allreduce_calls, 1);
+  EXPECT_EQ(comm.backend->allreduce_calls, 1);
   std::vector<float> after(6);
   model->GetParams(after.data());
   EXPECT_EQ(after, (std::vector<float>{2, 2.5, 3, 3.5, 4, 4.5}));
   sync->AfterStep(*model, 2);
-  EXPECT_EQ(comm.allreduce_calls, 1);
+  EXPECT_EQ(comm.backend->allreduce_calls, 1);
 }
 
 TEST(SynchronizerTest, NoneNeverCommunicates) {
   const nn::MlpLayout layout({2, 2});
   auto model = nn::CreateMlp(nn::Device::kCpu, layout);
   PeerCommunicator comm(std::vector<float>(6, 3.0f));
-  auto sync = CreateSynchronizer("none", comm, *model, {});
+  auto sync = CreateSynchronizer("none", *comm.comm, *model, {});
   for (int step = 0; step < 5; ++step) {
     sync->AfterBackward(*model);
     sync->AfterStep(*model, step);
   }
-  EXPECT_EQ(comm.allreduce_calls, 0);
+  EXPECT_EQ(comm.backend->allreduce_calls, 0);
 }
 
 TEST(SynchronizerTest, RejectsBadNamesAndOptions) {
   PeerCommunicator comm({});
   auto model = nn::CreateMlp(nn::Device::kCpu, nn::MlpLayout({2, 2}));
-  EXPECT_THROW(CreateSynchronizer("ddp", comm, *model, {}),
+  EXPECT_THROW(CreateSynchronizer("ddp", *comm.comm, *model, {}),
                std::invalid_argument);
   EXPECT_THROW(ValidateSync("ddp", {}), std::invalid_argument);
   EXPECT_THROW(ValidateSync("param_avg", {0, 0}), std::invalid_argument);

@@ -323,7 +323,7 @@ TEST(TrainCliTest, SharedMemoryRanksOnTwoHostsRefuseNamingThem) {
     EXPECT_EQ(rank.err,
               "error: shm_ring needs every rank on one host, but this job "
               "spans 2 hosts (rank 0 on node-a; rank 1 on node-b); use a "
-              "backend that spans hosts: mpi, nccl or gloo\n");
+              "backend that spans hosts: gloo, mpi, nccl\n");
     EXPECT_EQ(rank.status, 2);
   }
 }

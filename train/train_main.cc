@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cli/flags.h"
+#include "comm/backend.h"
 #include "comm/communicator.h"
 #include "comm/job/launch.h"
 #include "comm/job/rank_threads.h"
@@ -43,8 +44,8 @@ DEFINE_string(model, "10,5,2", "MLP widths: input, hidden..., classes");
 DEFINE_string(sync, "allreduce",
               "allreduce (DDP) | param_avg (local SGD) | none");
 DEFINE_string(comm, "shm_ring",
-              "shm_ring | gloo | mpi | nccl | ipc_ring | ipc_ring_threads "
-              "(ranks as threads of this process on one GPU)");
+              "the collective backend: one of those this binary has (listed "
+              "above, with their settings)");
 DEFINE_string(device, "cpu",
               "cpu | cuda (each rank: LOCAL_RANK modulo the GPUs) | cuda:N");
 DEFINE_int64(epochs, 10, "passes over each rank's share of the data");
@@ -113,7 +114,16 @@ DEFINE_string(store_bind, "",
 namespace ringlab::train {
 namespace {
 
-constexpr char kThreads[] = "ipc_ring_threads";
+// The backend --comm names, or nullptr when this binary has none of that
+// name (ConfigFromFlags refuses it).
+const comm::BackendDescription* Backend(const std::string& name) {
+  return comm::FindBackend(name);
+}
+
+bool RanksAreThreads(const std::string& name) {
+  const comm::BackendDescription* backend = Backend(name);
+  return backend != nullptr && backend->launch == comm::RankLaunch::kThreads;
+}
 
 // --device=cpu | cuda | cuda:N.
 void ParseDevice(const std::string& text, TrainConfig* c) {
@@ -192,16 +202,18 @@ TrainConfig ConfigFromFlags() {
   if (FLAGS_nprocs < 1 || FLAGS_nprocs > 256) {
     throw std::invalid_argument("--nprocs must be in [1, 256]");
   }
-  if (c.comm == kThreads) {
+  comm::BackendNamed(c.comm);  // "unknown communicator 'x' (... has: ...)"
+  if (RanksAreThreads(c.comm)) {
     if (FLAGS_fault_after_step >= 0) {
       throw std::invalid_argument(
-          "--fault_after_step kills a process, and with "
-          "--comm=ipc_ring_threads every rank is a thread of this one");
+          "--fault_after_step kills a process, and with --comm=" + c.comm +
+          " every rank is a thread of this one");
     }
-    if (comm::Rendezvous::InLaunchedJob()) {
+    if (comm::InLaunchedJob()) {
       throw std::invalid_argument(
-          "--comm=ipc_ring_threads runs all --nprocs ranks as threads of one "
-          "process: start it once, without RANK/WORLD_SIZE or mpirun");
+          "--comm=" + c.comm +
+          " runs all --nprocs ranks as threads of one process: start it once, "
+          "without RANK/WORLD_SIZE, mpirun or srun");
     }
   }
   return c;
@@ -227,13 +239,12 @@ int RunThisRank(const TrainConfig& config) {
   ValidateConfig(config, context.world_size, ValidationScope::kRank);
   ValidateFaultInjection(Faults(), context.world_size);
   size_t hosts = 0;
-  const std::string where = comm::DescribeHosts(context.hosts, &hosts);
+  const std::string where = comm::DescribeHosts(context.peers, &hosts);
   if (hosts > 1 && context.rank == 0 && !config.quiet) {
     std::printf("ringlab train: %d ranks on %zu hosts (%s)\n",
                 context.world_size, hosts, where.c_str());
     std::fflush(stdout);
   }
-  options.local_rank = context.local_rank;
   // This rank's GPU, before its communicator and model exist, for both.
   if (config.device == nn::Device::kCuda) {
     options.cuda_device =
@@ -244,10 +255,10 @@ int RunThisRank(const TrainConfig& config) {
   return 0;
 }
 
-// --comm=ipc_ring_threads: the ranks as threads of this process, sharing an
-// in-process store. Once a rank fails, the others fail by their own
-// deadlines; one that has not within twice the timeout is reported stuck and
-// the process ends without waiting for it.
+// A backend whose ranks are threads (ipc_ring_threads): the ranks as
+// threads of this process, sharing an in-process store. Once a rank fails, the
+// others fail by their own deadlines; one that has not within twice the timeout
+// is reported stuck and the process ends without waiting for it.
 int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
   ValidateConfig(config, nprocs);  // before any rank starts
   // The ranks are threads of this process: it may create the context they
@@ -265,7 +276,6 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
       nprocs,
       [&](const comm::RankContext& context) {
         comm::CommOptions mine = options;
-        mine.local_rank = context.local_rank;
         // Every rank thread on the one device, current on its own thread.
         mine.cuda_device = SelectRankDevice(std::max(config.cuda_device, 0), 0);
         auto communicator =
@@ -289,11 +299,12 @@ int Main(int argc, char** argv) {
   cli::ParseFlagsOrExit(
       argc, argv,
       "trains an MLP data-parallel; the defaults are the configuration of the "
-      "document's PyTorch DDP run",
+      "document's PyTorch DDP run\n\nbackends in this binary (--comm):\n" +
+          comm::DescribeBackends(),
       "train/");
   // Before anything starts CUDA (CreateMlp below): as many hardware queues
   // as ranks whose kernels spin waiting for each other.
-  if (FLAGS_comm == kThreads) comm::PrepareProcessForRankThreads();
+  if (RanksAreThreads(FLAGS_comm)) comm::PrepareProcessForRankThreads();
   TrainConfig config;
   try {
     config = ConfigFromFlags();
@@ -304,26 +315,21 @@ int Main(int argc, char** argv) {
                                   nn::DeviceName(config.device) +
                                   ": this binary was built without it");
     }
-    const auto known = comm::RegisteredCommunicators();
-    if (std::find(known.begin(), known.end(), config.comm) == known.end()) {
-      std::string names;
-      for (const auto& name : known)
-        names += (names.empty() ? "" : ", ") + name;
-      throw std::invalid_argument("unknown --comm=" + config.comm +
-                                  " (this binary has: " + names + ")");
-    }
   } catch (const std::exception& e) {
     cli::ExitWithUsageError(e.what());
   }
-  const bool is_rank = comm::Rendezvous::InLaunchedJob();
+  const bool is_rank = comm::InLaunchedJob();
+  const comm::RankLaunch launch = Backend(config.comm)->launch;
   try {
     if (!is_rank) {
-      if (config.comm == "mpi") {
-        throw std::invalid_argument(
-            "--comm=mpi takes its ranks from mpirun: mpirun -np 2 " +
-            std::string(argv[0]) + " --comm=mpi ...");
+      if (launch == comm::RankLaunch::kMpirun) {
+        throw std::invalid_argument("--comm=" + config.comm +
+                                    " takes its ranks from mpirun: mpirun -np "
+                                    "2 " +
+                                    std::string(argv[0]) +
+                                    " --comm=" + config.comm + " ...");
       }
-      if (config.comm == kThreads) {
+      if (launch == comm::RankLaunch::kThreads) {
         return RunRanksAsThreads(config, FLAGS_nprocs);
       }
       ValidateConfig(config, FLAGS_nprocs);  // before any rank starts

@@ -28,7 +28,9 @@ expect_usage_error "every rank is a thread" \
   --comm=ipc_ring_threads --device=cuda --fault_after_step=1
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
   expect_usage_error "start it once" --comm=ipc_ring_threads --device=cuda
-"$train" --help 2>&1 | grep -q "ipc_ring_threads" || fail "--help does not name ipc_ring_threads"
+help=$("$train" --help 2>&1)
+grep -q "ipc_ring_threads: .*ranks as threads" <<<"$help" ||
+  fail "--help does not describe ipc_ring_threads"
 
 out=$("$train" --comm=ipc_ring_threads --device=cuda --nprocs=2 --quiet \
   --out_dir="$tmp/threads" 2>&1)

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -13,15 +12,14 @@
 #include <thread>
 #include <vector>
 
-#include "comm/call_agreement.h"
-#include "comm/process.h"
+#include "comm/backend.h"
+#include "comm/store/prefix_store.h"
 #include "comm/store/store.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
 #include "gloo/rendezvous/context.h"
-#include "gloo/rendezvous/prefix_store.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
 
@@ -31,7 +29,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// Gloo's store interface over ringlab's: values are bytes either way.
+std::string Seconds(milliseconds t) {
+  return std::to_string(std::chrono::duration<double>(t).count()) + " s";
+}
+
+// Gloo's store interface over ringlab's: values are bytes either way, and
+// waiting is the store's.
 class GlooStore : public gloo::rendezvous::Store {
  public:
   GlooStore(comm::Store* store, milliseconds timeout)
@@ -45,16 +48,11 @@ class GlooStore : public gloo::rendezvous::Store {
     return std::vector<char>(value.begin(), value.end());
   }
   void wait(const std::vector<std::string>& keys) override {
-    wait(keys, timeout_);
+    store_->Wait(keys, timeout_);
   }
   void wait(const std::vector<std::string>& keys,
             const milliseconds& timeout) override {
-    const auto deadline = Clock::now() + timeout;
-    for (const std::string& key : keys) {
-      const auto left =
-          std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-      store_->Get(key, std::max(left, milliseconds(1)));
-    }
+    store_->Wait(keys, timeout);
   }
 
  private:
@@ -62,34 +60,37 @@ class GlooStore : public gloo::rendezvous::Store {
   milliseconds timeout_;
 };
 
-void SumFloats(void* out, const void* a, const void* b, size_t n) {
-  auto* o = static_cast<float*>(out);
-  const auto* x = static_cast<const float*>(a);
-  const auto* y = static_cast<const float*>(b);
+template <typename T>
+void Sum(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<T*>(out);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
-void MaxInt64(void* out, const void* a, const void* b, size_t n) {
-  auto* o = static_cast<int64_t*>(out);
-  const auto* x = static_cast<const int64_t*>(a);
-  const auto* y = static_cast<const int64_t*>(b);
+template <typename T>
+void Max(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<T*>(out);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
   for (size_t i = 0; i < n; ++i) o[i] = std::max(x[i], y[i]);
 }
 
-std::atomic<uint64_t> g_instances{0};
+template <typename T>
+void Min(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<T*>(out);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = std::min(x[i], y[i]);
+}
 
-class GlooCommunicator final : public Communicator {
+class GlooBackend final : public Backend {
  public:
-  GlooCommunicator(const RankContext& context, const CommOptions& options)
+  GlooBackend(const RankContext& context, const CommOptions& options)
       : rank_(context.rank),
         world_(context.world_size),
-        options_(options),
-        prefix_("gloo/" + std::to_string(g_instances.fetch_add(1)) + "/") {
-    if (context.store == nullptr) {
-      throw std::invalid_argument(
-          "gloo needs a rendezvous store (set MASTER_ADDR and MASTER_PORT)");
-    }
-    store_ = context.store;
+        timeout_(options.timeout),
+        peers_(context.peers) {
     // Gloo writes to its sockets with writev, which raises SIGPIPE when a
     // peer has died: that would kill this rank before it could name the
     // dead one. Ignored (unless the program handles it), writev returns
@@ -99,145 +100,104 @@ class GlooCommunicator final : public Communicator {
         current.sa_handler == SIG_DFL) {
       signal(SIGPIPE, SIG_IGN);
     }
-    // Who is who, for naming a peer that dies: pid and host of every rank.
-    store_->Set(prefix_ + "pid/" + std::to_string(rank_),
-                std::to_string(getpid()) + " " + HostName());
+    // The address this rank reached the job's store from is one its peers
+    // reach it at: Gloo's pairs listen there.
+    const std::string address =
+        peers_[rank_].address.empty() ? "127.0.0.1" : peers_[rank_].address;
     try {
-      gloo::transport::tcp::attr attr(options.gloo_address.c_str());
+      gloo::transport::tcp::attr attr(address.c_str());
       auto device = gloo::transport::tcp::CreateDevice(attr);
       auto mesh = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
       mesh->setTimeout(options.join_timeout);
-      GlooStore adapter(store_, options.join_timeout);
-      gloo::rendezvous::PrefixStore prefixed(prefix_ + "mesh", adapter);
-      mesh->connectFullMesh(prefixed, device);
+      GlooStore adapter(context.store, options.join_timeout);
+      mesh->connectFullMesh(adapter, device);
       mesh->setTimeout(options.timeout);
       gloo_ = mesh;
     } catch (const std::exception& e) {
       throw CommError("gloo: rank " + std::to_string(rank_) +
                       " could not connect to its peers within " +
-                      Seconds(options.join_timeout) + ": " + e.what() +
-                      DeadOrMissing());
-    }
-    peers_.assign(world_, -1);
-    for (int r = 0; r < world_; ++r) {
-      peers_[r] = PeerPid(r, options_.join_timeout);
+                      Seconds(options.join_timeout) + " on " + address + ": " +
+                      e.what() + DeadPeers());
     }
   }
 
-  const char* backend() const override { return "gloo"; }
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_; }
-  MemoryKind memory() const override { return MemoryKind::kHost; }
-  uint64_t bytes_sent() const override { return bytes_sent_; }
-
-  void AllReduce(float* data, size_t count, ReduceOp op) override {
-    CheckAllReduceArguments("gloo", data, count, op);
+  void AllReduce(void* data, size_t count, DataType, ReduceOp op) override {
     Guarded("AllReduce", [&] {
-      Agree(CallKind::kAllReduce, count, op, 0);
-      if (count == 0 || world_ == 1) return;
       gloo::AllreduceOptions opts(gloo_);
-      opts.setOutput(data, count);
-      opts.setReduceFunction(SumFloats);
-      opts.setTag(NextTag());
-      opts.setTimeout(options_.timeout);
-      gloo::allreduce(opts);
+      opts.setOutput(static_cast<float*>(data), count);
+      opts.setReduceFunction(op == ReduceOp::kMax   ? Max<float>
+                             : op == ReduceOp::kMin ? Min<float>
+                                                    : Sum<float>);
+      Run(opts, gloo::allreduce);
       if (op == ReduceOp::kAvg) {
+        auto* x = static_cast<float*>(data);
         const float n = static_cast<float>(world_);
-        for (size_t i = 0; i < count; ++i) data[i] /= n;
+        for (size_t i = 0; i < count; ++i) x[i] /= n;
       }
     });
-    bytes_sent_ += AllReduceBusBytes(count, world_);
   }
 
-  void Broadcast(float* data, size_t count, int root) override {
-    CheckBroadcastArguments("gloo", data, count, root, world_);
+  void Broadcast(void* data, size_t count, DataType, int root) override {
     Guarded("Broadcast", [&] {
-      Agree(CallKind::kBroadcast, count, ReduceOp::kSum, root);
-      if (count == 0 || world_ == 1) return;
       gloo::BroadcastOptions opts(gloo_);
-      opts.setOutput(data, count);
+      opts.setOutput(static_cast<float*>(data), count);
       opts.setRoot(root);
-      opts.setTag(NextTag());
-      opts.setTimeout(options_.timeout);
-      gloo::broadcast(opts);
+      Run(opts, gloo::broadcast);
     });
-    bytes_sent_ += BroadcastBusBytes(count, world_);
   }
 
-  void AllGather(const float* send, float* recv, size_t count) override {
-    CheckAllGatherArguments("gloo", send, recv, count, rank_, world_);
-    float* own = recv + static_cast<size_t>(rank_) * count;
+  void AllGather(const void* send, void* recv, size_t count,
+                 DataType) override {
+    auto* gathered = static_cast<float*>(recv);
+    const float* own = gathered + static_cast<size_t>(rank_) * count;
     Guarded("AllGather", [&] {
-      Agree(CallKind::kAllGather, count, ReduceOp::kSum, 0);
-      if (count == 0) return;
-      if (world_ == 1) {
-        if (send != own) std::memcpy(own, send, count * sizeof(float));
-        return;
-      }
       gloo::AllgatherOptions opts(gloo_);
       // Without an input Gloo gathers in place, from the rank's own block;
       // it only reads the input (its API takes no const pointers).
-      if (send != own) opts.setInput(const_cast<float*>(send), count);
-      opts.setOutput(recv, count * world_);
-      opts.setTag(NextTag());
-      opts.setTimeout(options_.timeout);
-      gloo::allgather(opts);
+      if (send != own) {
+        opts.setInput(const_cast<float*>(static_cast<const float*>(send)),
+                      count);
+      }
+      opts.setOutput(gathered, count * world_);
+      Run(opts, gloo::allgather);
     });
-    bytes_sent_ += AllGatherBusBytes(count, world_);
   }
 
   void Barrier() override {
     Guarded("Barrier", [&] {
-      Agree(CallKind::kBarrier, 0, ReduceOp::kSum, 0);
-      if (world_ == 1) return;
       gloo::BarrierOptions opts(gloo_);
-      opts.setTag(NextTag());
-      opts.setTimeout(options_.timeout);
-      gloo::barrier(opts);
+      Run(opts, gloo::barrier);
+    });
+  }
+
+  void MaxOverRanks(int64_t* words, size_t count) override {
+    Guarded("a call check", [&] {
+      gloo::AllreduceOptions opts(gloo_);
+      opts.setOutput(words, count);
+      opts.setReduceFunction(Max<int64_t>);
+      Run(opts, gloo::allreduce);
     });
   }
 
  private:
-  static std::string HostName() {
-    char name[256] = {};
-    gethostname(name, sizeof(name) - 1);
-    return name;
-  }
-  static std::string Seconds(milliseconds t) {
-    return std::to_string(std::chrono::duration<double>(t).count()) + " s";
-  }
-  uint32_t NextTag() { return static_cast<uint32_t>(++tags_ & 0x3fffffff); }
-
-  // Rank r's pid as it published it; -1 for a rank on another host (a pid
-  // names this process only on the same host). Throws if it never did.
-  pid_t PeerPid(int r, milliseconds timeout) const {
-    const std::string v =
-        store_->Get(prefix_ + "pid/" + std::to_string(r), timeout);
-    const size_t space = v.find(' ');
-    if (space == std::string::npos || v.substr(space + 1) != HostName()) {
-      return -1;
-    }
-    return static_cast<pid_t>(std::stol(v.substr(0, space)));
+  template <typename Options, typename Algorithm>
+  void Run(Options& opts, Algorithm algorithm) {
+    opts.setTag(static_cast<uint32_t>(++tags_ & 0x3fffffff));
+    opts.setTimeout(timeout_);
+    algorithm(opts);
   }
 
-  // Why joining failed, in terms of ranks: those that died after saying
-  // who they are, those that never did. A dying peer may take a moment to
-  // be seen gone.
-  std::string DeadOrMissing() const {
+  // "; rank 1 (pid 42) died while the ranks joined" for every peer on this
+  // host that has; a dying peer may take a moment to be seen gone.
+  std::string DeadPeers() const {
     const auto until = Clock::now() + milliseconds(1000);
     std::string blame;
     do {
-      blame.clear();
       for (int r = 0; r < world_; ++r) {
-        if (r == rank_) continue;
-        try {
-          const pid_t pid = PeerPid(r, milliseconds(1));
-          if (ProcessExited(pid)) {
-            blame += "; rank " + std::to_string(r) + " (pid " +
-                     std::to_string(pid) + ") died while the ranks joined";
-          }
-        } catch (const std::exception&) {
-          blame += "; rank " + std::to_string(r) + " never joined";
+        if (r != rank_ && PeerExited(peers_[r], peers_[rank_])) {
+          blame += "; rank " + std::to_string(r) + " (pid " +
+                   std::to_string(peers_[r].pid) +
+                   ") died while the ranks joined";
         }
       }
       if (!blame.empty()) return blame;
@@ -247,19 +207,13 @@ class GlooCommunicator final : public Communicator {
   }
 
   // Runs fn; Gloo's failures become a CommError that names a peer that has
-  // died, when one has (it may take a moment to be seen gone).
+  // died, when one has.
   template <typename Fn>
   void Guarded(const char* what, Fn fn) {
-    if (!broken_.empty()) {
-      throw CommError("gloo: unusable after an earlier error: " + broken_);
-    }
     try {
       fn();
-    } catch (const CommError&) {
-      throw;  // a mismatch, reported on every rank, before any data moved
     } catch (const std::exception& e) {
-      broken_ = Explain(what, e.what());
-      throw CommError(broken_);
+      throw CommError(Explain(what, e.what()));
     }
   }
 
@@ -267,10 +221,10 @@ class GlooCommunicator final : public Communicator {
     const auto until = Clock::now() + milliseconds(1000);
     do {
       for (int r = 0; r < world_; ++r) {
-        if (r != rank_ && ProcessExited(peers_[r])) {
+        if (r != rank_ && PeerExited(peers_[r], peers_[rank_])) {
           return "gloo: rank " + std::to_string(r) + " (pid " +
-                 std::to_string(peers_[r]) + ") died during " + what + ": " +
-                 error;
+                 std::to_string(peers_[r].pid) + ") died during " + what +
+                 ": " + error;
         }
       }
       std::this_thread::sleep_for(milliseconds(10));
@@ -282,49 +236,37 @@ class GlooCommunicator final : public Communicator {
         peers += (peers.empty() ? "rank " : ", rank ") + std::to_string(r);
     }
     return "gloo: " +
-           (timed_out ? "timed out after " + Seconds(options_.timeout) + " "
+           (timed_out ? "timed out after " + Seconds(timeout_) + " "
                       : std::string()) +
            "in " + what + " waiting for " + peers + ": " + error;
   }
 
-  // Gloo does not notice ranks that disagree on a call (call_agreement.h).
-  void Agree(CallKind kind, size_t count, ReduceOp op, int root) {
-    if (world_ == 1) return;
-    const CallDescription call{static_cast<int64_t>(++calls_), kind, count, op,
-                               root};
-    int64_t buf[kAgreementWords];
-    EncodeForAgreement(call, buf);
-    gloo::AllreduceOptions opts(gloo_);
-    opts.setOutput(buf, kAgreementWords);
-    opts.setReduceFunction(MaxInt64);
-    opts.setTag(NextTag());
-    opts.setTimeout(options_.timeout);
-    gloo::allreduce(opts);
-    ThrowUnlessAgreed("gloo", rank_, call, buf);
-  }
-
   const int rank_, world_;
-  const CommOptions options_;
-  const std::string prefix_;
-  comm::Store* store_ = nullptr;
+  const milliseconds timeout_;
+  const std::vector<PeerInfo> peers_;
   std::shared_ptr<gloo::Context> gloo_;
-  std::vector<pid_t> peers_;  // -1 where the peer is on another host
-  uint64_t calls_ = 0;
   uint64_t tags_ = 0;
-  uint64_t bytes_sent_ = 0;
-  std::string broken_;
 };
 
-const bool kRegistered = RegisterCommunicator(
-    "gloo", [](const RankContext& context, const CommOptions& options) {
-      return CreateGlooCommunicator(context, options);
-    });
-
-}  // namespace
-
-std::unique_ptr<Communicator> CreateGlooCommunicator(
-    const RankContext& context, const CommOptions& options) {
-  return std::make_unique<GlooCommunicator>(context, options);
+BackendDescription Description() {
+  BackendDescription d;
+  d.name = "gloo";
+  d.summary =
+      "Gloo's collectives over TCP (Debian's libgloo), the library behind "
+      "PyTorch's CPU process group";
+  d.memory = MemoryKind::kHost;
+  d.spans_hosts = true;
+  d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+  d.checks_calls = false;  // Gloo hangs or mixes buffers on a mismatch
+  d.conformance.join_deadlines_to_notice_death = 6;
+  d.conformance.op_deadlines_to_notice_death = 1;
+  d.create = [](const RankContext& context, const CommOptions& options) {
+    return std::make_unique<GlooBackend>(context, options);
+  };
+  return d;
 }
 
+const bool kRegistered = RegisterBackend(Description());
+
+}  // namespace
 }  // namespace ringlab::comm

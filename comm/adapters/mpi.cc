@@ -12,7 +12,8 @@
 #include <string>
 #include <thread>
 
-#include "comm/call_agreement.h"
+#include "comm/backend.h"
+#include "comm/job/launch_variables.h"
 
 namespace ringlab::comm {
 namespace {
@@ -39,27 +40,25 @@ void FinalizeAtExit() {
   if (!finalized) MPI_Finalize();
 }
 
-class MpiCommunicator final : public Communicator {
+MPI_Op MpiOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    default:
+      return MPI_SUM;
+  }
+}
+
+class MpiBackend final : public Backend {
  public:
-  explicit MpiCommunicator(const CommOptions& options) : options_(options) {
-    // tuning.mpi.check_calls false skips the call check:
-    // bench/allreduce_bench's "mpi:check=0" measures plain MPI_Allreduce as
-    // the anchor that other backends are compared with. Rank 0's choice is
-    // every rank's (as shm_ring and ipc_ring take rank 0's tuning): ranks
-    // that checked and ranks that did not would otherwise call different
-    // numbers of MPI_Allreduce and hang or mix up their data.
+  explicit MpiBackend(std::chrono::milliseconds timeout) : timeout_(timeout) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
-    int check = options.tuning.mpi.check_calls ? 1 : 0;
-    const int code = MPI_Bcast(&check, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (code != MPI_SUCCESS) {
-      throw CommError("mpi: MPI_Bcast (tuning) failed: " +
-                      MpiErrorString(code));
-    }
-    check_calls_ = check != 0;
     watchdog_ = std::thread([this] { Watch(); });
   }
-  ~MpiCommunicator() override {
+  ~MpiBackend() override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
@@ -68,47 +67,40 @@ class MpiCommunicator final : public Communicator {
     watchdog_.join();
   }
 
-  const char* backend() const override { return "mpi"; }
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_; }
-  MemoryKind memory() const override { return MemoryKind::kHost; }
-  uint64_t bytes_sent() const override { return bytes_sent_; }
+  int world_size() const { return world_; }
 
-  void AllReduce(float* data, size_t count, ReduceOp op) override {
-    CheckAllReduceArguments("mpi", data, count, op);
+  void AllReduce(void* data, size_t count, DataType, ReduceOp op) override {
     Arm("AllReduce");
-    Agree(CallKind::kAllReduce, count, op, 0);
+    auto* x = static_cast<float*>(data);
     for (size_t done = 0; done < count; done += kMaxPiece) {
       int n = static_cast<int>(std::min(kMaxPiece, count - done));
-      Check(MPI_Allreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM,
+      Check(MPI_Allreduce(MPI_IN_PLACE, x + done, n, MPI_FLOAT, MpiOp(op),
                           MPI_COMM_WORLD),
             "MPI_Allreduce");
     }
     if (op == ReduceOp::kAvg) {
       const float n = static_cast<float>(world_);
-      for (size_t i = 0; i < count; ++i) data[i] /= n;
+      for (size_t i = 0; i < count; ++i) x[i] /= n;
     }
     Disarm();
-    bytes_sent_ += AllReduceBusBytes(count, world_);
   }
 
-  void Broadcast(float* data, size_t count, int root) override {
-    CheckBroadcastArguments("mpi", data, count, root, world_);
+  void Broadcast(void* data, size_t count, DataType, int root) override {
     Arm("Broadcast");
-    Agree(CallKind::kBroadcast, count, ReduceOp::kSum, root);
+    auto* x = static_cast<float*>(data);
     for (size_t done = 0; done < count; done += kMaxPiece) {
       int n = static_cast<int>(std::min(kMaxPiece, count - done));
-      Check(MPI_Bcast(data + done, n, MPI_FLOAT, root, MPI_COMM_WORLD),
+      Check(MPI_Bcast(x + done, n, MPI_FLOAT, root, MPI_COMM_WORLD),
             "MPI_Bcast");
     }
     Disarm();
-    bytes_sent_ += BroadcastBusBytes(count, world_);
   }
 
-  void AllGather(const float* send, float* recv, size_t count) override {
-    CheckAllGatherArguments("mpi", send, recv, count, rank_, world_);
+  void AllGather(const void* send_buffer, void* recv_buffer, size_t count,
+                 DataType) override {
     Arm("AllGather");
-    Agree(CallKind::kAllGather, count, ReduceOp::kSum, 0);
+    const auto* send = static_cast<const float*>(send_buffer);
+    auto* recv = static_cast<float*>(recv_buffer);
     const bool in_place = send == recv + static_cast<size_t>(rank_) * count;
     for (size_t done = 0; done < count; done += kMaxPiece) {
       const int n = static_cast<int>(std::min(kMaxPiece, count - done));
@@ -131,41 +123,26 @@ class MpiCommunicator final : public Communicator {
       Check(code, "MPI_Allgather");
     }
     Disarm();
-    bytes_sent_ += AllGatherBusBytes(count, world_);
   }
 
   void Barrier() override {
     Arm("Barrier");
-    Agree(CallKind::kBarrier, 0, ReduceOp::kSum, 0);
     Check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     Disarm();
   }
 
- private:
-  bool check_calls_ = true;
-  // MPI itself does not notice ranks that disagree on a call's count, op or
-  // root: it returns partial or wrong results. So every call first reduces
-  // {desc, -desc} with MPI_MAX (one small MPI_Allreduce gives both the
-  // maximum and the minimum of each field); any difference is reported on
-  // every rank alike, before any data moves, so the ranks stay in step.
-  void Agree(CallKind kind, size_t count, ReduceOp op, int root) {
-    if (!check_calls_) return;
-    const CallDescription call{static_cast<int64_t>(++calls_), kind, count, op,
-                               root};
-    int64_t buf[kAgreementWords];
-    EncodeForAgreement(call, buf);
+  // The front's call check: MPI itself returns partial or wrong results for
+  // ranks that disagree on a call's count, op or root.
+  void MaxOverRanks(int64_t* words, size_t count) override {
+    Arm("a call check");
     static_assert(sizeof(long long) == sizeof(int64_t), "MPI_LONG_LONG");
-    Check(MPI_Allreduce(MPI_IN_PLACE, buf, kAgreementWords, MPI_LONG_LONG,
-                        MPI_MAX, MPI_COMM_WORLD),
+    Check(MPI_Allreduce(MPI_IN_PLACE, words, static_cast<int>(count),
+                        MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD),
           "MPI_Allreduce (call check)");
-    try {
-      ThrowUnlessAgreed("mpi", rank_, call, buf);
-    } catch (...) {
-      Disarm();
-      throw;
-    }
+    Disarm();
   }
 
+ private:
   void Check(int code, const char* what) {
     if (code != MPI_SUCCESS) {
       Disarm();
@@ -188,12 +165,11 @@ class MpiCommunicator final : public Communicator {
       int64_t t = started_ns_.load(std::memory_order_relaxed);
       if (t == 0) continue;
       auto running = Clock::now() - Clock::time_point(Clock::duration(t));
-      if (running > options_.timeout) {
+      if (running > timeout_) {
         std::fprintf(stderr,
                      "mpi: rank %d timed out after %.1f s in %s; aborting the "
                      "job\n",
-                     rank_,
-                     std::chrono::duration<double>(options_.timeout).count(),
+                     rank_, std::chrono::duration<double>(timeout_).count(),
                      what_.load());
         std::fflush(stderr);
         // MPI_Abort from this thread is only allowed with
@@ -205,10 +181,8 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  CommOptions options_;
+  const std::chrono::milliseconds timeout_;
   int rank_ = 0, world_ = 1;
-  uint64_t bytes_sent_ = 0;
-  uint64_t calls_ = 0;
   std::atomic<int64_t> started_ns_{0};
   std::atomic<const char*> what_{""};
   std::mutex mutex_;
@@ -217,24 +191,19 @@ class MpiCommunicator final : public Communicator {
   std::thread watchdog_;
 };
 
-const bool kRegistered = RegisterCommunicator(
-    "mpi", [](const RankContext& context, const CommOptions& options) {
-      return CreateMpiCommunicator(context, options);
-    });
-
-}  // namespace
-
-std::unique_ptr<Communicator> CreateMpiCommunicator(
-    const RankContext& context, const CommOptions& options) {
+// Calls MPI_Init_thread unless MPI is already initialised (then MPI_Finalize
+// is left to whoever initialised it). Throws CommError when MPI's world does
+// not match the job's (e.g. ranks started without mpirun).
+std::unique_ptr<Backend> CreateMpiBackend(const RankContext& context,
+                                          const CommOptions& options) {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
     // Without mpirun, MPI would start a singleton world of 1 (slowly, and
     // then disagree with the job): refuse early with a clear message.
-    if (context.world_size > 1 &&
-        std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr &&
-        std::getenv("PMI_SIZE") == nullptr &&
-        std::getenv("PMIX_RANK") == nullptr) {
+    if (context.world_size > 1 && std::getenv(launch::kOmpiSize) == nullptr &&
+        std::getenv(launch::kPmiSize) == nullptr &&
+        std::getenv(launch::kPmixRank) == nullptr) {
       throw CommError("mpi: " + std::to_string(context.world_size) +
                       " ranks were not started by mpirun; run under `mpirun "
                       "-np N` for the mpi backend");
@@ -259,13 +228,32 @@ std::unique_ptr<Communicator> CreateMpiCommunicator(
   MPI_Query_thread(&level);
   g_thread_multiple = level >= MPI_THREAD_MULTIPLE;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  auto comm = std::make_unique<MpiCommunicator>(options);
-  if (context.world_size > 1 && comm->world_size() != context.world_size) {
+  auto backend = std::make_unique<MpiBackend>(options.timeout);
+  if (context.world_size > 1 && backend->world_size() != context.world_size) {
     throw CommError(
-        "mpi: MPI_COMM_WORLD has " + std::to_string(comm->world_size()) +
+        "mpi: MPI_COMM_WORLD has " + std::to_string(backend->world_size()) +
         " ranks but the job has " + std::to_string(context.world_size));
   }
-  return comm;
+  return backend;
 }
 
+BackendDescription Description() {
+  BackendDescription d;
+  d.name = "mpi";
+  d.summary =
+      "Open MPI's MPI_Allreduce, MPI_Bcast, MPI_Allgather on MPI_COMM_WORLD";
+  d.memory = MemoryKind::kHost;
+  d.launch = RankLaunch::kMpirun;
+  d.spans_hosts = true;
+  d.needs_store = false;
+  d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+  d.checks_calls = false;  // MPI returns wrong results on a mismatch
+  d.conformance.survives_peer_death = false;
+  d.create = CreateMpiBackend;
+  return d;
+}
+
+const bool kRegistered = RegisterBackend(Description());
+
+}  // namespace
 }  // namespace ringlab::comm

@@ -9,9 +9,8 @@
 #include <string>
 #include <thread>
 
-#include "comm/call_agreement.h"
+#include "comm/backend.h"
 #include "comm/cuda_support.h"
-#include "comm/peer_watch.h"
 #include "comm/poll_pacer.h"
 #include "comm/store/hex.h"
 #include "comm/store/store.h"
@@ -22,86 +21,73 @@ namespace {
 constexpr char kName[] = "nccl";
 using Clock = std::chrono::steady_clock;
 
-// Each process creates its communicators in the same order on every rank, so
-// a process-wide counter gives them matching, distinct store prefixes.
-std::atomic<int> g_instances{0};
+ncclRedOp_t NcclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
+    default:
+      return ncclSum;
+  }
+}
 
-class NcclCommunicator : public Communicator {
+// The most words the front's call check reduces at once.
+constexpr size_t kMaxCheckWords = 16;
+
+class NcclBackend final : public Backend {
  public:
-  NcclCommunicator(const RankContext& context, const CommOptions& options)
+  NcclBackend(const RankContext& context, const CommOptions& options)
       : rank_(context.rank),
         world_size_(context.world_size),
         timeout_(options.timeout),
-        join_timeout_(options.join_timeout) {
+        join_timeout_(options.join_timeout),
+        peers_(context.peers, context.rank) {
     if (context.store == nullptr && world_size_ > 1) {
       throw CommError("nccl: needs a rendezvous store for the unique id");
     }
-    const std::string prefix =
-        "nccl/" + std::to_string(g_instances.fetch_add(1));
     device_ = SelectCudaDevice(options, context.local_rank, kName);
     try {
-      Init(context, prefix);
+      Init(context);
     } catch (...) {
       Release();
       throw;
     }
   }
 
-  ~NcclCommunicator() override { Release(); }
+  ~NcclBackend() override { Release(); }
 
-  const char* backend() const override { return kName; }
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_size_; }
-  MemoryKind memory() const override { return MemoryKind::kDevice; }
-  uint64_t bytes_sent() const override { return bytes_sent_; }
-
-  void AllReduce(float* data, size_t count, ReduceOp op) override {
-    CheckUsable("AllReduce");
-    if (data == nullptr && count > 0) {
-      throw std::invalid_argument("nccl: AllReduce of null data");
-    }
+  void AllReduce(void* data, size_t count, DataType, ReduceOp op) override {
     if (count == 0) return;
     const std::string what = std::string("AllReduce(") + ReduceOpName(op) +
                              ") of " + std::to_string(count) + " floats";
-    Issue(what, ncclAllReduce(data, data, count, ncclFloat,
-                              op == ReduceOp::kAvg ? ncclAvg : ncclSum, comm_,
+    Issue(what, ncclAllReduce(data, data, count, ncclFloat, NcclOp(op), comm_,
                               stream_));
     Wait(what, timeout_);
-    bytes_sent_ += AllReduceBusBytes(count, world_size_);
   }
 
-  void Broadcast(float* data, size_t count, int root) override {
-    CheckUsable("Broadcast");
-    if (root < 0 || root >= world_size_) {
-      throw std::invalid_argument("nccl: Broadcast root " +
-                                  std::to_string(root) + " out of range");
-    }
-    if (data == nullptr && count > 0) {
-      throw std::invalid_argument("nccl: Broadcast of null data");
-    }
+  void Broadcast(void* data, size_t count, DataType, int root) override {
     if (count == 0) return;
     const std::string what = "Broadcast of " + std::to_string(count) +
                              " floats from rank " + std::to_string(root);
     Issue(what,
           ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_));
     Wait(what, timeout_);
-    bytes_sent_ += BroadcastBusBytes(count, world_size_);
   }
 
-  void AllGather(const float* send, float* recv, size_t count) override {
-    CheckUsable("AllGather");
-    CheckAllGatherArguments(kName, send, recv, count, rank_, world_size_);
+  void AllGather(const void* send, void* recv, size_t count,
+                 DataType) override {
     if (count == 0) return;
     // In place (send is this rank's block of recv) as NCCL itself allows.
     const std::string what =
         "AllGather of " + std::to_string(count) + " floats per rank";
     Issue(what, ncclAllGather(send, recv, count, ncclFloat, comm_, stream_));
     Wait(what, timeout_);
-    bytes_sent_ += AllGatherBusBytes(count, world_size_);
   }
 
   void Barrier() override {
-    CheckUsable("Barrier");
     // An allreduce of one float: returns on a rank only once every rank has
     // entered it.
     Issue("Barrier", ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum,
@@ -109,24 +95,48 @@ class NcclCommunicator : public Communicator {
     Wait("Barrier", timeout_);
   }
 
+  // The front's call check: NCCL hangs, or mixes buffers, when ranks
+  // disagree on a call. Through pinned host memory, so that every copy is
+  // asynchronous and the wait keeps its deadline.
+  void MaxOverRanks(int64_t* words, size_t count) override {
+    if (count > kMaxCheckWords) {
+      throw CommError("nccl: a call check of " + std::to_string(count) +
+                      " words");
+    }
+    const size_t bytes = count * sizeof(int64_t);
+    std::memcpy(check_host_, words, bytes);
+    CudaCheck(cudaMemcpyAsync(check_device_, check_host_, bytes,
+                              cudaMemcpyHostToDevice, stream_),
+              kName, "cudaMemcpyAsync (call check)");
+    Issue("a call check", ncclAllReduce(check_device_, check_device_, count,
+                                        ncclInt64, ncclMax, comm_, stream_));
+    CudaCheck(cudaMemcpyAsync(check_host_, check_device_, bytes,
+                              cudaMemcpyDeviceToHost, stream_),
+              kName, "cudaMemcpyAsync (call check)");
+    Wait("a call check", timeout_);
+    std::memcpy(words, check_host_, bytes);
+  }
+
  private:
-  void Init(const RankContext& context, const std::string& prefix) {
+  void Init(const RankContext& context) {
     CudaCheck(cudaStreamCreate(&stream_), kName, "cudaStreamCreate");
     CudaCheck(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), kName,
               "cudaEventCreate");
     CudaCheck(cudaMalloc(&scratch_, sizeof(float)), kName, "cudaMalloc");
+    CudaCheck(cudaMalloc(&check_device_, kMaxCheckWords * sizeof(int64_t)),
+              kName, "cudaMalloc (call check)");
+    CudaCheck(cudaHostAlloc(&check_host_, kMaxCheckWords * sizeof(int64_t),
+                            cudaHostAllocDefault),
+              kName, "cudaHostAlloc (call check)");
 
     ncclUniqueId id;
     if (world_size_ > 1) {
-      peers_ =
-          PeerWatch(context.store, prefix, rank_, world_size_, join_timeout_);
-      CheckDistinctDevices(context.store, prefix);
+      CheckDistinctDevices(context);
       if (rank_ == 0) {
         NcclCheck(ncclGetUniqueId(&id), "ncclGetUniqueId");
-        context.store->Set(prefix + "/unique_id", ToHex(&id, sizeof(id)));
+        context.store->Set("unique_id", ToHex(&id, sizeof(id)));
       } else {
-        std::string hex =
-            context.store->Get(prefix + "/unique_id", join_timeout_);
+        std::string hex = context.store->Get("unique_id", join_timeout_);
         if (!FromHex(hex, &id, sizeof(id))) {
           throw CommError("nccl: malformed unique id in the store");
         }
@@ -153,18 +163,20 @@ class NcclCommunicator : public Communicator {
 
   // NCCL refuses two ranks on one GPU with a terse "Duplicate GPU detected";
   // compare devices first so that the message says what to do instead. A
-  // device is its host (with PID namespace, see HostIdentity) plus its PCI
-  // bus id: GPUs of different hosts may share a bus id.
-  void CheckDistinctDevices(Store* store, const std::string& prefix) {
+  // device is its host (the rank's PeerInfo) plus its PCI bus id: GPUs of
+  // different hosts may share a bus id.
+  void CheckDistinctDevices(const RankContext& context) {
     char bus_id[64] = {};
     CudaCheck(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_), kName,
               "cudaDeviceGetPCIBusId");
-    const std::string ours = HostIdentity() + " " + bus_id;
-    store->Set(prefix + "/bus/" + std::to_string(rank_), ours);
+    const std::string ours = context.peers[rank_].host + " " + bus_id;
+    Store* const store = context.store;
+    store->Set("bus/" + std::to_string(rank_), ours);
+    store->Wait(RankKeys("bus", world_size_), join_timeout_);
     for (int r = 0; r < world_size_; ++r) {
       if (r == rank_) continue;
       std::string other =
-          store->Get(prefix + "/bus/" + std::to_string(r), join_timeout_);
+          store->Get("bus/" + std::to_string(r), std::chrono::milliseconds(0));
       if (other == ours) {
         throw CommError("nccl: ranks " + std::to_string(std::min(r, rank_)) +
                         " and " + std::to_string(std::max(r, rank_)) +
@@ -192,14 +204,6 @@ class NcclCommunicator : public Communicator {
   std::string LastError() const {
     const char* last = ncclGetLastError(comm_);
     return last != nullptr ? std::string(last) : std::string();
-  }
-
-  void CheckUsable(const char* what) const {
-    if (broken_) {
-      throw CommError(std::string("nccl: ") + what + " on rank " +
-                      std::to_string(rank_) +
-                      " after an earlier failure aborted the communicator");
-    }
   }
 
   // A collective call of a non-blocking communicator may return
@@ -269,7 +273,6 @@ class NcclCommunicator : public Communicator {
   // NCCL's last error text, read while the communicator still exists, and
   // says so when the abort itself failed.
   std::string Abort() {
-    broken_ = true;
     if (comm_ == nullptr) return LastError();
     std::string detail = LastError();
     const ncclResult_t result = ncclCommAbort(comm_);
@@ -300,6 +303,10 @@ class NcclCommunicator : public Communicator {
       }
     }
     if (scratch_ != nullptr) cudaFree(scratch_);
+    if (check_device_ != nullptr) cudaFree(check_device_);
+    if (check_host_ != nullptr) cudaFreeHost(check_host_);
+    check_device_ = nullptr;
+    check_host_ = nullptr;
     if (done_ != nullptr) cudaEventDestroy(done_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     scratch_ = nullptr;
@@ -316,22 +323,28 @@ class NcclCommunicator : public Communicator {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   float* scratch_ = nullptr;
-  PeerWatch peers_;
-  bool broken_ = false;
-  uint64_t bytes_sent_ = 0;
+  int64_t* check_device_ = nullptr;
+  int64_t* check_host_ = nullptr;
+  const PeerWatch peers_;
 };
 
-const bool kRegistered = RegisterCommunicator(
-    kName, [](const RankContext& context, const CommOptions& options) {
-      return CreateNcclCommunicator(context, options);
-    });
-
-}  // namespace
-
-std::unique_ptr<Communicator> CreateNcclCommunicator(
-    const RankContext& context, const CommOptions& options) {
-  (void)kRegistered;
-  return std::make_unique<NcclCommunicator>(context, options);
+BackendDescription Description() {
+  BackendDescription d;
+  d.name = kName;
+  d.summary = "NVIDIA's NCCL, one GPU per rank, on the rank's own stream";
+  d.memory = MemoryKind::kDevice;
+  d.spans_hosts = true;
+  d.one_device_per_rank = true;
+  d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+  d.checks_calls = false;  // NCCL hangs or mixes buffers on a mismatch
+  d.conformance.avg_premultiplies = true;
+  d.create = [](const RankContext& context, const CommOptions& options) {
+    return std::make_unique<NcclBackend>(context, options);
+  };
+  return d;
 }
 
+const bool kRegistered = RegisterBackend(Description());
+
+}  // namespace
 }  // namespace ringlab::comm

@@ -44,7 +44,6 @@ std::unique_ptr<Communicator> Make(const std::string& backend,
   CommOptions options;
   options.timeout = timeout;
   options.join_timeout = join_timeout;
-  options.local_rank = c.local_rank;
   auto comm = CreateCommunicator(backend, c, options);
   Check(comm->rank() == c.rank && comm->world_size() == c.world_size,
         "rank/world_size differ from the context's");
@@ -378,7 +377,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   ringlab::comm::testing::AdoptOrphans();
   int covered = 0;
-  for (const std::string& backend : ringlab::comm::RegisteredCommunicators()) {
+  for (const std::string& backend : ringlab::comm::RegisteredBackendNames()) {
     if (ringlab::comm::testing::TraitsOf(backend).needs_mpirun) continue;
     ringlab::comm::testing::RegisterBackend(backend);
     ++covered;

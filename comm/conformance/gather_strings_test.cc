@@ -82,7 +82,6 @@ std::unique_ptr<Communicator> Make(const std::string& backend,
                                    const RankContext& c) {
   CommOptions options;
   options.timeout = milliseconds(30000);
-  options.local_rank = c.local_rank;
   return CreateCommunicator(backend, c, options);
 }
 

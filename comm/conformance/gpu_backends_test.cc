@@ -91,8 +91,7 @@ std::unique_ptr<Communicator> Make(const std::string& backend,
                                    milliseconds timeout = milliseconds(60000)) {
   CommOptions options;
   options.timeout = timeout;
-  options.local_rank = c.local_rank;
-  options.tuning.ipc_ring = tuning;
+  options.tuning = tuning.ToTuning();
   auto comm = CreateCommunicator(backend, c, options);
   Check(comm->memory() == MemoryKind::kDevice, "memory() is not kDevice");
   Check(comm->rank() == c.rank && comm->world_size() == c.world_size,
@@ -164,7 +163,7 @@ void RunExactSums(const std::string& backend, int world,
 // Host-only: these run on machines without a GPU too.
 
 TEST(GpuBackendsHostTest, BackendsAreRegistered) {
-  auto names = RegisteredCommunicators();
+  auto names = RegisteredBackendNames();
   EXPECT_EQ(std::find(names.begin(), names.end(), "nccl") != names.end(),
             kNcclBuilt);
   if (!kNcclBuilt) std::cout << "[   INFO   ] " << kNoNccl << "\n";

@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <thread>
 
-#include "comm/call_agreement.h"
 #include "comm/cuda_support.h"
 #include "comm/poll_pacer.h"
 
@@ -38,7 +37,7 @@ IpcRingCore::IpcRingCore(const char* name, const RankContext& context,
       world_size_(context.world_size),
       timeout_(options.timeout),
       join_timeout_(options.join_timeout),
-      tuning_(options.tuning.ipc_ring) {
+      tuning_(IpcRingTuning::From(options.tuning)) {
   if (world_size_ < 1 || world_size_ > kIpcRingMaxRanks) {
     throw std::invalid_argument(std::string(name_) + ": world size " +
                                 std::to_string(world_size_) + " outside 1.." +
@@ -47,14 +46,14 @@ IpcRingCore::IpcRingCore(const char* name, const RankContext& context,
   std::memset(&peers_, 0, sizeof(peers_));
 }
 
-void IpcRingCore::AgreeOnTuning(Store* store, const std::string& prefix) {
+void IpcRingCore::AgreeOnTuning(Store* store) {
   if (rank_ == 0) {
     std::ostringstream config;
     config << tuning_.oneshot_bytes << ' ' << tuning_.chunk_bytes << ' '
            << tuning_.buffer_bytes;
-    store->Set(prefix + "/config", config.str());
+    store->Set("config", config.str());
   }
-  std::istringstream config(store->Get(prefix + "/config", join_timeout_));
+  std::istringstream config(store->Get("config", join_timeout_));
   if (!(config >> tuning_.oneshot_bytes >> tuning_.chunk_bytes >>
         tuning_.buffer_bytes)) {
     throw CommError(std::string(name_) + ": malformed tuning in the store");
@@ -100,12 +99,9 @@ void IpcRingCore::AttachPeerRegion(int peer, void* base, size_t data_offset) {
       reinterpret_cast<float*>(static_cast<char*>(base) + data_offset);
 }
 
-void IpcRingCore::AllReduce(float* data, size_t count, ReduceOp op) {
-  CheckUsable("AllReduce");
-  if (data == nullptr && count > 0) {
-    throw std::invalid_argument(std::string(name_) + ": null data");
-  }
-  if (count == 0 || world_size_ == 1) return;  // sum or mean of one: itself
+void IpcRingCore::AllReduce(void* buffer, size_t count, DataType, ReduceOp op) {
+  float* const data = static_cast<float*>(buffer);
+  if (count == 0) return;  // agreed on in the kernel only when data moves
   const bool one_shot =
       count * sizeof(float) <= tuning_.oneshot_bytes && count <= capacity_;
   for (size_t offset = 0; offset < count; offset += capacity_) {
@@ -118,19 +114,11 @@ void IpcRingCore::AllReduce(float* data, size_t count, ReduceOp op) {
         IpcRingChunks(launch.count, world_size_, tuning_.chunk_bytes);
     Run(launch, "AllReduce");
   }
-  bytes_sent_ += AllReduceBusBytes(count, world_size_);
 }
 
-void IpcRingCore::Broadcast(float* data, size_t count, int root) {
-  CheckUsable("Broadcast");
-  if (root < 0 || root >= world_size_) {
-    throw std::invalid_argument(std::string(name_) + ": Broadcast root " +
-                                std::to_string(root) + " out of range");
-  }
-  if (data == nullptr && count > 0) {
-    throw std::invalid_argument(std::string(name_) + ": null data");
-  }
-  if (count == 0 || world_size_ == 1) return;
+void IpcRingCore::Broadcast(void* buffer, size_t count, DataType, int root) {
+  float* const data = static_cast<float*>(buffer);
+  if (count == 0) return;
   for (size_t offset = 0; offset < count; offset += capacity_) {
     IpcRingLaunch launch;
     launch.kind = IpcRingKind::kBroadcast;
@@ -139,14 +127,14 @@ void IpcRingCore::Broadcast(float* data, size_t count, int root) {
     launch.root = root;
     Run(launch, "Broadcast");
   }
-  bytes_sent_ += BroadcastBusBytes(count, world_size_);
 }
 
 // Each piece: every rank posts its part of its block in its registered
 // buffer, then copies every peer's (ipc_ring_kernels.cu, AllGather).
-void IpcRingCore::AllGather(const float* send, float* recv, size_t count) {
-  CheckUsable("AllGather");
-  CheckAllGatherArguments(name_, send, recv, count, rank_, world_size_);
+void IpcRingCore::AllGather(const void* send_buffer, void* recv_buffer,
+                            size_t count, DataType) {
+  const float* const send = static_cast<const float*>(send_buffer);
+  float* const recv = static_cast<float*>(recv_buffer);
   if (count == 0) return;
   if (world_size_ == 1) {
     if (send != recv) {
@@ -165,33 +153,18 @@ void IpcRingCore::AllGather(const float* send, float* recv, size_t count) {
     launch.stride = count;
     Run(launch, "AllGather");
   }
-  bytes_sent_ += AllGatherBusBytes(count, world_size_);
 }
 
 void IpcRingCore::Barrier() {
-  CheckUsable("Barrier");
   if (world_size_ == 1) return;
   IpcRingLaunch launch;
   launch.kind = IpcRingKind::kBarrier;
   Run(launch, "Barrier");
 }
 
-void IpcRingCore::CheckUsable(const char* what) const {
-  if (broken_) {
-    throw CommError(std::string(name_) + ": " + what + " on rank " +
-                    std::to_string(rank_) +
-                    " after an earlier collective failed");
-  }
-}
-
 // Launches one collective and waits for it under the deadline.
 void IpcRingCore::Run(IpcRingLaunch launch, const char* what) {
-  try {
-    BeforeLaunch(what);
-  } catch (...) {
-    broken_ = true;
-    throw;
-  }
+  BeforeLaunch(what);
   launch.rank = rank_;
   launch.world_size = world_size_;
   launch.base = base_;
@@ -202,7 +175,6 @@ void IpcRingCore::Run(IpcRingLaunch launch, const char* what) {
   if (legacy_done_ != nullptr) {
     cudaError_t err = cudaEventRecord(legacy_done_, cudaStreamLegacy);
     if (err == cudaSuccess) err = cudaStreamWaitEvent(stream_, legacy_done_, 0);
-    if (err != cudaSuccess) broken_ = true;
     CudaCheck(err, name_, "ordering after the legacy stream");
   }
   const cudaError_t launched = LaunchIpcRing(peers_, launch, stream_);
@@ -211,7 +183,6 @@ void IpcRingCore::Run(IpcRingLaunch launch, const char* what) {
   in_flight_ = true;
   base_ += IpcRingUnits(launch);
   if (launched != cudaSuccess) {
-    broken_ = true;
     StopKernel();
     CudaCheck(launched, name_, std::string(what) + " kernel launch");
   }
@@ -232,7 +203,6 @@ void IpcRingCore::Wait(const char* what, const IpcRingDescriptor& ours) {
     const cudaError_t query = cudaStreamQuery(stream_);
     if (query == cudaSuccess) break;
     if (query != cudaErrorNotReady) {
-      broken_ = true;
       in_flight_ = false;  // a sticky error: nothing runs any more
       // A peer that died mid-collective is the likelier story (its memory
       // went away under our mapping): name it first.
@@ -256,7 +226,6 @@ void IpcRingCore::Wait(const char* what, const IpcRingDescriptor& ours) {
     } else if (now > stop_deadline) {
       // The kernel ignores the abort word (it never got a time slice?):
       // leave it, and its memory, alone rather than free what it uses.
-      broken_ = true;
       throw CommError(std::string(name_) + ": " + what + " on rank " +
                       std::to_string(rank_) +
                       " did not stop after an abort; its kernel is still "
@@ -265,7 +234,6 @@ void IpcRingCore::Wait(const char* what, const IpcRingDescriptor& ours) {
   }
   in_flight_ = false;
   if (status_->code == kIpcRingOk) return;  // finished before any abort
-  broken_ = true;
   ThrowKernelFailure(what, ours, dead, host_timeout);
 }
 

@@ -17,8 +17,9 @@
 #include <cstdint>
 #include <string>
 
-#include "comm/communicator.h"
+#include "comm/backend.h"
 #include "comm/ipc_ring/kernels.h"
+#include "comm/ipc_ring/tuning.h"
 #include "comm/store/store.h"
 
 namespace ringlab::comm {
@@ -28,21 +29,16 @@ namespace ringlab::comm {
 inline constexpr size_t kIpcRingDataOffset = 4096;
 static_assert(kIpcRingControlWords * sizeof(uint64_t) <= kIpcRingDataOffset);
 
-class IpcRingCore : public Communicator {
+class IpcRingCore : public Backend {
  public:
   IpcRingCore(const IpcRingCore&) = delete;
   IpcRingCore& operator=(const IpcRingCore&) = delete;
 
-  const char* backend() const override { return name_; }
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_size_; }
-  MemoryKind memory() const override { return MemoryKind::kDevice; }
-  uint64_t bytes_sent() const override { return bytes_sent_; }
-
-  void AllReduce(float* data, size_t count, ReduceOp op) override;
-  void Broadcast(float* data, size_t count, int root) override;
+  void AllReduce(void* data, size_t count, DataType type, ReduceOp op) override;
+  void Broadcast(void* data, size_t count, DataType type, int root) override;
   void Barrier() override;
-  void AllGather(const float* send, float* recv, size_t count) override;
+  void AllGather(const void* send, void* recv, size_t count,
+                 DataType type) override;
 
  protected:
   // Throws std::invalid_argument for a world size outside 1..kIpcRingMaxRanks.
@@ -56,9 +52,9 @@ class IpcRingCore : public Communicator {
   // threads mode lines its ranks up here). May throw CommError.
   virtual void BeforeLaunch(const char* what) { (void)what; }
 
-  // Rank 0 publishes its tuning (options.tuning.ipc_ring) under prefix;
+  // Rank 0 publishes its tuning (the ipc_ring.* settings) in the store;
   // every rank takes rank 0's, so all run one schedule.
-  void AgreeOnTuning(Store* store, const std::string& prefix);
+  void AgreeOnTuning(Store* store);
   // The stream (with `flags`), the mapped status word and this rank's region
   // with its counters zeroed (stream-ordered, then that stream synchronised:
   // no device-wide synchronisation, which ranks-as-threads must avoid).
@@ -88,7 +84,6 @@ class IpcRingCore : public Communicator {
   IpcRingPeers peers_;
 
  private:
-  void CheckUsable(const char* what) const;
   void Run(IpcRingLaunch launch, const char* what);
   void Wait(const char* what, const IpcRingDescriptor& ours);
   [[noreturn]] void ThrowKernelFailure(const char* what,
@@ -102,8 +97,6 @@ class IpcRingCore : public Communicator {
   IpcRingStatus* status_dev_ = nullptr;       // device view
   uint64_t base_ = 0;
   bool in_flight_ = false;
-  bool broken_ = false;
-  uint64_t bytes_sent_ = 0;
 };
 
 }  // namespace ringlab::comm

@@ -14,7 +14,6 @@
 #include "comm/cuda_support.h"
 #include "comm/ipc_ring/core.h"
 #include "comm/ipc_ring/kernels.h"
-#include "comm/peer_watch.h"
 #include "comm/store/hex.h"
 #include "comm/store/store.h"
 
@@ -23,35 +22,6 @@ namespace {
 
 constexpr char kName[] = "ipc_ring";
 using Clock = std::chrono::steady_clock;
-
-std::atomic<int> g_instances{0};
-// Ranks of one job in one process (threads) would each take their own
-// g_instances number and never meet in the store: count the creations in
-// progress, so that a second one at the same time fails at once and the first
-// one's timeout says why.
-std::atomic<int> g_creating{0};
-std::atomic<int> g_refused_concurrent{0};
-
-// Counts a multi-rank ipc_ring's creation while it runs.
-class CreationGuard {
- public:
-  explicit CreationGuard(bool counted) : counted_(counted) {
-    if (counted_ && g_creating.fetch_add(1) > 0) {
-      concurrent_ = true;
-      g_refused_concurrent.fetch_add(1);
-    }
-  }
-  ~CreationGuard() {
-    if (counted_) g_creating.fetch_sub(1);
-  }
-  CreationGuard(const CreationGuard&) = delete;
-  CreationGuard& operator=(const CreationGuard&) = delete;
-  bool concurrent() const { return concurrent_; }
-
- private:
-  const bool counted_;
-  bool concurrent_ = false;
-};
 
 const char kOnePerProcess[] =
     "; ipc_ring needs one process per rank (for ranks as threads of one "
@@ -64,28 +34,20 @@ class IpcRing : public IpcRingCore {
   IpcRing(const RankContext& context, const CommOptions& options)
       : IpcRingCore(kName, context, options),
         store_(context.store),
-        prefix_("ipc_ring/" + std::to_string(g_instances.fetch_add(1))) {
-    if (world_size_ > 1 && store_ == nullptr) {
-      throw CommError("ipc_ring: needs a rendezvous store for the IPC handles");
-    }
-    CreationGuard creating(world_size_ > 1);
-    if (creating.concurrent()) {
-      throw CommError(
-          "ipc_ring: two ranks are being created at once in process " +
-          std::to_string(getpid()) + kOnePerProcess);
+        watch_(context.peers, context.rank) {
+    // CUDA cannot open a process's own IPC handle: ranks in one process
+    // (threads) are refused at once, before any CUDA call, naming them.
+    for (int q = 0; q < world_size_; ++q) {
+      if (q != rank_ && context.peers[q].SameProcess(context.peers[rank_])) {
+        throw CommError(
+            "ipc_ring: ranks " + std::to_string(std::min(q, rank_)) + " and " +
+            std::to_string(std::max(q, rank_)) + " are both in process " +
+            std::to_string(context.peers[rank_].pid) + kOnePerProcess);
+      }
     }
     device_ = SelectCudaDevice(options, context.local_rank, kName);
     try {
       Init();
-    } catch (const CommError& e) {
-      Release();
-      if (g_refused_concurrent.load() > 0) {
-        throw CommError(std::string(e.what()) +
-                        " (another ipc_ring rank was created in this process "
-                        "at the same time" +
-                        kOnePerProcess + ")");
-      }
-      throw;
     } catch (...) {
       Release();
       throw;
@@ -100,7 +62,7 @@ class IpcRing : public IpcRingCore {
  private:
   void Init() {
     if (world_size_ == 1) return;  // nothing to share, nothing to launch
-    AgreeOnTuning(store_, prefix_);
+    AgreeOnTuning(store_);
     // A blocking stream: the caller's work on the legacy default stream
     // (a cudaMemcpy still in flight) is ordered before the kernels.
     CreateResources(cudaStreamDefault, /*wait_for_legacy=*/false);
@@ -113,38 +75,26 @@ class IpcRing : public IpcRingCore {
     char bus_id[64] = {};
     CudaCheck(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_), kName,
               "cudaDeviceGetPCIBusId");
-    // Host and pid too: CUDA cannot open a process's own IPC handle, so two
-    // ranks in one process must fail with a message rather than a CUDA code.
-    const std::string host = HostIdentity();
-    const long pid = static_cast<long>(getpid());
-    store_->Set(prefix_ + "/handle/" + std::to_string(rank_),
+    store_->Set("handle/" + std::to_string(rank_),
                 ToHex(&handle, sizeof(handle)) + " " +
-                    std::to_string(kIpcRingDataOffset) + " " + bus_id + " " +
-                    host + " " + std::to_string(pid));
+                    std::to_string(kIpcRingDataOffset) + " " + bus_id);
     exported_ = true;
-    watch_ = PeerWatch(store_, prefix_, rank_, world_size_, join_timeout_);
+    store_->Wait(RankKeys("handle", world_size_), join_timeout_);
     for (int q = 0; q < world_size_; ++q) {
-      if (q != rank_) OpenPeer(q, host, pid, bus_id);
+      if (q != rank_) OpenPeer(q, bus_id);
     }
   }
 
-  void OpenPeer(int q, const std::string& host, long pid, const char* bus_id) {
-    std::istringstream in(
-        store_->Get(prefix_ + "/handle/" + std::to_string(q), join_timeout_));
-    std::string hex, peer_bus, peer_host;
+  void OpenPeer(int q, const char* bus_id) {
+    std::istringstream in(store_->Get("handle/" + std::to_string(q),
+                                      std::chrono::milliseconds(0)));
+    std::string hex, peer_bus;
     size_t data_offset = 0;
-    long peer_pid = 0;
     cudaIpcMemHandle_t peer;
-    if (!(in >> hex >> data_offset >> peer_bus >> peer_host >> peer_pid) ||
+    if (!(in >> hex >> data_offset >> peer_bus) ||
         !FromHex(hex, &peer, sizeof(peer))) {
       throw CommError("ipc_ring: malformed IPC handle of rank " +
                       std::to_string(q) + " in the store");
-    }
-    if (peer_host == host && peer_pid == pid) {
-      throw CommError("ipc_ring: ranks " + std::to_string(std::min(q, rank_)) +
-                      " and " + std::to_string(std::max(q, rank_)) +
-                      " are both in process " + std::to_string(pid) +
-                      kOnePerProcess);
     }
     void* base = nullptr;
     CudaCheck(cudaIpcOpenMemHandle(&base, peer, cudaIpcMemLazyEnablePeerAccess),
@@ -168,21 +118,29 @@ class IpcRing : public IpcRingCore {
       for (int q = 0; q < world_size_; ++q) {
         if (q != rank_) pending.push_back(q);
       }
+      auto key = [](int q) { return "unmapped/" + std::to_string(q); };
       const auto deadline = Clock::now() + timeout_;
-      while (!pending.empty() && Clock::now() < deadline) {
-        const int q = pending.back();
-        bool done = watch_.Exited(q);
-        if (!done) {
-          try {
-            store_->Get(prefix_ + "/unmapped/" + std::to_string(q),
-                        std::chrono::milliseconds(20));
-            done = true;
-          } catch (const CommError&) {  // not yet
-          }
+      while (!pending.empty()) {
+        std::vector<std::string> keys;
+        for (int q : pending) keys.push_back(key(q));
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - Clock::now());
+        try {
+          store_->Wait(keys, std::clamp(left, std::chrono::milliseconds(0),
+                                        std::chrono::milliseconds(20)));
+          return true;
+        } catch (const StoreTimeout&) {
+          // A peer that exited is done too: its mappings died with it.
+          pending.erase(std::remove_if(pending.begin(), pending.end(),
+                                       [&](int q) {
+                                         return watch_.Exited(q) ||
+                                                store_->Check({key(q)});
+                                       }),
+                        pending.end());
+          if (left.count() <= 0) return pending.empty();
         }
-        if (done) pending.pop_back();
       }
-      return pending.empty();
+      return true;
     } catch (...) {  // the store is gone: nobody can say they unmapped
       return false;
     }
@@ -193,7 +151,7 @@ class IpcRing : public IpcRingCore {
   void AnnounceUnmapped() noexcept {
     if (world_size_ == 1 || store_ == nullptr) return;
     try {
-      store_->Set(prefix_ + "/unmapped/" + std::to_string(rank_), "1");
+      store_->Set("unmapped/" + std::to_string(rank_), "1");
     } catch (...) {  // the store is gone: peers fall back on the deadline
     }
   }
@@ -214,24 +172,28 @@ class IpcRing : public IpcRingCore {
   }
 
   Store* const store_;
-  const std::string prefix_;
+  const PeerWatch watch_;
   void* opened_[kIpcRingMaxRanks] = {};
   bool exported_ = false;
-  PeerWatch watch_;
 };
 
-const bool kRegistered = RegisterCommunicator(
-    kName, [](const RankContext& context, const CommOptions& options) {
-      return CreateIpcRing(context, options);
-    });
-
-}  // namespace
-
-std::unique_ptr<Communicator> CreateIpcRing(const RankContext& context,
-                                            const CommOptions& options) {
-  (void)kRegistered;
-  RequireOneHost(context, "ipc_ring");
-  return std::make_unique<IpcRing>(context, options);
+BackendDescription Description() {
+  BackendDescription d;
+  d.name = kName;
+  d.summary =
+      "ringlab's ring allreduce on GPUs over CUDA IPC, one process per rank "
+      "on one host";
+  d.memory = MemoryKind::kDevice;
+  d.spans_hosts = false;
+  d.checks_calls = true;  // every launch compares the ranks' descriptors
+  d.tuning = IpcRingSettings();
+  d.create = [](const RankContext& context, const CommOptions& options) {
+    return std::make_unique<IpcRing>(context, options);
+  };
+  return d;
 }
 
+const bool kRegistered = RegisterBackend(Description());
+
+}  // namespace
 }  // namespace ringlab::comm

@@ -26,36 +26,24 @@
 // Mappings, handles and device memory are released on every exit path; a
 // region a peer may still map (it did not say it unmapped it by the
 // deadline) is leaked rather than freed. The collectives themselves are
-// IpcRingCore's (ipc_ring_core.h).
+// IpcRingCore's (core.h).
 //
-// Tuning: CommOptions::tuning.ipc_ring (comm/tuning.h: oneshot_bytes, the
-// one-shot threshold; chunk_bytes, the ring's chunk; buffer_bytes, the
-// registered buffer), rank 0's used by all (published at creation). Linking
+// Data pointers are device pointers on the rank's device, of any alignment
+// (unaligned ones take a scalar path). Collectives run on the backend's own
+// CUDA stream, not the caller's: the caller must have finished writing the
+// buffer (synchronised its stream, as CudaMlp does before returning) before
+// the call; the result is complete when the call returns. Needs one process
+// per rank (CUDA IPC cannot map a process's own memory): two ranks in one
+// process fail with a CommError saying so (and naming ipc_ring_threads).
+// Creation waits join_timeout for peers, collectives timeout.
+//
+// Tuning: the ipc_ring.* settings (tuning.h: oneshot_bytes, the one-shot
+// threshold; chunk_bytes, the ring's chunk; buffer_bytes, the registered
+// buffer), rank 0's used by all (published at creation). Linking
 // //comm/ipc_ring registers "ipc_ring" with CreateCommunicator.
 #ifndef RINGLAB_COMM_IPC_RING_IPC_RING_H_
 #define RINGLAB_COMM_IPC_RING_IPC_RING_H_
 
-#include <cstddef>
-#include <memory>
-
-#include "comm/communicator.h"
-
-namespace ringlab::comm {
-
-// The store in context is required when world_size > 1. Data pointers are
-// device pointers on the rank's device (memory() == kDevice), of any
-// alignment (unaligned ones take a scalar path). Collectives run on the
-// communicator's own CUDA stream, not the caller's: the caller must have
-// finished writing the buffer (synchronised its stream, as CudaMlp does before
-// returning) before the call; the result is complete when the call returns.
-// Needs one process per rank (CUDA IPC cannot map a process's own memory):
-// two ranks in one process fail with a CommError saying so (and naming
-// ipc_ring_threads). Creation waits join_timeout for peers, collectives
-// timeout. Throws CommError
-// when a device, a mapping or a peer is missing.
-std::unique_ptr<Communicator> CreateIpcRing(const RankContext& context,
-                                            const CommOptions& options);
-
-}  // namespace ringlab::comm
+#include "comm/ipc_ring/tuning.h"
 
 #endif  // RINGLAB_COMM_IPC_RING_IPC_RING_H_

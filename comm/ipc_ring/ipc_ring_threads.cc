@@ -32,11 +32,6 @@ class IpcRingThreads : public IpcRingCore {
  public:
   IpcRingThreads(const RankContext& context, const CommOptions& options)
       : IpcRingCore(kName, context, options), store_(context.store) {
-    if (store_ == nullptr) {
-      throw CommError(
-          "ipc_ring_threads: needs a store shared by the rank threads "
-          "(comm::RunRankThreads gives them one)");
-    }
     if (world_size_ > 1) {
       if (world_size_ > MaxConnections()) {
         throw CommError(
@@ -46,14 +41,9 @@ class IpcRingThreads : public IpcRingCore {
             std::to_string(MaxConnections()) +
             " (call comm::PrepareProcessForRankThreads() before CUDA starts)");
       }
-      // This rank's k-th communicator meets the other ranks' k-th.
-      const int64_t k = store_->Add(
-          std::string(kName) + "/instances/" + std::to_string(rank_), 1);
-      prefix_ = std::string(kName) + "/" + std::to_string(k - 1);
       // Host checks first: ranks in other processes are named before any
       // CUDA call (also on machines without a GPU).
-      group_ = ThreadGroup::Join(store_, prefix_, rank_, world_size_,
-                                 join_timeout_, kName);
+      group_ = ThreadGroup::Join(context, join_timeout_, kName);
     }
     try {
       CommOptions one_device = options;
@@ -81,7 +71,7 @@ class IpcRingThreads : public IpcRingCore {
  private:
   void Init() {
     if (world_size_ == 1) return;  // nothing to share, nothing to launch
-    AgreeOnTuning(store_, prefix_);
+    AgreeOnTuning(store_);
     CreateResources(cudaStreamNonBlocking, /*wait_for_legacy=*/true);
     AttachOwnRegion();
     char bus_id[64] = {};
@@ -128,21 +118,27 @@ class IpcRingThreads : public IpcRingCore {
   }
 
   Store* const store_;
-  std::string prefix_;
   std::shared_ptr<ThreadGroup> group_;
 };
 
-const bool kRegistered = RegisterCommunicator(
-    kName, [](const RankContext& context, const CommOptions& options) {
-      return CreateIpcRingThreads(context, options);
-    });
-
-}  // namespace
-
-std::unique_ptr<Communicator> CreateIpcRingThreads(const RankContext& context,
-                                                   const CommOptions& options) {
-  (void)kRegistered;
-  return std::make_unique<IpcRingThreads>(context, options);
+BackendDescription Description() {
+  BackendDescription d;
+  d.name = kName;
+  d.summary =
+      "ipc_ring's kernels with the ranks as threads of one process on one "
+      "GPU, each with its own stream";
+  d.memory = MemoryKind::kDevice;
+  d.launch = RankLaunch::kThreads;
+  d.spans_hosts = false;
+  d.checks_calls = true;  // every launch compares the ranks' descriptors
+  d.tuning = IpcRingSettings();
+  d.create = [](const RankContext& context, const CommOptions& options) {
+    return std::make_unique<IpcRingThreads>(context, options);
+  };
+  return d;
 }
 
+const bool kRegistered = RegisterBackend(Description());
+
+}  // namespace
 }  // namespace ringlab::comm

@@ -20,28 +20,19 @@
 // kernel and said so); otherwise it is leaked, never freed under a peer.
 //
 // Run the ranks with comm::RunRankThreads (or any threads that share one
-// Store); call PrepareProcessForRankThreads() (rank_threads.h) before the
-// process first uses CUDA. World sizes above CUDA_DEVICE_MAX_CONNECTIONS (8
-// unless set) are refused: with fewer hardware queues than spinning kernels,
-// one rank's kernel can queue behind another's that waits for it. Linking
+// Store and have this process as every rank's peer); call
+// PrepareProcessForRankThreads() (comm/job/rank_threads.h) before the
+// process first uses CUDA. The device is options.cuda_device, or device 0
+// when it is -1, and must be the same on every rank; data pointers are
+// device pointers on that device. Creation waits join_timeout for the
+// peers; collectives wait timeout. World sizes above
+// CUDA_DEVICE_MAX_CONNECTIONS (8 unless set) are refused: with fewer hardware
+// queues than spinning kernels, one rank's kernel can queue behind another's
+// that waits for it. Linking
 // //comm/ipc_ring:ipc_ring_threads registers "ipc_ring_threads".
 #ifndef RINGLAB_COMM_IPC_RING_IPC_RING_THREADS_H_
 #define RINGLAB_COMM_IPC_RING_IPC_RING_THREADS_H_
 
-#include <memory>
-
-#include "comm/communicator.h"
-
-namespace ringlab::comm {
-
-// context.store is required (a LocalStore shared by the threads; a store
-// shared by separate processes is refused, naming them). The device is
-// options.cuda_device, or device 0 when it is -1, and must be the same on
-// every rank. Data pointers are device pointers on that device. Creation
-// waits join_timeout for the peers; collectives wait timeout.
-std::unique_ptr<Communicator> CreateIpcRingThreads(const RankContext& context,
-                                                   const CommOptions& options);
-
-}  // namespace ringlab::comm
+#include "comm/ipc_ring/tuning.h"
 
 #endif  // RINGLAB_COMM_IPC_RING_IPC_RING_THREADS_H_

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/job/launch_variables.h"
 #include "comm/process.h"
 #include "comm/store/job_secret.h"
 #include "comm/store/tcp_store.h"
@@ -82,31 +83,29 @@ struct Stream {
 std::vector<std::vector<std::string>> RankEnvironments(
     int nprocs, int port, const std::string& secret_hex,
     const std::vector<std::string>& extra) {
-  const char* ours[] = {"RANK=",
-                        "WORLD_SIZE=",
-                        "LOCAL_RANK=",
-                        "LOCAL_WORLD_SIZE=",
-                        "MASTER_ADDR=",
-                        "MASTER_PORT=",
-                        "RINGLAB_STORE_HOSTED=",
-                        "RINGLAB_JOB_SECRET="};
+  using namespace launch;  // NOLINT: the variable names, one per line below
   std::vector<std::vector<std::string>> envs(nprocs);
   for (int r = 0; r < nprocs; ++r) {
+    const std::pair<const char*, std::string> ours[] = {
+        {kRank, std::to_string(r)},
+        {kWorldSize, std::to_string(nprocs)},
+        {kLocalRank, std::to_string(r)},
+        {kLocalWorldSize, std::to_string(nprocs)},
+        {kMasterAddr, "127.0.0.1"},
+        {kMasterPort, std::to_string(port)},
+        {kStoreHosted, "1"},
+        {kJobSecret, secret_hex}};
     for (char** e = environ; *e != nullptr; ++e) {
       bool replaced = false;
-      for (const char* o : ours) {
-        if (std::strncmp(*e, o, std::strlen(o)) == 0) replaced = true;
+      for (const auto& [name, value] : ours) {
+        const size_t n = std::strlen(name);
+        if (std::strncmp(*e, name, n) == 0 && (*e)[n] == '=') replaced = true;
       }
       if (!replaced) envs[r].push_back(*e);
     }
-    envs[r].push_back("RANK=" + std::to_string(r));
-    envs[r].push_back("WORLD_SIZE=" + std::to_string(nprocs));
-    envs[r].push_back("LOCAL_RANK=" + std::to_string(r));
-    envs[r].push_back("LOCAL_WORLD_SIZE=" + std::to_string(nprocs));
-    envs[r].push_back("MASTER_ADDR=127.0.0.1");
-    envs[r].push_back("MASTER_PORT=" + std::to_string(port));
-    envs[r].push_back("RINGLAB_STORE_HOSTED=1");
-    envs[r].push_back(std::string(kJobSecretVariable) + "=" + secret_hex);
+    for (const auto& [name, value] : ours) {
+      envs[r].push_back(std::string(name) + "=" + value);
+    }
     for (const std::string& e : extra) envs[r].push_back(e);
   }
   return envs;

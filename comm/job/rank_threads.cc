@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "comm/job/job_environment.h"
 #include "comm/store/local_store.h"
 
 namespace ringlab::comm {
@@ -48,6 +49,16 @@ std::string RankThreadsResult::Describe() const {
   return text;
 }
 
+RankContext RankThreadContext(int rank, int world_size, Store* store) {
+  RankContext context;
+  context.rank = rank;
+  context.world_size = world_size;
+  context.local_rank = rank;
+  context.store = store;
+  context.peers.assign(world_size, ThisPeer("127.0.0.1"));
+  return context;
+}
+
 void PrepareProcessForRankThreads() {
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
 }
@@ -63,11 +74,8 @@ RankThreadsResult RunRankThreads(
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([state, r, world_size, &body] {
-      RankContext context;
-      context.rank = r;
-      context.world_size = world_size;
-      context.local_rank = r;
-      context.store = &state->store;
+      const RankContext context =
+          RankThreadContext(r, world_size, &state->store);
       std::string error;
       try {
         body(context);

@@ -29,11 +29,16 @@ struct RankThreadsResult {
 };
 
 // Starts world_size threads; thread r calls body(RankContext{r, world_size,
-// local_rank = r, &store}) with one LocalStore shared by all. Returns when
+// local_rank = r, &store, peers: this process for every rank}) with one
+// LocalStore shared by all. Returns when
 // all have returned, or `grace` after the first one failed.
 RankThreadsResult RunRankThreads(
     int world_size, const std::function<void(const RankContext&)>& body,
     std::chrono::milliseconds grace);
+
+// The context of rank `rank` of `world_size` ranks that are threads of this
+// process meeting in `store`: every peer is this process, on this host.
+RankContext RankThreadContext(int rank, int world_size, Store* store);
 
 // Before the process first uses CUDA, in a process that will run ranks as
 // threads on one GPU: lets 32 streams run kernels side by side

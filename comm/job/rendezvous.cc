@@ -18,30 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "comm/job/launch_variables.h"
 #include "comm/store/job_secret.h"
 
 namespace ringlab::comm {
 namespace {
-
-const char* Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : nullptr;
-}
-
-// The integer in variable `name`, or fallback when unset.
-long EnvInt(const char* name, long fallback, long lo, long hi) {
-  const char* v = Env(name);
-  if (v == nullptr) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  long n = std::strtol(v, &end, 10);
-  if (errno != 0 || *end != '\0' || n < lo || n > hi) {
-    throw std::invalid_argument(
-        std::string(name) + "='" + v + "': expected an integer in [" +
-        std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  return n;
-}
 
 // MASTER_ADDR (a name or an address) as a dotted IPv4 address.
 std::string ResolveIPv4(const std::string& host) {
@@ -94,7 +75,7 @@ std::string PrivateDirectory() {
         dir +
         " must be a directory of this user that nobody else may enter "
         "(remove it), or set " +
-        std::string(kJobSecretVariable) + " on every rank");
+        std::string(launch::kJobSecret) + " on every rank");
   }
   return dir;
 }
@@ -135,111 +116,10 @@ std::string ReadPublishedSecret(const std::string& path) {
   }
 }
 
-std::string ReadFirstLine(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-// Every rank reports its host and learns everyone's. Rank 0 may host the
-// store: it returns only once every rank has read every host, so that a job
-// refused for spanning hosts is refused by each rank with the same message
-// rather than by rank 0 and, for the others, a store gone.
-std::vector<std::string> ExchangeHosts(const JobEnvironment& job,
-                                       std::chrono::milliseconds timeout,
-                                       Store& store) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  store.Set("rendezvous/host/" + std::to_string(job.rank), job.host);
-  std::vector<std::string> hosts(job.world_size);
-  for (int q = 0; q < job.world_size; ++q) {
-    const std::string key = "rendezvous/host/" + std::to_string(q);
-    try {
-      hosts[q] = store.Get(key, timeout);
-    } catch (const CommError& e) {
-      if (std::string(e.what()).find("timed out") == std::string::npos) throw;
-      throw CommError("rendezvous: rank " + std::to_string(q) +
-                      " did not join the job's store within " +
-                      std::to_string(timeout.count()) +
-                      " ms (is it running, with the same MASTER_ADDR, "
-                      "MASTER_PORT and " +
-                      kJobSecretVariable + "?)");
-    }
-  }
-  int64_t done = store.Add("rendezvous/hosts_read", 1);
-  for (auto pause = std::chrono::milliseconds(1);
-       job.rank == 0 && done < job.world_size;
-       pause = std::min(pause * 2, std::chrono::milliseconds(20))) {
-    if (std::chrono::steady_clock::now() + pause > deadline) {
-      throw CommError("rendezvous: only " + std::to_string(done) + " of " +
-                      std::to_string(job.world_size) +
-                      " ranks read the job's hosts within " +
-                      std::to_string(timeout.count()) + " ms");
-    }
-    std::this_thread::sleep_for(pause);
-    done = store.Add("rendezvous/hosts_read", 0);
-  }
-  return hosts;
-}
-
 }  // namespace
-
-std::string ThisHostIdentity() {
-  if (const char* id = Env("RINGLAB_HOST_ID")) return id;
-  char name[256] = "";
-  gethostname(name, sizeof(name) - 1);
-  const std::string boot =
-      ReadFirstLine("/proc/sys/kernel/random/boot_id").substr(0, 8);
-  char ns[64] = "";
-  const ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
-  std::string pid_ns = n > 0 ? std::string(ns, static_cast<size_t>(n)) : "?";
-  const size_t open = pid_ns.find('['), close = pid_ns.find(']');
-  if (open != std::string::npos && close != std::string::npos) {
-    pid_ns = pid_ns.substr(open + 1, close - open - 1);
-  }
-  return std::string(name) + " (boot " + (boot.empty() ? "?" : boot) +
-         ", pid namespace " + pid_ns + ")";
-}
 
 std::string LoopbackSecretPath(const std::string& address, int port) {
   return PrivateDirectory() + "/store-" + address + "-" + std::to_string(port);
-}
-
-bool Rendezvous::InLaunchedJob() {
-  return Env("RANK") != nullptr || Env("OMPI_COMM_WORLD_RANK") != nullptr;
-}
-
-JobEnvironment JobEnvironment::Read() {
-  JobEnvironment job;
-  // torchrun's variables first; mpirun's when those are absent.
-  const bool torch = Env("RANK") != nullptr || Env("WORLD_SIZE") != nullptr;
-  const char* rank_var = torch ? "RANK" : "OMPI_COMM_WORLD_RANK";
-  const char* world_var = torch ? "WORLD_SIZE" : "OMPI_COMM_WORLD_SIZE";
-  const char* local_var = torch ? "LOCAL_RANK" : "OMPI_COMM_WORLD_LOCAL_RANK";
-  if (torch && (Env("RANK") == nullptr) != (Env("WORLD_SIZE") == nullptr)) {
-    throw std::invalid_argument(
-        "RANK and WORLD_SIZE must be set together (as torchrun does)");
-  }
-  const long world = EnvInt(world_var, 1, 1, 1 << 20);
-  const long rank = EnvInt(rank_var, 0, 0, 1 << 20);
-  if (rank >= world) {
-    throw std::invalid_argument(std::string(rank_var) + "=" +
-                                std::to_string(rank) + " is not below " +
-                                world_var + "=" + std::to_string(world));
-  }
-  job.rank = static_cast<int>(rank);
-  job.world_size = static_cast<int>(world);
-  job.local_rank = static_cast<int>(EnvInt(local_var, rank, 0, 1 << 20));
-  job.master_port = static_cast<int>(EnvInt("MASTER_PORT", -1, 1, 65535));
-  if (const char* addr = Env("MASTER_ADDR")) job.master_addr = addr;
-  if (const char* hex = Env(kJobSecretVariable)) {
-    job.secret = JobSecretFromHex(hex, kJobSecretVariable);
-  }
-  const char* hosted = Env("RINGLAB_STORE_HOSTED");
-  job.store_hosted = hosted != nullptr && std::string(hosted) == "1";
-  if (const char* bind = Env("RINGLAB_STORE_BIND")) job.store_bind = bind;
-  job.host = ThisHostIdentity();
-  return job;
 }
 
 std::unique_ptr<Rendezvous> Rendezvous::FromEnv(
@@ -248,6 +128,15 @@ std::unique_ptr<Rendezvous> Rendezvous::FromEnv(
 }
 
 std::unique_ptr<Rendezvous> Rendezvous::Join(
+    const JobEnvironment& job, std::chrono::milliseconds timeout) {
+  try {
+    return JoinOrThrowStoreError(job, timeout);
+  } catch (const StoreError& e) {
+    throw CommError(std::string("rendezvous: ") + e.what());
+  }
+}
+
+std::unique_ptr<Rendezvous> Rendezvous::JoinOrThrowStoreError(
     const JobEnvironment& job, std::chrono::milliseconds timeout) {
   std::unique_ptr<Rendezvous> rv(new Rendezvous);
   RankContext& context = rv->context_;
@@ -266,8 +155,39 @@ std::unique_ptr<Rendezvous> Rendezvous::Join(
     rv->JoinStore(job, timeout);
   }
   context.store = rv->store_.get();
-  context.hosts = ExchangeHosts(job, timeout, *rv->store_);
+  rv->GatherPeers(job, timeout);
   return rv;
+}
+
+void Rendezvous::GatherPeers(const JobEnvironment& job,
+                             std::chrono::milliseconds timeout) {
+  PeerInfo mine = ThisPeer(store_->local_address());
+  mine.host = job.host;
+  try {
+    context_.peers =
+        ExchangePeers(*store_, job.rank, job.world_size, mine, timeout);
+    store_->Set("rendezvous/read/" + std::to_string(job.rank), "1");
+    if (job.rank == 0) {
+      store_->Wait(RankKeys("rendezvous/read", job.world_size), timeout);
+    }
+  } catch (const StoreTimeout&) {
+    int absent = 0;
+    while (absent < job.world_size &&
+           store_->Check({"peer/" + std::to_string(absent)})) {
+      ++absent;
+    }
+    if (absent == job.world_size) {
+      throw CommError(
+          "rendezvous: not every rank read the job's peers within " +
+          std::to_string(timeout.count()) + " ms");
+    }
+    throw CommError("rendezvous: rank " + std::to_string(absent) +
+                    " did not join the job's store within " +
+                    std::to_string(timeout.count()) +
+                    " ms (is it running, with the same MASTER_ADDR, "
+                    "MASTER_PORT and " +
+                    launch::kJobSecret + "?)");
+  }
 }
 
 void Rendezvous::JoinStore(const JobEnvironment& job,
@@ -276,8 +196,9 @@ void Rendezvous::JoinStore(const JobEnvironment& job,
   if (!job.store_bind.empty() &&
       inet_pton(AF_INET, job.store_bind.c_str(), &parsed) != 1) {
     throw std::invalid_argument("the store's listening address " +
-                                job.store_bind +
-                                " (--store_bind, RINGLAB_STORE_BIND) is not "
+                                job.store_bind + " (--store_bind, " +
+                                std::string(launch::kStoreBind) +
+                                ") is not "
                                 "an IPv4 address such as 0.0.0.0");
   }
   const std::string master_ip = ResolveIPv4(job.master_addr);
@@ -292,8 +213,8 @@ void Rendezvous::JoinStore(const JobEnvironment& job,
     throw std::invalid_argument(
         std::string(host_here ? "the store would listen on " + bind
                               : "MASTER_ADDR=" + job.master_addr) +
-        ", beyond loopback: set " + kJobSecretVariable +
-        " to the same 32 hex digits on every rank, e.g. " + kJobSecretVariable +
+        ", beyond loopback: set " + launch::kJobSecret +
+        " to the same 32 hex digits on every rank, e.g. " + launch::kJobSecret +
         "=$(openssl rand -hex 16)");
   }
   // What this rank presents: the secret it was given, rank 0's own, or

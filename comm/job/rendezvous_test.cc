@@ -9,7 +9,7 @@
 #include <future>
 #include <sstream>
 
-#include "comm/shm_ring/shm_ring.h"
+#include "comm/job/launch_variables.h"
 #include "comm/store/job_secret.h"
 #include "gtest/gtest.h"
 
@@ -21,11 +21,12 @@ using std::chrono::milliseconds;
 class RendezvousTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    using namespace launch;  // NOLINT: every variable a launcher sets
     for (const char* v :
-         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-          "RINGLAB_STORE_HOSTED", "RINGLAB_STORE_BIND", "RINGLAB_JOB_SECRET",
-          "RINGLAB_HOST_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-          "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+         {kRank, kWorldSize, kLocalRank, kMasterAddr, kMasterPort, kStoreHosted,
+          kStoreBind, kJobSecret, kHostId, kOmpiRank, kOmpiSize, kOmpiLocalRank,
+          kSlurmProcId, kSlurmNtasks, kSlurmLocalId, kSlurmStepId,
+          kSlurmNodeList, kSlurmJobId}) {
       unsetenv(v);
     }
   }
@@ -111,20 +112,19 @@ std::string ListeningAddress(int port) {
 }
 
 TEST_F(RendezvousTest, LoneProcessGetsAPrivateStore) {
-  EXPECT_FALSE(Rendezvous::InLaunchedJob());
+  EXPECT_FALSE(InLaunchedJob());
   auto rv = Rendezvous::FromEnv(milliseconds(5000));
-  EXPECT_EQ(rv->context().rank, 0);
-  EXPECT_EQ(rv->context().world_size, 1);
-  EXPECT_EQ(rv->context().job_secret.size(), kJobSecretBytes);
-  EXPECT_EQ(rv->context().hosts, std::vector<std::string>{ThisHostIdentity()});
-  ASSERT_NE(rv->context().store, nullptr);
-  rv->context().store->Set("k", "v");
-  EXPECT_EQ(rv->context().store->Get("k", milliseconds(1000)), "v");
-  // Every store-based backend works for one rank.
-  auto comm = CreateCommunicator("shm_ring", rv->context(), CommOptions{});
-  float x = 3;
-  comm->AllReduce(&x, 1, ReduceOp::kAvg);
-  EXPECT_EQ(x, 3);
+  const RankContext& c = rv->context();
+  EXPECT_EQ(c.rank, 0);
+  EXPECT_EQ(c.world_size, 1);
+  EXPECT_EQ(c.job_secret.size(), kJobSecretBytes);
+  ASSERT_EQ(c.peers.size(), 1u);
+  EXPECT_EQ(c.peers[0].host, ThisHostIdentity());
+  EXPECT_EQ(c.peers[0].pid, getpid());
+  EXPECT_EQ(c.peers[0].address, "127.0.0.1");
+  ASSERT_NE(c.store, nullptr);
+  c.store->Set("k", "v");
+  EXPECT_EQ(c.store->Get("k", milliseconds(1000)), "v");
 }
 
 // MASTER_ADDR=127.0.0.2: rank 0 listens there, where rank 1 connects (it
@@ -136,8 +136,13 @@ TEST_F(RendezvousTest, RankZeroListensOnMasterAddr) {
   EXPECT_EQ(rv1->context().rank, 1);
   rv0->context().store->Set("from0", "x");
   EXPECT_EQ(rv1->context().store->Get("from0", milliseconds(1000)), "x");
-  EXPECT_EQ(rv0->context().hosts, rv1->context().hosts);
-  EXPECT_EQ(rv0->context().hosts.size(), 2u);
+  ASSERT_EQ(rv0->context().peers.size(), 2u);
+  ASSERT_EQ(rv1->context().peers.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(rv0->context().peers[r].Encode(),
+              rv1->context().peers[r].Encode());
+    EXPECT_EQ(rv0->context().peers[r].address.rfind("127.", 0), 0u);
+  }
   // Without a secret given, rank 0 drew one and rank 1 read it from the
   // file rank 0 published, private to this user, removed at the end.
   EXPECT_EQ(rv0->context().job_secret.size(), kJobSecretBytes);
@@ -215,38 +220,22 @@ TEST_F(RendezvousTest, RanksWithAnotherSecretAreNotAdmitted) {
   }
 }
 
-// Every rank reports its host: backends that share memory refuse a job
-// that spans hosts, naming them; the others do not mind.
-TEST_F(RendezvousTest, SharedMemoryBackendsRefuseAJobOnTwoHosts) {
+// Every rank reports its host (here, as two hosts would): the front refuses
+// a one-host backend from it (communicator_test), the trainer names them.
+TEST_F(RendezvousTest, EveryRankLearnsEveryRanksHost) {
   JobEnvironment zero = Rank(0, "127.0.0.1"), one = Rank(1, "127.0.0.1");
   zero.host = "node-a";
   one.host = "node-b";
   auto [rv0, rv1] = JoinBoth(zero, one);
-  EXPECT_EQ(rv1->context().hosts,
-            (std::vector<std::string>{"node-a", "node-b"}));
-  try {
-    CreateCommunicator("shm_ring", rv0->context(), CommOptions{});
-    ADD_FAILURE() << "shm_ring started on two hosts";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(),
-                 "shm_ring needs every rank on one host, but this job spans 2 "
-                 "hosts (rank 0 on node-a; rank 1 on node-b); use a backend "
-                 "that spans hosts: mpi, nccl or gloo");
+  for (const Rendezvous* rv : {rv0.get(), rv1.get()}) {
+    ASSERT_EQ(rv->context().peers.size(), 2u);
+    EXPECT_EQ(rv->context().peers[0].host, "node-a");
+    EXPECT_EQ(rv->context().peers[1].host, "node-b");
   }
-  RankContext many;
-  many.world_size = 7;
-  many.hosts = {"a", "b", "a", "a", "a", "a", "b"};
-  try {
-    RequireOneHost(many, "ipc_ring");
-    ADD_FAILURE() << "no error";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "(ranks 0,2,3,4 and 1 more on a; ranks 1,6 on b)"),
-              std::string::npos)
-        << e.what();
-  }
-  many.hosts.assign(7, "a");
-  RequireOneHost(many, "ipc_ring");  // one host: fine
+  size_t hosts = 0;
+  EXPECT_EQ(DescribeHosts(rv0->context().peers, &hosts),
+            "rank 0 on node-a; rank 1 on node-b");
+  EXPECT_EQ(hosts, 2u);
 }
 
 TEST_F(RendezvousTest, HostIdentityNamesHostBootAndPidNamespace) {
@@ -294,7 +283,54 @@ TEST_F(RendezvousTest, MpirunVariablesWithoutAStore) {
   EXPECT_EQ(rv->context().rank, 1);
   EXPECT_EQ(rv->context().world_size, 4);
   EXPECT_EQ(rv->context().store, nullptr);
-  EXPECT_TRUE(rv->context().hosts.empty());
+  EXPECT_TRUE(rv->context().peers.empty());
+}
+
+// srun's tasks: rank, size and local rank from Slurm; without MASTER_ADDR
+// and MASTER_PORT, rank 0's node (the node list's first) and 15000 + the
+// job id's last four digits, as Lightning has it. torchrun's variables win
+// over Slurm's; a batch script outside a job step is no rank.
+TEST_F(RendezvousTest, SrunTasksTakeSlurmsVariables) {
+  setenv("SLURM_PROCID", "3", 1);
+  setenv("SLURM_NTASKS", "8", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  setenv("SLURM_JOB_NODELIST", "gpu-[007-009,012],cpu1", 1);
+  setenv("SLURM_JOB_ID", "4242123", 1);
+  EXPECT_FALSE(InLaunchedJob());  // a batch script: no job step yet
+  setenv("SLURM_STEP_ID", "0", 1);
+  EXPECT_TRUE(InLaunchedJob());
+  JobEnvironment job = JobEnvironment::Read();
+  EXPECT_EQ(job.rank, 3);
+  EXPECT_EQ(job.world_size, 8);
+  EXPECT_EQ(job.local_rank, 1);
+  EXPECT_EQ(job.master_addr, "gpu-007");
+  EXPECT_EQ(job.master_port, 17123);
+  setenv("MASTER_ADDR", "10.1.2.3", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  job = JobEnvironment::Read();
+  EXPECT_EQ(job.master_addr, "10.1.2.3");
+  EXPECT_EQ(job.master_port, 29500);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  job = JobEnvironment::Read();
+  EXPECT_EQ(job.rank, 0);
+  EXPECT_EQ(job.world_size, 2);
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("MASTER_ADDR");
+  unsetenv("SLURM_JOB_NODELIST");
+  EXPECT_NE(Error().find("SLURM_JOB_NODELIST must name rank 0's node"),
+            std::string::npos)
+      << Error();
+}
+
+TEST_F(RendezvousTest, FirstSlurmHostOfANodeList) {
+  EXPECT_EQ(FirstSlurmHost("node1"), "node1");
+  EXPECT_EQ(FirstSlurmHost("node1,node2"), "node1");
+  EXPECT_EQ(FirstSlurmHost("gpu[003-005,009],cpu1"), "gpu003");
+  EXPECT_EQ(FirstSlurmHost("gpu[9,3]"), "gpu9");
+  EXPECT_EQ(FirstSlurmHost("rack[1-2]-n"), "rack1-n");
+  EXPECT_EQ(FirstSlurmHost(""), "");
 }
 
 TEST_F(RendezvousTest, MalformedVariablesAreNamed) {

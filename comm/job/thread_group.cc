@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "comm/communicator.h"
+#include "comm/poll_pacer.h"
 
 namespace ringlab::comm {
 namespace {
@@ -20,14 +21,6 @@ std::string Seconds(std::chrono::milliseconds d) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.3g", d.count() / 1000.0);
   return text;
-}
-
-// What is left of a deadline, at least 1 ms (a store asked to wait 0 ms may
-// not even look).
-std::chrono::milliseconds Remaining(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - Clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
 }
 
 std::string RankList(const std::vector<int>& ranks) {
@@ -57,34 +50,7 @@ std::map<std::string, std::weak_ptr<ThreadGroup>>& Registry() {
   return *registry;
 }
 
-// Spins (yielding) for 2 ms, then sleeps 50 us between looks.
-class Pacer {
- public:
-  void Pause() {
-    if (Clock::now() - start_ < std::chrono::milliseconds(2)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-
- private:
-  Clock::time_point start_ = Clock::now();
-};
-
 }  // namespace
-
-std::string ThisProcessIdentity() {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '?';
-  char ns[128] = {};
-  const ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
-  char nonce[32];
-  std::snprintf(nonce, sizeof(nonce), "%016llx",
-                static_cast<unsigned long long>(ProcessNonce()));
-  return std::string(host) + "|" + (n > 0 ? std::string(ns, n) : "?") +
-         " pid " + std::to_string(getpid()) + " #" + nonce;
-}
 
 ThreadGroup::ThreadGroup(int world_size, std::string backend)
     : world_size_(world_size),
@@ -101,50 +67,57 @@ ThreadGroup::ThreadGroup(int world_size, std::string backend)
 }
 
 std::shared_ptr<ThreadGroup> ThreadGroup::Join(
-    Store* store, const std::string& prefix, int rank, int world_size,
-    std::chrono::milliseconds timeout, const std::string& backend) {
+    const RankContext& context, std::chrono::milliseconds timeout,
+    const std::string& backend) {
+  Store* const store = context.store;
+  const int rank = context.rank, world_size = context.world_size;
   if (store == nullptr) {
     throw std::invalid_argument(backend + ": ranks as threads need a store");
   }
-  if (world_size < 1 || rank < 0 || rank >= world_size) {
+  if (world_size < 1 || rank < 0 || rank >= world_size ||
+      context.peers.size() != static_cast<size_t>(world_size)) {
     throw std::invalid_argument(
-        backend + ": rank " + std::to_string(rank) +
-        " not in [0, world_size=" + std::to_string(world_size) + ")");
+        backend + ": rank " + std::to_string(rank) + " not in [0, world_size=" +
+        std::to_string(world_size) + ") or no peer information for every rank");
   }
-  const auto deadline = Clock::now() + timeout;
+  // Which process each rank is in was gathered when the job started: ranks
+  // in other processes can never appear in this one's group.
+  const PeerInfo& me = context.peers[rank];
+  for (int q = 0; q < world_size; ++q) {
+    const PeerInfo& theirs = context.peers[q];
+    if (theirs.SameProcess(me)) continue;
+    throw CommError(backend + ": ranks " + std::to_string(rank) + " and " +
+                    std::to_string(q) + " are in different processes (pid " +
+                    std::to_string(me.pid) + " on " + me.host + "; pid " +
+                    std::to_string(theirs.pid) + " on " + theirs.host +
+                    "): ranks as threads must all be threads of one process "
+                    "(for one process per rank, use ipc_ring)");
+  }
   // Claimed through the store, so that two threads given one rank are told
   // so whichever order they come in.
-  if (store->Add(prefix + "/claim/" + std::to_string(rank), 1) != 1) {
+  if (store->Add("claim/" + std::to_string(rank), 1) != 1) {
     throw CommError(backend + ": rank " + std::to_string(rank) +
                     " joined twice (two threads given one rank)");
   }
-  const std::string me = ThisProcessIdentity();
   if (rank == 0) {
     std::random_device device;
-    store->Set(prefix + "/token", me + " " + std::to_string(device()) + " " +
-                                      std::to_string(device()));
+    store->Set("token", std::to_string(ProcessNonce()) + " " +
+                            std::to_string(device()) + " " +
+                            std::to_string(device()));
   }
-  store->Set(prefix + "/process/" + std::to_string(rank), me);
-  for (int q = 0; q < world_size; ++q) {
-    if (q == rank) continue;
-    std::string theirs;
-    try {
-      theirs = store->Get(prefix + "/process/" + std::to_string(q),
-                          Remaining(deadline));
-    } catch (const CommError&) {
-      throw CommError(backend + ": rank " + std::to_string(q) +
-                      " did not join within " + Seconds(timeout) + " s (rank " +
-                      std::to_string(rank) + " waiting)");
+  store->Set("joined/" + std::to_string(rank), "1");
+  try {
+    store->Wait(RankKeys("joined", world_size), timeout);
+  } catch (const StoreTimeout&) {
+    std::vector<int> absent;
+    for (int q = 0; q < world_size; ++q) {
+      if (!store->Check({"joined/" + std::to_string(q)})) absent.push_back(q);
     }
-    if (theirs != me) {
-      throw CommError(backend + ": ranks " + std::to_string(rank) + " and " +
-                      std::to_string(q) + " are in different processes (" + me +
-                      "; " + theirs +
-                      "): ranks as threads must all be threads of one process "
-                      "(for one process per rank, use ipc_ring)");
-    }
+    throw CommError(backend + ": " + RankList(absent) +
+                    " did not join within " + Seconds(timeout) + " s (rank " +
+                    std::to_string(rank) + " waiting)");
   }
-  const std::string token = store->Get(prefix + "/token", Remaining(deadline));
+  const std::string token = store->Get("token", std::chrono::milliseconds(0));
 
   std::shared_ptr<ThreadGroup> group;
   {
@@ -232,7 +205,7 @@ void ThreadGroup::Arrive(int rank, const std::string& what,
   }
   arrived_[rank].store(mine, std::memory_order_release);
   const auto deadline = Clock::now() + timeout;
-  Pacer pacer;
+  PollPacer pacer;
   for (int q = 0; q < world_size_; ++q) {
     while (arrived_[q].load(std::memory_order_acquire) < mine) {
       if (left_[q].load(std::memory_order_acquire)) {

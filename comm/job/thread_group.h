@@ -5,11 +5,11 @@
 // It knows nothing of CUDA, so that all of this is tested on machines without
 // a GPU.
 //
-// Joining goes through the job's Store, as every backend's creation does:
-// each rank publishes which process it is, so that a job whose ranks turn out
-// to be separate processes fails at once, naming them, instead of waiting for
-// peers that can never appear in this process. Every wait has a deadline and
-// names the ranks it waited for.
+// Joining goes through the job's Store, as every backend's creation does; a
+// job whose ranks turn out to be separate processes (the peers gathered at
+// its start say so) fails at once, naming them, instead of waiting for peers
+// that can never appear in this process. Every wait has a deadline and names
+// the ranks it waited for.
 #ifndef RINGLAB_COMM_JOB_THREAD_GROUP_H_
 #define RINGLAB_COMM_JOB_THREAD_GROUP_H_
 
@@ -23,21 +23,20 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "comm/store/store.h"
 
 namespace ringlab::comm {
 
 class ThreadGroup {
  public:
-  // Joins the group that the ranks of one communicator share, under `prefix`
-  // in `store` (prefixes must differ between communicators of one job).
-  // `backend` prefixes every error. Throws std::invalid_argument for a bad
-  // rank or world size or a null store, and CommError when a rank is in
-  // another process, a rank joins twice, ranks disagree on the world size, or
-  // a rank has not joined within `timeout` (naming it).
-  static std::shared_ptr<ThreadGroup> Join(Store* store,
-                                           const std::string& prefix, int rank,
-                                           int world_size,
+  // Joins the group that the ranks of one communicator share, through
+  // context.store (the communicator's own keys). `backend` prefixes every
+  // error. Throws std::invalid_argument for a bad rank or world size, no
+  // store or no peer information, and CommError when a rank is in another
+  // process, a rank joins twice, ranks disagree on the world size, or a rank
+  // has not joined within `timeout` (naming it).
+  static std::shared_ptr<ThreadGroup> Join(const RankContext& context,
                                            std::chrono::milliseconds timeout,
                                            const std::string& backend);
 
@@ -90,10 +89,6 @@ class ThreadGroup {
   // ahead, so it never overwrites the slot of the call being compared.
   std::vector<std::array<std::string, 2>> calls_;
 };
-
-// What identifies this process to its peers: host name, PID namespace, pid
-// and a random number drawn once per process (pids are reused).
-std::string ThisProcessIdentity();
 
 }  // namespace ringlab::comm
 

@@ -1,8 +1,10 @@
-// The host logic of ranks as threads (LocalStore, ThreadGroup, RunRankThreads)
+// The host logic of ranks as threads (ThreadGroup, RunRankThreads)
 // on plain threads and fake "device pointers": how threads find each other,
 // exchange what they allocated, line up before every collective, and fail
 // with deadlines that name the missing rank. None of this needs a GPU.
 #include "comm/job/thread_group.h"
+
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,7 +16,6 @@
 #include "comm/communicator.h"
 #include "comm/job/rank_threads.h"
 #include "comm/store/local_store.h"
-#include "comm/testing/multi_process.h"
 #include "gtest/gtest.h"
 
 namespace ringlab::comm {
@@ -44,32 +45,26 @@ std::string ErrorOf(const std::function<void()>& f) {
   return "";
 }
 
-TEST(LocalStoreTest, SetGetAddAndDeadline) {
-  LocalStore store;
-  store.Set("a", "1");
-  EXPECT_EQ(store.Get("a", milliseconds(10)), "1");
-  EXPECT_EQ(store.Add("n", 5), 5);
-  EXPECT_EQ(store.Add("n", -2), 3);
-  EXPECT_EQ(store.Get("n", milliseconds(10)), "3");
-  store.Set("s", "x");
-  EXPECT_THROW(store.Add("s", 1), CommError);
-  const auto start = Clock::now();
-  const std::string error =
-      ErrorOf([&] { store.Get("missing", milliseconds(200)); });
-  EXPECT_GE(SecondsSince(start), 0.2);
-  EXPECT_LT(SecondsSince(start), 5.0);
-  EXPECT_NE(error.find("timed out"), std::string::npos) << error;
-  EXPECT_NE(error.find("missing"), std::string::npos) << error;
+// A hand-made context of `world` ranks that are all this process.
+RankContext ThreadsContext(Store* store, int rank, int world) {
+  RankContext c;
+  c.rank = rank;
+  c.world_size = world;
+  c.store = store;
+  PeerInfo me;
+  me.host = "this host";
+  me.pid = getpid();
+  me.start_time = 1;
+  me.address = "127.0.0.1";
+  c.peers.assign(world > 0 ? world : 0, me);
+  return c;
 }
 
-TEST(LocalStoreTest, GetWaitsForAnotherThreadsSet) {
-  LocalStore store;
-  std::thread setter([&] {
-    std::this_thread::sleep_for(milliseconds(50));
-    store.Set("late", "here");
-  });
-  EXPECT_EQ(store.Get("late", kLong), "here");
-  setter.join();
+// c with another world size (its peers cut or grown to fit).
+RankContext WithWorld(RankContext c, int world) {
+  c.peers.resize(world, c.peers.at(0));
+  c.world_size = world;
+  return c;
 }
 
 // Every rank gets every rank's value, in rank order, at several world sizes.
@@ -78,8 +73,7 @@ TEST(ThreadGroupTest, ExchangesEveryRanksPointer) {
     SCOPED_TRACE("world " + std::to_string(world));
     std::vector<std::vector<std::string>> got(world);
     auto result = OnThreads(world, [&](const RankContext& c) {
-      auto group =
-          ThreadGroup::Join(c.store, "g", c.rank, c.world_size, kLong, "test");
+      auto group = ThreadGroup::Join(c, kLong, "test");
       // A fake device pointer per rank.
       const std::string mine = std::to_string(0x7f0000000000ull + c.rank);
       got[c.rank] = group->Exchange(c.rank, mine, kLong);
@@ -101,8 +95,7 @@ TEST(ThreadGroupTest, ArriveLinesUpEveryCall) {
   std::vector<std::atomic<int>> entered(calls);
   std::atomic<int> early{0};
   auto result = OnThreads(world, [&](const RankContext& c) {
-    auto group =
-        ThreadGroup::Join(c.store, "g", c.rank, c.world_size, kLong, "test");
+    auto group = ThreadGroup::Join(c, kLong, "test");
     for (int k = 0; k < calls; ++k) {
       entered[k].fetch_add(1);
       group->Arrive(c.rank, "AllReduce", "AllReduce(count=8)", kLong);
@@ -116,8 +109,7 @@ TEST(ThreadGroupTest, ArriveLinesUpEveryCall) {
 
 TEST(ThreadGroupTest, MismatchedCallsAreNamedOnEveryRank) {
   auto result = OnThreads(3, [&](const RankContext& c) {
-    auto group =
-        ThreadGroup::Join(c.store, "g", c.rank, c.world_size, kLong, "test");
+    auto group = ThreadGroup::Join(c, kLong, "test");
     group->Arrive(c.rank, "AllReduce", "AllReduce(count=8)", kLong);
     group->Arrive(c.rank, "AllReduce",
                   c.rank == 1 ? "AllReduce(count=9)" : "AllReduce(count=8)",
@@ -138,8 +130,7 @@ TEST(ThreadGroupTest, AbsentRankTimesOutNamed) {
   std::string error;
   double waited = 0;
   auto result = OnThreads(3, [&](const RankContext& c) {
-    auto group =
-        ThreadGroup::Join(c.store, "g", c.rank, c.world_size, kLong, "test");
+    auto group = ThreadGroup::Join(c, kLong, "test");
     if (c.rank == 2) {
       c.store->Get("released", kLong);
       return;
@@ -166,8 +157,7 @@ TEST(ThreadGroupTest, LeavingRankFailsWaitersAtOnce) {
   std::string error;
   double waited = 0;
   auto result = OnThreads(2, [&](const RankContext& c) {
-    auto group =
-        ThreadGroup::Join(c.store, "g", c.rank, c.world_size, kLong, "test");
+    auto group = ThreadGroup::Join(c, kLong, "test");
     if (c.rank == 1) {
       std::this_thread::sleep_for(milliseconds(100));
       group->Leave(1);
@@ -187,8 +177,7 @@ TEST(ThreadGroupTest, LeavingRankFailsWaitersAtOnce) {
 TEST(ThreadGroupTest, ExchangeNamesRanksThatNeverPublish) {
   std::string timed_out, left;
   auto result = OnThreads(3, [&](const RankContext& c) {
-    auto group =
-        ThreadGroup::Join(c.store, "g", c.rank, c.world_size, kLong, "test");
+    auto group = ThreadGroup::Join(c, kLong, "test");
     if (c.rank == 0) {
       timed_out = ErrorOf([&] { group->Exchange(0, "p0", milliseconds(200)); });
       c.store->Set("timed_out", "1");
@@ -209,9 +198,8 @@ TEST(ThreadGroupTest, JoinNamesARankThatNeverJoins) {
   std::string error;
   auto result = OnThreads(3, [&](const RankContext& c) {
     if (c.rank == 2) return;
-    const std::string e = ErrorOf([&] {
-      ThreadGroup::Join(c.store, "g", c.rank, 3, milliseconds(200), "test");
-    });
+    const std::string e =
+        ErrorOf([&] { ThreadGroup::Join(c, milliseconds(200), "test"); });
     if (c.rank == 0) error = e;
   });
   ASSERT_TRUE(result.ok()) << result.Describe();
@@ -220,14 +208,17 @@ TEST(ThreadGroupTest, JoinNamesARankThatNeverJoins) {
 
 TEST(ThreadGroupTest, JoinRefusesBadArgumentsTwinsAndWorldSizes) {
   LocalStore store;
-  EXPECT_THROW(ThreadGroup::Join(nullptr, "g", 0, 1, kLong, "t"),
+  EXPECT_THROW(ThreadGroup::Join(ThreadsContext(nullptr, 0, 1), kLong, "t"),
                std::invalid_argument);
-  EXPECT_THROW(ThreadGroup::Join(&store, "g", 1, 1, kLong, "t"),
+  EXPECT_THROW(ThreadGroup::Join(ThreadsContext(&store, 1, 1), kLong, "t"),
                std::invalid_argument);
-  EXPECT_THROW(ThreadGroup::Join(&store, "g", -1, 2, kLong, "t"),
+  EXPECT_THROW(ThreadGroup::Join(ThreadsContext(&store, -1, 2), kLong, "t"),
                std::invalid_argument);
-  EXPECT_THROW(ThreadGroup::Join(&store, "g", 0, 0, kLong, "t"),
+  EXPECT_THROW(ThreadGroup::Join(ThreadsContext(&store, 0, 0), kLong, "t"),
                std::invalid_argument);
+  RankContext no_peers = ThreadsContext(&store, 0, 2);
+  no_peers.peers.clear();
+  EXPECT_THROW(ThreadGroup::Join(no_peers, kLong, "t"), std::invalid_argument);
 
   // Two threads both claiming rank 0 of a world of 1 under one prefix.
   LocalStore twins_store;
@@ -237,7 +228,8 @@ TEST(ThreadGroupTest, JoinRefusesBadArgumentsTwinsAndWorldSizes) {
   for (int t = 0; t < 2; ++t) {
     threads.emplace_back([&, t] {
       const std::string e = ErrorOf([&] {
-        keep[t] = ThreadGroup::Join(&twins_store, "g", 0, 1, kLong, "t");
+        keep[t] =
+            ThreadGroup::Join(ThreadsContext(&twins_store, 0, 1), kLong, "t");
       });
       if (e.find("joined twice") != std::string::npos) twins.fetch_add(1);
     });
@@ -254,9 +246,8 @@ TEST(ThreadGroupTest, RanksDisagreeingOnWorldSizeFail) {
     // and keeps its group until rank 1 has tried.
     const int world = c.rank == 0 ? 1 : 2;
     std::shared_ptr<ThreadGroup> group;
-    const std::string e = ErrorOf([&] {
-      group = ThreadGroup::Join(c.store, "g", c.rank, world, kLong, "test");
-    });
+    const std::string e = ErrorOf(
+        [&] { group = ThreadGroup::Join(WithWorld(c, world), kLong, "test"); });
     if (c.rank == 1) {
       error = e;
       c.store->Set("tried", "1");
@@ -268,35 +259,23 @@ TEST(ThreadGroupTest, RanksDisagreeingOnWorldSizeFail) {
   EXPECT_NE(error.find("world size"), std::string::npos) << error;
 }
 
-// A rank whose store entry says it is another process is named as such.
+// A rank that the job's peer information puts in another process is named
+// as such, before anything is asked of the store.
 TEST(ThreadGroupTest, RanksInAnotherProcessAreRefused) {
   LocalStore store;
-  store.Set("g/process/1", "elsewhere|pid:[1] pid 1 #0");
+  RankContext c = ThreadsContext(&store, 0, 2);
+  c.peers[1].pid = 1;
   const std::string error =
-      ErrorOf([&] { ThreadGroup::Join(&store, "g", 0, 2, kLong, "test"); });
+      ErrorOf([&] { ThreadGroup::Join(c, kLong, "test"); });
   EXPECT_NE(error.find("different processes"), std::string::npos) << error;
   EXPECT_NE(error.find("use ipc_ring"), std::string::npos) << error;
-}
-
-// The same with real processes through a TCP store: what a threads-mode
-// backend meets when it is launched one process per rank.
-TEST(ThreadGroupTest, RealProcessesAreRefusedAtOnce) {
-  const auto start = Clock::now();
-  auto results = testing::RunRanks(
-      2,
-      [](const RankContext& c) {
-        const std::string error = ErrorOf([&] {
-          ThreadGroup::Join(c.store, "g", c.rank, c.world_size, kLong, "test");
-        });
-        if (error.find("different processes") == std::string::npos) {
-          throw std::runtime_error("not refused: '" + error + "'");
-        }
-      },
-      milliseconds(60000));
-  for (const auto& r : results) {
-    EXPECT_EQ(r.exit_code, 0) << testing::Describe(results);
-  }
-  EXPECT_LT(SecondsSince(start), 20.0);
+  EXPECT_FALSE(store.Check({"claim/0"}));
+  c.peers[1].pid = getpid();
+  c.peers[1].start_time = 2;  // this pid, another process
+  EXPECT_NE(ErrorOf([&] {
+              ThreadGroup::Join(c, kLong, "test");
+            }).find("different processes"),
+            std::string::npos);
 }
 
 // Two jobs under the same prefix in one process, each with its own store,
@@ -307,8 +286,7 @@ TEST(ThreadGroupTest, JobsWithTheSamePrefixStayApart) {
   for (int job = 0; job < 2; ++job) {
     jobs.emplace_back([&, job] {
       auto result = OnThreads(2, [&](const RankContext& c) {
-        auto group =
-            ThreadGroup::Join(c.store, "g", c.rank, c.world_size, kLong, "t");
+        auto group = ThreadGroup::Join(c, kLong, "t");
         auto all = group->Exchange(c.rank, "job" + std::to_string(job), kLong);
         if (c.rank == 0) seen[job] = all[0] + "," + all[1];
         group->Leave(c.rank);
@@ -323,8 +301,7 @@ TEST(ThreadGroupTest, JobsWithTheSamePrefixStayApart) {
 
 TEST(ThreadGroupTest, WaitForPeersToLeaveHasADeadline) {
   auto result = OnThreads(2, [&](const RankContext& c) {
-    auto group =
-        ThreadGroup::Join(c.store, "g", c.rank, c.world_size, kLong, "test");
+    auto group = ThreadGroup::Join(c, kLong, "test");
     if (c.rank == 0) {
       const auto start = Clock::now();
       if (group->WaitForPeersToLeave(0, milliseconds(200))) {

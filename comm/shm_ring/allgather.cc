@@ -17,18 +17,15 @@
 // ranks that disagree on the count fail on every rank, as in the allreduce.
 #include <algorithm>
 
-#include "comm/call_agreement.h"
 #include "comm/shm_ring/internal.h"
 
 namespace ringlab::comm::shm {
 
-void ShmRing::AllGather(const float* send, float* recv, size_t count) {
-  CheckAllGatherArguments("shm_ring", send, recv, count, rank_, world_);
-  Call call = Begin(Kind::kAllGather, count, ReduceOp::kSum, 0);
-  if (world_ == 1) {
-    if (count > 0 && send != recv) CopyFloats(recv, send, count);
-    return;
-  }
+void ShmRing::AllGather(const void* send_buffer, void* recv_buffer,
+                        size_t count, DataType) {
+  const float* const send = static_cast<const float*>(send_buffer);
+  float* const recv = static_cast<float*>(recv_buffer);
+  Call call = Begin(CallKind::kAllGather, count, ReduceOp::kSum, 0);
   Guarded(call, [&] {
     // oneshot_bytes = 0 sends everything but count 0 through the
     // staged path or the ring (the tests use it to cover them with tiny
@@ -42,7 +39,6 @@ void ShmRing::AllGather(const float* send, float* recv, size_t count) {
       RingAllGather(call, send, recv, count);
     }
   });
-  bytes_sent_ += AllGatherBusBytes(count, world_);
 }
 
 void ShmRing::OneShotAllGather(Call& call, const float* send, float* recv,

@@ -8,17 +8,9 @@
 
 namespace ringlab::comm::shm {
 
-void ShmRing::Broadcast(float* data, size_t count, int root) {
-  if (root < 0 || root >= world_) {
-    throw std::invalid_argument("shm_ring: Broadcast root " +
-                                std::to_string(root) + " not in [0, " +
-                                std::to_string(world_) + ")");
-  }
-  if (data == nullptr && count > 0) {
-    throw std::invalid_argument("shm_ring: Broadcast of null data");
-  }
-  Call call = Begin(Kind::kBroadcast, count, ReduceOp::kSum, root);
-  if (world_ == 1) return;
+void ShmRing::Broadcast(void* buffer, size_t count, DataType, int root) {
+  float* const data = static_cast<float*>(buffer);
+  Call call = Begin(CallKind::kBroadcast, count, ReduceOp::kSum, root);
   Guarded(call, [&] {
     // Every rank posts its call and checks every peer's first, the root
     // with its data when that fits: ranks that disagree on the root or the
@@ -66,11 +58,10 @@ void ShmRing::Broadcast(float* data, size_t count, int root) {
       if (out != nullptr) PostSend(call, len * sizeof(float));
     }
   });
-  bytes_sent_ += BroadcastBusBytes(count, world_);
 }
 
 void ShmRing::Barrier() {
-  Call call = Begin(Kind::kBarrier, 0, ReduceOp::kSum, 0);
+  Call call = Begin(CallKind::kBarrier, 0, ReduceOp::kSum, 0);
   if (world_ == 1) return;
   Guarded(call, [&] { InlineAllReduce(call, nullptr, 0, ReduceOp::kSum); });
 }

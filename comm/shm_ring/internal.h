@@ -1,16 +1,19 @@
 // shm_ring's insides, shared by the files that implement it (not a public
 // header: see shm_ring.h). The segment every rank maps holds one page of
-// global header, a header per rank (its pid, abort flag and message, the
-// call it is in, the one-shot flags and two inline boxes), the ring's
-// mailboxes (slots of one chunk from each rank to its right neighbour) and
-// the one-shot banks (two per rank, used by alternate calls). The files:
-//   shm_join.cc           creating or opening the segment, joining the ranks
-//   shm_mailbox.cc        calls, waits with deadlines, mailboxes, small banks
-//   shm_oneshot.cc        the inline, one-shot and registered allreduces
-//   shm_ring_allreduce.cc the ring: reduce-scatter, then all-gather
-//   shm_broadcast.cc      broadcast and barrier
-//   shm_allgather.cc      allgather: one-shot, staged and ring
-//   shm_ring.cc           choosing the algorithm, Allocate, registration
+// global header, a header per rank (its abort flag and message, the call it
+// is in, the one-shot flags and two inline boxes), the ring's mailboxes
+// (slots of one chunk from each rank to its right neighbour) and the
+// one-shot banks (two per rank, used by alternate calls). The files:
+//   segment.cc          how ranks come to share a segment (also regions')
+//   join.cc             the ring's segment: tuning, layout, wait policy
+//   mailbox.cc          calls, waits with deadlines, mailboxes, small banks
+//   oneshot.cc          the inline, one-shot and registered allreduces
+//   ring_allreduce.cc   the ring: reduce-scatter, then all-gather
+//   staged_allreduce.cc through per-rank staging areas, piece by piece
+//   broadcast.cc        broadcast and barrier
+//   allgather.cc        allgather: one-shot, staged and ring
+//   shm_ring.cc         choosing the algorithm, registration, the backend's
+//                       description
 #ifndef RINGLAB_COMM_SHM_RING_INTERNAL_H_
 #define RINGLAB_COMM_SHM_RING_INTERNAL_H_
 
@@ -24,9 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "comm/backend.h"
+#include "comm/call_agreement.h"
 #include "comm/shm_ring/kernels.h"
 #include "comm/shm_ring/regions.h"
+#include "comm/shm_ring/segment.h"
+#include "comm/shm_ring/tuning.h"
 
 namespace ringlab::comm::shm {
 
@@ -44,31 +50,9 @@ constexpr size_t kRegisteredMinFloats = 256;
 // (ShmRing::ChooseWaitPolicy).
 constexpr size_t kRingBytesChosenAtJoin = size_t{1} << 41;
 
-constexpr uint64_t kMagic = 0x72696e676c616231ull;  // "ringlab1"
 constexpr size_t kPage = 4096;
 
 inline size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-enum class Kind : uint32_t {
-  kAllReduce = 1,
-  kBroadcast = 2,
-  kBarrier = 3,
-  kAllGather = 4,
-};
-
-inline const char* KindName(Kind k) {
-  switch (k) {
-    case Kind::kAllReduce:
-      return "AllReduce";
-    case Kind::kBroadcast:
-      return "Broadcast";
-    case Kind::kBarrier:
-      return "Barrier";
-    case Kind::kAllGather:
-      return "AllGather";
-  }
-  return "?";
-}
 
 // Set in a call's description when its buffer is registered memory, so that
 // ranks that disagree on it fail as mismatched instead of waiting on
@@ -85,36 +69,28 @@ struct CallDesc {
     return seq == o.seq && packed == o.packed && count == o.count;
   }
   std::string ToString() const {
-    Kind kind = static_cast<Kind>(packed & 0xff);
-    std::string s = "call #" + std::to_string(seq) + " " + KindName(kind) +
-                    "(count=" + std::to_string(count);
-    if (kind == Kind::kAllReduce) {
-      s += std::string(", op=") +
-           ReduceOpName(static_cast<ReduceOp>((packed >> 8) & 0xff));
-    }
-    if (kind == Kind::kBroadcast) {
-      s += ", root=" + std::to_string(static_cast<int32_t>(packed >> 32));
-    }
-    if (packed & kRegisteredBit) s += ", registered";
-    return s + ")";
+    CallDescription call;
+    call.seq = static_cast<int64_t>(seq);
+    call.kind = static_cast<CallKind>(packed & 0xff);
+    call.count = count;
+    call.op = static_cast<ReduceOp>((packed >> 8) & 0xff);
+    call.root = static_cast<int32_t>(packed >> 32);
+    std::string s = call.ToString();
+    if (packed & kRegisteredBit) s.insert(s.size() - 1, ", registered");
+    return s;
   }
 };
 
+// Rank 0's tuning, which every rank takes from here.
 struct GlobalHeader {
-  std::atomic<uint64_t> magic;
-  uint64_t world_size;
+  SegmentHeader segment;
   uint64_t chunk_bytes;
   uint64_t slots;
   uint64_t small_bytes;
   uint64_t oneshot_bytes;
   uint64_t stream_stores;
-  uint64_t nonce;  // in the address rank 0 publishes: the right file
   uint64_t stage_bytes;
   uint64_t ring_bytes;
-  // JobTag(job secret, "shm_ring segment <nonce>"): the store's word that
-  // this file is rank 0's segment is checked against something only the
-  // job's ranks can compute.
-  unsigned char tag[32];
 };
 
 inline constexpr size_t kInlineFloats = 10;
@@ -133,7 +109,6 @@ struct alignas(64) InlineBox {
 static_assert(sizeof(InlineBox) == 64, "one cache line");
 
 struct alignas(64) RankHeader {
-  std::atomic<int32_t> pid;
   std::atomic<uint32_t> aborted;
   char abort_message[240];
   // The call this rank is in, published at its start (seqlock on seq).
@@ -188,41 +163,44 @@ inline void CpuRelax() {
 #endif
 }
 
-class ShmRing final : public Communicator {
+class ShmRing final : public Backend {
  public:
-  // Joins the ranks (shm_join.cc); throws CommError naming what went wrong.
+  // Joins the ranks (join.cc); throws CommError naming what went wrong.
   ShmRing(const RankContext& context, const CommOptions& options);
   ~ShmRing() override;
 
-  const char* backend() const override { return "shm_ring"; }
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_; }
-  MemoryKind memory() const override { return MemoryKind::kHost; }
-  void AllReduce(float* data, size_t count, ReduceOp op) override;
-  void Broadcast(float* data, size_t count, int root) override;
+  void AllReduce(void* data, size_t count, DataType type, ReduceOp op) override;
+  void Broadcast(void* data, size_t count, DataType type, int root) override;
   void Barrier() override;
-  void AllGather(const float* send, float* recv, size_t count) override;
-  uint64_t bytes_sent() const override { return bytes_sent_; }
-  float* Allocate(size_t count) override;
+  void AllGather(const void* send, void* recv, size_t count,
+                 DataType type) override;
+  void* AllocateRegistered(size_t bytes) override;
 
  private:
   // Everything about the call in progress, for waits and error messages.
   struct Call {
     CallDesc desc;
-    Kind kind;
+    CallKind kind;
     Clock::time_point deadline;
     const char* phase = "";
     int step = -1;
   };
 
-  friend class ShmJoin;  // the join fills in the segment's layout
-
-  void Map(size_t bytes, int fd);
-  // Tuning from options_ (rank 0's is the one used: the join copies it into
+  // Tuning from options (rank 0's is the one used: the join copies it into
   // the segment's header, where the others read it).
-  void ReadTuning();
+  void ReadTuning(const BackendTuning& tuning);
   // The segment's layout from the tuning; returns its size.
   size_t Layout();
+  // Rank 0 creates the segment, the others open it; every rank is in it when
+  // this returns.
+  void JoinSegment(SegmentJoin& join);
+  void WriteHeader(char* base) const;
+  void ReadHeader(const char* base, size_t bytes);
+  // How many CPUs the ranks may use together (rank 0, once all are in).
+  int CpusOfAllRanks(Store& store) const;
+  // After a failure while joining: marks this rank aborted in the segment,
+  // so that peers already in it fail fast, and lets go of it.
+  void Abandon(const std::string& message);
   // How waits spin and whether mailbox stores bypass the cache, once the
   // ranks are in.
   void ChooseWaitPolicy();
@@ -256,7 +234,7 @@ class ShmRing final : public Communicator {
     return stage_ / sizeof(float) / world_ / 16 * 16;
   }
 
-  Call Begin(Kind kind, size_t count, ReduceOp op, int root,
+  Call Begin(CallKind kind, size_t count, ReduceOp op, int root,
              bool registered = false);
   // Runs fn, turning any failure into a CommError that also marks this rank
   // aborted in the segment, so that peers waiting on it fail fast.
@@ -277,6 +255,7 @@ class ShmRing final : public Communicator {
   const float* AcquireRecv(Call& call, size_t expect_bytes);
   void ReleaseRecv();
 
+  void AllReduceFloats(float* data, size_t count, ReduceOp op);
   void OneShotAllReduce(Call& call, float* data, size_t count, ReduceOp op);
   void InlineAllReduce(Call& call, float* data, size_t count, ReduceOp op);
   void RingAllReduce(Call& call, float* data, size_t count, ReduceOp op);
@@ -311,9 +290,11 @@ class ShmRing final : public Communicator {
   void StoreAndForward(float* local, float* out, const float* in,
                        size_t len) const;
 
-  int rank_, world_;
-  int left_, right_;
-  CommOptions options_;
+  const int rank_, world_;
+  const int left_, right_;
+  const std::chrono::milliseconds timeout_;
+  const std::vector<PeerInfo> peers_;
+  ShmRingTuning tuning_;  // this rank's (debug is each rank's own)
   char* base_ = nullptr;
   size_t map_bytes_ = 0;
   size_t chunk_ = 0;  // bytes
@@ -334,8 +315,7 @@ class ShmRing final : public Communicator {
   std::chrono::nanoseconds yield_{0};  // of a wait, spinning or yielding
   uint64_t sent_ = 0;                  // messages posted to the right neighbour
   uint64_t recvd_ = 0;                 // messages taken from the left neighbour
-  uint64_t bytes_sent_ = 0;
-  std::string broken_;
+  bool broken_ = false;  // a collective failed: peers were told, in the segment
   std::unique_ptr<ShmRegions> regions_;  // registered memory (Allocate)
   std::vector<float*> peer_slots_;       // scratch for regions_->Find
 };
@@ -352,7 +332,7 @@ void ShmRing::Guarded(Call& call, Fn fn) {
                    std::memory_order_seq_cst);
     FutexWakeIfSleeping(&me->done, &me->done_sleepers);
   } catch (const CommError& e) {
-    if (broken_.empty()) Fail(e.what());
+    if (!broken_) Fail(e.what());
     throw;
   }
 }

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <string>
 
-#include "comm/process.h"
 #include "comm/shm_ring/internal.h"
 
 namespace ringlab::comm::shm {
@@ -34,11 +33,8 @@ void FutexWakeIfSleeping(std::atomic<uint32_t>* word,
   }
 }
 
-ShmRing::Call ShmRing::Begin(Kind kind, size_t count, ReduceOp op, int root,
+ShmRing::Call ShmRing::Begin(CallKind kind, size_t count, ReduceOp op, int root,
                              bool registered) {
-  if (!broken_.empty()) {
-    throw CommError("shm_ring: unusable after an earlier error: " + broken_);
-  }
   Call call;
   call.kind = kind;
   call.desc.seq = ++calls_;
@@ -47,7 +43,7 @@ ShmRing::Call ShmRing::Begin(Kind kind, size_t count, ReduceOp op, int root,
                      (static_cast<uint64_t>(op) << 8) |
                      (static_cast<uint64_t>(static_cast<uint32_t>(root)) << 32);
   call.desc.count = count;
-  call.deadline = Clock::now() + options_.timeout;
+  call.deadline = Clock::now() + timeout_;
   RankHeader* me = Rank(rank_);
   me->call_seq.store(0, std::memory_order_relaxed);
   // Seqlock: the 0 must be visible before the new description is.
@@ -59,7 +55,7 @@ ShmRing::Call ShmRing::Begin(Kind kind, size_t count, ReduceOp op, int root,
 }
 
 void ShmRing::Fail(const std::string& message) {
-  broken_ = message;
+  broken_ = true;
   RankHeader* me = Rank(rank_);
   if (me->aborted.load() == 0) {
     std::snprintf(me->abort_message, sizeof(me->abort_message), "%s",
@@ -80,7 +76,7 @@ void ShmRing::CheckDesc(const Call& call, const CallDesc& theirs,
 
 void ShmRing::SlowChecks(Call& call, int peer) {
   std::string where =
-      std::string(KindName(call.kind)) +
+      std::string(CallKindName(call.kind)) +
       (call.step >= 0 ? std::string(" (") + call.phase + " step " +
                             std::to_string(call.step) + ")"
                       : std::string(" (") + call.phase + ")");
@@ -104,16 +100,15 @@ void ShmRing::SlowChecks(Call& call, int peer) {
       }
     }
   }
-  pid_t pid = Rank(peer)->pid.load();
-  if (ProcessExited(pid)) {
+  if (PeerExited(peers_[peer], peers_[rank_])) {
     throw CommError("shm_ring: rank " + std::to_string(peer) + " (pid " +
-                    std::to_string(pid) + ") died during " + where);
+                    std::to_string(peers_[peer].pid) + ") died during " +
+                    where);
   }
   if (Clock::now() > call.deadline) {
     throw CommError(
         "shm_ring: timed out after " +
-        std::to_string(
-            std::chrono::duration<double>(options_.timeout).count()) +
+        std::to_string(std::chrono::duration<double>(timeout_).count()) +
         " s waiting for rank " + std::to_string(peer) + " in " + where);
   }
 }

@@ -2,9 +2,8 @@
 // rank of the job maps, one slot per rank, so that an allreduce on a buffer
 // inside a slot reads its peers' slots directly and copies nothing in or out
 // (the idea of NCCL's user-buffer registration and PyTorch's symmetric
-// memory). A region is an anonymous memfd of rank 0's, which peers open
-// through /proc/<pid>/fd/<fd> as they open the ring's segment; its first page
-// holds a random nonce, checked before a peer uses the mapping.
+// memory). Each region is a segment the ranks join as they join the ring's
+// (segment.h: rank 0's memfd, verified by nonce and job tag).
 #ifndef RINGLAB_COMM_SHM_RING_REGIONS_H_
 #define RINGLAB_COMM_SHM_RING_REGIONS_H_
 
@@ -14,16 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "comm/store/store.h"
 
 namespace ringlab::comm {
 
 class ShmRegions {
  public:
-  // Keys go under prefix in store; every wait ends by timeout, naming a
-  // rank that died (pids[r], published by the ring's join) or disagreed.
-  ShmRegions(Store* store, std::string prefix, int rank, int world_size,
-             std::vector<int> pids, std::chrono::milliseconds timeout);
+  // Keys go under "region/<k>" in store; every wait ends by timeout, naming
+  // a rank that died or disagreed.
+  ShmRegions(Store* store, const RankContext& context,
+             std::chrono::milliseconds timeout);
   ~ShmRegions();
   ShmRegions(const ShmRegions&) = delete;
   ShmRegions& operator=(const ShmRegions&) = delete;
@@ -43,15 +43,10 @@ class ShmRegions {
     size_t map_bytes = 0;
     size_t slot_bytes = 0;
   };
-  int CreateFile(size_t bytes) const;
-  void WaitForPeersToMap(const std::string& key) const;
-  void CheckPeersAlive(const std::string& key) const;
-  Region MapPeerFile(const std::string& address, size_t count) const;
 
   Store* store_;
-  const std::string prefix_;
+  const RankContext context_;
   const int rank_, world_;
-  const std::vector<int> pids_;
   const std::chrono::milliseconds timeout_;
   std::vector<Region> regions_;
 };

@@ -1,4 +1,4 @@
-// shm_ring: a Communicator for N processes on one machine over POSIX shared
+// shm_ring: a backend for N processes on one machine over POSIX shared
 // memory, choosing its algorithm by message size and by whether the ranks
 // have a core each:
 //   - up to 10 floats, inline: flag, description and data in one cache line;
@@ -13,10 +13,10 @@
 //     hand-offs per chunk (ring_bytes overrides the choice: the
 //     ring from that size up);
 //   - on registered memory (Allocate), zero-copy: each rank sums one segment
-//     from every rank's slot into all of them (shm_regions.h).
+//     from every rank's slot into all of them (regions.h).
 // Every element is reduced once, in a fixed order, by one rank: results are
 // bitwise identical on every rank and every run. AllGather takes the same
-// paths by size (one-shot banks, staged, ring; shm_allgather.cc).
+// paths by size (one-shot banks, staged, ring; allgather.cc).
 //
 // Waits spin briefly, yield, then sleep on a futex, so more ranks than cores
 // still progress and a busy core is not burnt; every wait has the
@@ -29,29 +29,17 @@
 // dies while the ranks join is named by the others at once.
 //
 // The implementation, one concept per file, is listed in
-// shm_ring_internal.h.
+// internal.h.
 //
-// Tuning: CommOptions::tuning.shm_ring (comm/tuning.h: oneshot_bytes,
-// chunk_bytes, stage_bytes, ring_bytes, stores, debug); rank 0's is used by
-// every rank (its segment's header carries it), but for debug, each rank's
-// own.
+// Tuning: the shm_ring.* settings (tuning.h: oneshot_bytes, chunk_bytes,
+// stage_bytes, ring_bytes, stores, debug); rank 0's is used by every rank
+// (its segment's header carries it), but for debug, each rank's own.
 #ifndef RINGLAB_COMM_SHM_RING_SHM_RING_H_
 #define RINGLAB_COMM_SHM_RING_SHM_RING_H_
 
-#include <cstddef>
-#include <memory>
+#include "comm/shm_ring/tuning.h"
 
-#include "comm/communicator.h"
-
-namespace ringlab::comm {
-
-// Collective over the store in context (required). options.tuning as
-// CreateCommunicator validated it (which is how to reach this). Throws
-// CommError when the segment cannot be created or a peer does not show up by
-// the deadline.
-std::unique_ptr<Communicator> CreateShmRing(const RankContext& context,
-                                            const CommOptions& options);
-
-}  // namespace ringlab::comm
+// Linking //comm/shm_ring registers "shm_ring" with CreateCommunicator; its
+// description (shm_ring.cc) lists its settings (tuning.h).
 
 #endif  // RINGLAB_COMM_SHM_RING_SHM_RING_H_

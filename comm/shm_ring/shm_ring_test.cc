@@ -58,8 +58,7 @@ std::unique_ptr<Communicator> MakeRing(
     milliseconds timeout = milliseconds(30000)) {
   CommOptions options;
   options.timeout = timeout;
-  options.local_rank = c.local_rank;
-  options.tuning.shm_ring = tuning;
+  options.tuning = tuning.ToTuning();
   return CreateCommunicator("shm_ring", c, options);
 }
 
@@ -295,11 +294,15 @@ class CountingStore : public Store {
   std::string Get(const std::string& key, milliseconds timeout) override {
     ++calls;
     std::this_thread::sleep_for(timeout);
-    throw CommError("CountingStore: no key " + key);
+    throw StoreTimeout("CountingStore: no key " + key);
   }
   int64_t Add(const std::string&, int64_t) override {
     ++calls;
     return 0;
+  }
+  void Wait(const std::vector<std::string>& keys,
+            milliseconds timeout) override {
+    Get(keys.at(0), timeout);
   }
   int calls = 0;
 };
@@ -313,6 +316,7 @@ TEST(ShmRingTest, BadTuningIsRefusedBeforeJoining) {
   RankContext c;
   c.world_size = 2;
   c.store = &store;
+  c.peers.resize(2);
   ShmRingTuning bad;
   bad.chunk_bytes = 12;
   const auto start = std::chrono::steady_clock::now();
@@ -366,21 +370,17 @@ TEST(ShmRingTest, PinnedRanksAreNotOversubscribed) {
   }
 }
 
-// A rank that exits while the ranks join, after saying who it is but before
-// mapping the segment, is named by every other rank within 0.5 s of its
-// death, not at the join deadline (30 s here). The victim plays that part
-// itself: it publishes its pid under the key shm_ring's join publishes first
-// (shm_ring/<instance>/pid/<rank>), then exits. Its death time travels
-// through the store: steady_clock is the machine's monotonic clock, the same
-// in every process.
+// A rank that exits while the ranks join, after the job's start (where every
+// rank's peer information was gathered) but before it maps the segment, is
+// named by every other rank within 0.5 s of its death, not at the join
+// deadline (30 s here). Its death time travels through the store:
+// steady_clock is the machine's monotonic clock, the same in every process.
 TEST(ShmRingTest, RankExitingWhileJoiningIsNamedWithinHalfASecond) {
   constexpr int world = 3, victim = 2;
   auto results = RunRanks(
       world,
       [&](const RankContext& c) {
         if (c.rank == victim) {
-          c.store->Set("shm_ring/0/pid/" + std::to_string(victim),
-                       std::to_string(getpid()));
           const auto now = std::chrono::steady_clock::now();
           c.store->Set("died_at",
                        std::to_string(now.time_since_epoch().count()));

@@ -1,39 +1,30 @@
 #include "comm/store/hex.h"
 
-namespace ringlab::comm {
-namespace {
+#include <nettle/base16.h>
 
-// 0..15 for a hex digit, -1 for anything else.
-int DigitValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
+#include <cstdint>
+
+namespace ringlab::comm {
+
+bool IsHex(const std::string& text) {
+  return text.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
 }
 
-}  // namespace
-
 std::string ToHex(const void* data, size_t size) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * size);
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) {
-    out += kDigits[p[i] >> 4];
-    out += kDigits[p[i] & 15];
-  }
+  std::string out(BASE16_ENCODE_LENGTH(size), '\0');
+  base16_encode_update(out.data(), size, static_cast<const uint8_t*>(data));
   return out;
 }
 
 bool FromHex(const std::string& hex, void* data, size_t size) {
-  if (hex.size() != 2 * size) return false;
-  auto* p = static_cast<unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) {
-    const int high = DigitValue(hex[2 * i]), low = DigitValue(hex[2 * i + 1]);
-    if (high < 0 || low < 0) return false;
-    p[i] = static_cast<unsigned char>(high << 4 | low);
-  }
-  return true;
+  // Nettle's decoder skips white space; a handle must be digits only.
+  if (hex.size() != 2 * size || !IsHex(hex)) return false;
+  base16_decode_ctx ctx;
+  base16_decode_init(&ctx);
+  size_t written = size;
+  return base16_decode_update(&ctx, &written, static_cast<uint8_t*>(data),
+                              hex.size(), hex.data()) == 1 &&
+         base16_decode_final(&ctx) == 1 && written == size;
 }
 
 }  // namespace ringlab::comm

@@ -1,5 +1,6 @@
-// Opaque handles (CUDA IPC memory handles, NCCL unique ids) as text, so that
-// the GPU backends can pass them through the store, and back.
+// Bytes as hex text and back (Nettle's base16): opaque handles (CUDA IPC
+// memory handles, NCCL unique ids) that the GPU backends pass through the
+// store, the job's secret in RINGLAB_JOB_SECRET, CPU masks.
 #ifndef RINGLAB_COMM_STORE_HEX_H_
 #define RINGLAB_COMM_STORE_HEX_H_
 
@@ -7,6 +8,9 @@
 #include <string>
 
 namespace ringlab::comm {
+
+// Whether text holds hex digits only (either case; "" does).
+bool IsHex(const std::string& text);
 
 // Two lower-case hex digits per byte.
 std::string ToHex(const void* data, size_t size);

@@ -5,12 +5,13 @@
 // proves knowledge of the secret with HMAC-SHA256 over fresh nonces, so the
 // secret itself never crosses the wire; backends derive tags from it
 // (JobTag) that a process outside the job cannot forge, e.g. to recognise
-// their own shared-memory segment. SHA-256 and HMAC are computed here, with
-// no locks and no global state, rather than by OpenSSL: ranks forked without
-// exec (comm/testing's RunRanks, a program that forks its ranks) hash while
-// another thread of their parent (the store's server) may have been hashing
-// too, and OpenSSL 3 takes global locks on every HMAC that such a child can
-// inherit held, and wait on forever.
+// their own shared-memory segment. SHA-256, HMAC and the constant-time
+// comparison are Nettle's (Debian's nettle-dev), not OpenSSL's: ranks forked
+// without exec (comm/testing's RunRanks, a program that forks its ranks) hash
+// while another thread of their parent (the store's server) may have been
+// hashing too, and OpenSSL 3 takes global locks on every HMAC that such a
+// child can inherit held, and wait on forever; Nettle allocates nothing and
+// holds no locks (tcp_store_test forks ranks while a thread hashes).
 #ifndef RINGLAB_COMM_STORE_JOB_SECRET_H_
 #define RINGLAB_COMM_STORE_JOB_SECRET_H_
 
@@ -19,13 +20,12 @@
 
 namespace ringlab::comm {
 
-// The variable every rank of a job reads its secret from.
-inline constexpr char kJobSecretVariable[] = "RINGLAB_JOB_SECRET";
 // 128 bits: the least a secret may hold, and what GenerateJobSecret draws.
 inline constexpr size_t kJobSecretBytes = 16;
 inline constexpr size_t kHmacBytes = 32;
 
-// n bytes from getrandom(2). Throws CommError when the kernel has none.
+// n bytes from getrandom(2). Throws std::runtime_error when the kernel has
+// none.
 std::string RandomBytes(size_t n);
 
 // A fresh secret (kJobSecretBytes random bytes).

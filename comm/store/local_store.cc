@@ -2,9 +2,14 @@
 
 #include <stdexcept>
 
-#include "comm/communicator.h"
-
 namespace ringlab::comm {
+namespace {
+
+std::string Seconds(std::chrono::milliseconds timeout) {
+  return std::to_string(std::chrono::duration<double>(timeout).count()) + " s";
+}
+
+}  // namespace
 
 void LocalStore::Set(const std::string& key, const std::string& value) {
   {
@@ -16,15 +21,26 @@ void LocalStore::Set(const std::string& key, const std::string& value) {
 
 std::string LocalStore::Get(const std::string& key,
                             std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  const auto found = [&] { return data_.count(key) > 0; };
-  if (!changed_.wait_for(lock, timeout, found)) {
-    throw CommError(
-        "LocalStore: timed out after " +
-        std::to_string(std::chrono::duration<double>(timeout).count()) +
-        " s waiting for key " + key);
-  }
+  Wait({key}, timeout);
+  std::lock_guard<std::mutex> lock(mutex_);
   return data_[key];
+}
+
+void LocalStore::Wait(const std::vector<std::string>& keys,
+                      std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto missing = [&] {
+    std::vector<std::string> absent;
+    for (const std::string& key : keys) {
+      if (data_.count(key) == 0) absent.push_back(key);
+    }
+    return absent;
+  };
+  if (changed_.wait_for(lock, timeout, [&] { return missing().empty(); })) {
+    return;
+  }
+  throw StoreTimeout("LocalStore: timed out after " + Seconds(timeout) +
+                     " waiting for " + KeyList(missing()));
 }
 
 int64_t LocalStore::Add(const std::string& key, int64_t delta) {
@@ -41,8 +57,8 @@ int64_t LocalStore::Add(const std::string& key, int64_t delta) {
         used = 0;
       }
       if (used != value.size()) {
-        throw CommError("LocalStore: Add on key " + key +
-                        ", which holds a non-integer: '" + value + "'");
+        throw StoreError("LocalStore: Add on key " + key +
+                         ", which holds a non-integer: '" + value + "'");
       }
     }
     sum = old + delta;

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "comm/store/store.h"
 
@@ -24,11 +25,14 @@ class LocalStore : public Store {
   LocalStore& operator=(const LocalStore&) = delete;
 
   void Set(const std::string& key, const std::string& value) override;
-  // Throws CommError("LocalStore: timed out after S s waiting for key K")
+  // Throws StoreTimeout("LocalStore: timed out after S s waiting for key K")
   // when the key does not appear within timeout.
   std::string Get(const std::string& key,
                   std::chrono::milliseconds timeout) override;
+  // Throws StoreError for a key that holds a non-integer.
   int64_t Add(const std::string& key, int64_t delta) override;
+  void Wait(const std::vector<std::string>& keys,
+            std::chrono::milliseconds timeout) override;
 
  private:
   std::mutex mutex_;

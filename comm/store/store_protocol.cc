@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace ringlab::comm::store_protocol {
@@ -63,6 +64,20 @@ std::string FrameTagger::Next(const std::string& frame) {
   message.append(reinterpret_cast<const char*>(&sequence_), 8);
   ++sequence_;
   return HmacSha256(key_, message + frame);
+}
+
+bool ParseInt64(const std::string& s, int64_t* out) {
+  if (s.empty() || s.size() > 24) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end != s.c_str() + s.size()) return false;
+  *out = v;
+  return true;
+}
+
+std::string ErrnoText(const std::string& what) {
+  return what + ": " + std::strerror(errno);
 }
 
 bool SendAll(int fd, const void* data, size_t n) {

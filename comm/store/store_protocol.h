@@ -36,7 +36,11 @@ inline constexpr size_t kTagBytes = kHmacBytes;
 
 // Request: u8 op, u32 key length, u32 value length, key, value, tag.
 // Reply: u8 status, u32 length, payload, tag.
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
+// Get's value is how long the server may wait for the key, in milliseconds
+// (decimal; empty: 0); Wait's key is that timeout and its value the keys,
+// each followed by '\0'; a Wait that times out replies kNotFound with the
+// keys still missing, in the same form.
+enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4 };
 enum Status : uint8_t { kOk = 0, kNotFound = 1, kError = 2 };
 inline constexpr size_t kRequestHeaderBytes = 9;
 inline constexpr size_t kReplyHeaderBytes = 5;
@@ -72,6 +76,11 @@ class FrameTagger {
 };
 inline constexpr char kClientToServer[] = "c2s";
 inline constexpr char kServerToClient[] = "s2c";
+
+// A decimal int64 of at most 24 characters (Add's operands, timeouts).
+bool ParseInt64(const std::string& s, int64_t* out);
+// "<what>: <strerror(errno)>".
+std::string ErrnoText(const std::string& what);
 
 // Blocking helpers with a deadline; false (and *why) on failure, timeout or
 // end of stream.

@@ -70,12 +70,23 @@ class TcpStoreServer {
   void Serve();
   // Accepts one connection and sends it the hello; false when accept() ran
   // out of resources (the caller pauses accepting a while).
-  bool Accept(std::vector<Conn>& conns);
+  bool Accept();
   // Reads what a connection sent and acts on it; false when it must go, with
   // *why saying why (empty for an orderly close).
   bool OnReadable(Conn& c, std::string* why);
   bool Handshake(Conn& c, std::string* why);
   bool ServeRequests(Conn& c, std::string* why);
+  static std::string CheckHeader(uint8_t op, uint32_t klen, uint32_t vlen);
+  bool StartWait(Conn& c, uint8_t op, const std::string& key,
+                 const std::string& value, std::string* why);
+  std::vector<std::string> Missing(const std::vector<std::string>& keys) const;
+  void FinishWait(Conn& c);
+  // Answers every parked request whose keys are all there now.
+  void WakeWaiters();
+  // Tags and sends a reply; false (and the connection marked dead) when the
+  // client cannot take it.
+  bool Reply(Conn& c, std::string frame);
+  // Set and Add.
   std::string Execute(uint8_t op, const std::string& key,
                       const std::string& value);
   // Counts a dropped connection; logs the first and then one line per
@@ -90,7 +101,9 @@ class TcpStoreServer {
   std::atomic<int64_t> admitted_{0};
   int64_t unlogged_ = 0;  // rejections since the last log line
   Clock::time_point next_log_{};
-  std::map<std::string, std::string> data_;  // only touched by the thread
+  // Only touched by the thread.
+  std::map<std::string, std::string> data_;
+  std::vector<Conn> conns_;
   std::thread thread_;
 };
 
@@ -117,9 +130,17 @@ class TcpStore : public Store {
   TcpStore& operator=(const TcpStore&) = delete;
 
   void Set(const std::string& key, const std::string& value) override;
+  // The server waits (one request, answered when the key is set or at the
+  // deadline); StoreTimeout naming the key after timeout.
   std::string Get(const std::string& key,
                   std::chrono::milliseconds timeout) override;
   int64_t Add(const std::string& key, int64_t delta) override;
+  // The address this client reached the server from (getsockname): one of
+  // this host's that the server's network reaches.
+  std::string local_address() const;
+  // As Get, for every key; StoreTimeout names those still missing.
+  void Wait(const std::vector<std::string>& keys,
+            std::chrono::milliseconds timeout) override;
 
  private:
   // One connect and handshake; false with *why when it failed.
@@ -127,9 +148,12 @@ class TcpStore : public Store {
                const SecretSource& secret,
                std::chrono::steady_clock::time_point deadline,
                std::string* why);
-  // Sends one request and reads the status byte and payload of its reply.
-  uint8_t Call(uint8_t op, const std::string& key, const std::string& value,
-               std::string* reply);
+  // Sends one request and reads the status byte and payload of its reply,
+  // due within the connection's timeout after `server_wait`.
+  uint8_t Call(
+      uint8_t op, const std::string& key, const std::string& value,
+      std::string* reply,
+      std::chrono::milliseconds server_wait = std::chrono::milliseconds(0));
 
   std::mutex mutex_;
   int fd_ = -1;

@@ -1,5 +1,6 @@
 #include "comm/testing/conformance.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -180,10 +181,12 @@ void BusBytes(Communicator& comm, const BackendTraits&) {
     auto buffer = MakeBuffer(comm.memory(), Inputs(comm.rank(), count));
     uint64_t before = comm.bytes_sent();
     comm.AllReduce(buffer->data(), count, ReduceOp::kSum);
-    expect_delta(before, AllReduceBusBytes(count, world), "AllReduce");
+    expect_delta(before, AllReduceBusBytes(count * sizeof(float), world),
+                 "AllReduce");
     before = comm.bytes_sent();
     comm.Broadcast(buffer->data(), count, world - 1);
-    expect_delta(before, BroadcastBusBytes(count, world), "Broadcast");
+    expect_delta(before, BroadcastBusBytes(count * sizeof(float), world),
+                 "Broadcast");
     before = comm.bytes_sent();
     comm.Barrier();
     expect_delta(before, 0, "Barrier");
@@ -212,6 +215,70 @@ void ArgumentErrors(Communicator& comm, const BackendTraits&) {
   Check(refused([&] { comm.Broadcast(buffer->data(), 1, -1); }),
         "Broadcast root -1 accepted");
   comm.Barrier();
+  comm.AllReduce(buffer->data(), 1, ReduceOp::kSum);
+  Check(buffer->Download()[0] == static_cast<float>(comm.world_size()),
+        "unusable after refused calls");
+}
+
+// Max and min of the exact inputs (integers, so every backend's order
+// gives the same bits), for the backends whose description has them.
+void MaxAndMin(Communicator& comm, const BackendTraits&) {
+  const int world = comm.world_size();
+  for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
+    if (!comm.description().Supports(op)) continue;
+    for (size_t count : {size_t{1}, size_t{1021}, size_t{262147}}) {
+      auto buffer = MakeBuffer(comm.memory(), Inputs(comm.rank(), count));
+      comm.AllReduce(buffer->data(), count, op);
+      const std::vector<float> x = buffer->Download();
+      for (size_t i = 0; i < count; ++i) {
+        float want = ExactSumInput(0, i);
+        for (int r = 1; r < world; ++r) {
+          want = op == ReduceOp::kMax ? std::max(want, ExactSumInput(r, i))
+                                      : std::min(want, ExactSumInput(r, i));
+        }
+        Check(x[i] == want, std::string(ReduceOpName(op)) + " of " +
+                                std::to_string(count) + ": element " +
+                                std::to_string(i) + " is " +
+                                std::to_string(x[i]));
+      }
+    }
+  }
+}
+
+// Every op and element type the backend's description does not list is
+// refused by every collective with a CommError saying so, on every rank
+// alike and before anything moves: the communicator goes on working.
+void UnsupportedOpsAndTypes(Communicator& comm, const BackendTraits&) {
+  auto refused = [&](const std::string& what,
+                     const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const CommError& e) {
+      Check(std::string(e.what()).find("not supported") != std::string::npos,
+            what + ": the error does not say 'not supported': " + e.what());
+      return;
+    }
+    throw std::runtime_error(what + " was accepted");
+  };
+  const BackendDescription& d = comm.description();
+  auto buffer = MakeBuffer(comm.memory(), std::vector<float>(64, 1.0f));
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+    if (d.Supports(op)) continue;
+    refused(std::string("AllReduce with op ") + ReduceOpName(op),
+            [&] { comm.AllReduce(buffer->data(), 8, op); });
+  }
+  for (DataType type :
+       {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}) {
+    if (d.Supports(type)) continue;
+    const std::string name = DataTypeName(type);
+    refused("AllReduce of " + name,
+            [&] { comm.AllReduce(buffer->data(), 8, type, ReduceOp::kSum); });
+    refused("Broadcast of " + name,
+            [&] { comm.Broadcast(buffer->data(), 8, type, 0); });
+    refused("AllGather of " + name,
+            [&] { comm.AllGather(buffer->data(), buffer->data(), 4, type); });
+  }
   comm.AllReduce(buffer->data(), 1, ReduceOp::kSum);
   Check(buffer->Download()[0] == static_cast<float>(comm.world_size()),
         "unusable after refused calls");
@@ -345,28 +412,18 @@ int CudaDevices(std::string* why) {
 }
 
 BackendTraits TraitsOf(const std::string& backend) {
+  const BackendDescription& d = BackendNamed(backend);
   BackendTraits t;
-  if (backend == "nccl") {
-    t.needs_gpu = true;
-    t.allocates = false;
-    t.one_gpu_per_rank = true;
-    t.avg_premultiplies = true;
-  } else if (backend == "ipc_ring") {
-    t.needs_gpu = true;
-    t.allocates = false;
-  } else if (backend == "gloo") {
-    t.join_deadlines_to_notice_death = 6;
-    t.op_deadlines_to_notice_death = 1;
-  } else if (backend == "ipc_ring_threads") {
-    t.needs_gpu = true;
-    t.ranks_are_threads = true;
-    t.allocates = false;
-  } else if (backend == "host_threads") {
-    t.ranks_are_threads = true;
-  } else if (backend == "mpi") {
-    t.needs_mpirun = true;
-    t.survives_peer_death = false;
-  }
+  t.needs_gpu = d.memory == MemoryKind::kDevice;
+  t.one_gpu_per_rank = d.one_device_per_rank;
+  t.needs_mpirun = d.launch == RankLaunch::kMpirun;
+  t.avg_premultiplies = d.conformance.avg_premultiplies;
+  t.survives_peer_death = d.conformance.survives_peer_death;
+  t.join_deadlines_to_notice_death =
+      d.conformance.join_deadlines_to_notice_death;
+  t.op_deadlines_to_notice_death = d.conformance.op_deadlines_to_notice_death;
+  t.allocates = d.registers_memory || d.memory == MemoryKind::kHost;
+  t.ranks_are_threads = d.launch == RankLaunch::kThreads;
   return t;
 }
 
@@ -380,6 +437,8 @@ int MaxProcessRanks() {
 std::vector<ConformanceCase> CollectiveCases() {
   std::vector<ConformanceCase> cases = {
       {"exact_sums", 1, ExactSums, {}},
+      {"max_and_min", 1, MaxAndMin, {}},
+      {"unsupported_ops_and_types", 1, UnsupportedOpsAndTypes, {}},
       {"unaligned_buffers", 1, UnalignedBuffers, {}},
       {"bitwise_identical_across_ranks", 2, BitwiseIdenticalAcrossRanks, {}},
       {"broadcast_from_every_root", 1, BroadcastFromEveryRoot, {}},

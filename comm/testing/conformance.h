@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/backend.h"
 #include "comm/communicator.h"
 
 namespace ringlab::comm::testing {
@@ -39,26 +40,18 @@ std::unique_ptr<RankBuffer> MakeBuffer(MemoryKind kind,
 // -1 when no device-buffer support is linked.
 int CudaDevices(std::string* why);
 
-// What the suite must know of a backend that the interface does not say.
+// What the suite must know of a backend, as its description says it
+// (comm/backend.h): the drivers choose world sizes and faults by it, the
+// cases their expectations.
 struct BackendTraits {
   bool needs_gpu = false;         // skipped, saying so, where no GPU exists
   bool one_gpu_per_rank = false;  // nccl: world size at most the GPU count
   bool needs_mpirun = false;      // mpi: ranks are mpirun's processes
-  // NCCL's ncclAvg pre-multiplies each input by 1/N and sums the products;
-  // the others sum, then divide once by N. Equal when N is a power of two.
+  // BackendDescription::Conformance: ncclAvg's rounding, whether survivors
+  // of a death fail by themselves, how many deadlines noticing it may take.
   bool avg_premultiplies = false;
-  // Survivors of a dead rank fail by themselves, naming it. Under mpirun a
-  // dead rank ends the whole job instead (mpirun names it).
   bool survives_peer_death = true;
-  // How many join deadlines a death while joining may take to be noticed:
-  // Gloo connects its pairs one by one and cannot be interrupted, so each
-  // pair's connect may wait out the deadline before the death is seen.
   int join_deadlines_to_notice_death = 1;
-  // How many collective deadlines a death after joining may take to be
-  // noticed. Gloo's TCP transport does not fail a send still waiting for its
-  // receiver to be ready when that receiver's pair breaks, so a survivor
-  // blocked there notices only at the collective's deadline (about 1 run in
-  // 40 of rank_killed_mid_collective; the others notice at once).
   int op_deadlines_to_notice_death = 0;
   // Communicator::Allocate hands out memory (the device backends do not yet).
   bool allocates = true;
@@ -66,6 +59,7 @@ struct BackendTraits {
   // killed job, so the faults are a rank that leaves instead.
   bool ranks_are_threads = false;
 };
+// The traits of a registered backend (std::invalid_argument for another).
 BackendTraits TraitsOf(const std::string& backend);
 
 // The largest world size to run with one process per rank: 4, or
@@ -86,9 +80,11 @@ struct ConformanceCase {
   bool needs_allocate = false;
 };
 
-// Exact sums (sum and avg, counts 0, 1, N-1, primes, large), unaligned
-// buffers, bitwise equality across ranks, broadcast from every root, bus
-// bytes, argument errors; and AllGatherCases.
+// Exact sums (sum and avg, counts 0, 1, N-1, primes, large), max and min
+// where the backend has them, unaligned buffers, bitwise equality across
+// ranks, broadcast from every root, bus bytes, argument errors, ops and
+// element types the backend does not have refused as CommErrors; and
+// AllGatherCases.
 std::vector<ConformanceCase> CollectiveCases();
 // AllGather (conformance_allgather.cc): every rank's block in its place, bit
 // for bit, out of place and in place (counts 0, 1, N-1, primes, 4 Mi),

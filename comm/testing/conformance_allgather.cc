@@ -135,7 +135,7 @@ void AllGatherBytesSent(Communicator& comm, const BackendTraits&) {
     const uint64_t before = comm.bytes_sent();
     comm.AllGather(send->data(), recv->data(), count);
     const uint64_t got = comm.bytes_sent() - before;
-    const uint64_t want = AllGatherBusBytes(count, world);
+    const uint64_t want = AllGatherBusBytes(count * sizeof(float), world);
     Check(want == (world - 1) * count * sizeof(float),
           "AllGatherBusBytes is not (N-1) * count * 4");
     Check(got == want, "AllGather of " + std::to_string(count) +

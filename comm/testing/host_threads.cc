@@ -18,10 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/call_agreement.h"
-#include "comm/communicator.h"
+#include "comm/backend.h"
 #include "comm/job/thread_group.h"
-#include "comm/store/store.h"
 
 namespace ringlab::comm::testing {
 namespace {
@@ -30,21 +28,26 @@ constexpr char kName[] = "host_threads";
 // Small enough that the suite's 16 MiB case goes through in pieces.
 constexpr size_t kStagingFloats = size_t{1} << 20;
 
-class HostThreads : public Communicator {
+template <typename T>
+T Reduce(T a, T b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    default:
+      return a + b;
+  }
+}
+
+class HostThreads final : public Backend {
  public:
   HostThreads(const RankContext& context, const CommOptions& options)
       : rank_(context.rank),
         world_size_(context.world_size),
         timeout_(options.timeout) {
-    if (context.store == nullptr) {
-      throw CommError("host_threads: needs a store");
-    }
     if (world_size_ == 1) return;
-    const int64_t k = context.store->Add(
-        std::string(kName) + "/instances/" + std::to_string(rank_), 1);
-    group_ = ThreadGroup::Join(context.store,
-                               std::string(kName) + "/" + std::to_string(k),
-                               rank_, world_size_, options.join_timeout, kName);
+    group_ = ThreadGroup::Join(context, options.join_timeout, kName);
     staging_ = new float[kStagingFloats];
     std::ostringstream mine;
     mine << reinterpret_cast<uintptr_t>(staging_);
@@ -62,44 +65,30 @@ class HostThreads : public Communicator {
   }
   ~HostThreads() override { Release(); }
 
-  const char* backend() const override { return kName; }
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_size_; }
-  MemoryKind memory() const override { return MemoryKind::kHost; }
-  uint64_t bytes_sent() const override { return bytes_sent_; }
-
-  void AllReduce(float* data, size_t count, ReduceOp op) override {
-    if (data == nullptr && count > 0) {
-      throw std::invalid_argument("host_threads: null data");
-    }
-    if (count == 0 || world_size_ == 1) return;
+  void AllReduce(void* buffer, size_t count, DataType, ReduceOp op) override {
+    float* const data = static_cast<float*>(buffer);
     const std::string call = "AllReduce(count=" + std::to_string(count) +
                              ", op=" + ReduceOpName(op) + ")";
+    if (count == 0) LineUp("AllReduce", call);
     for (size_t at = 0; at < count; at += kStagingFloats) {
       const size_t n = std::min(kStagingFloats, count - at);
       std::copy(data + at, data + at + n, staging_);
       LineUp("AllReduce", call);
       for (size_t i = 0; i < n; ++i) {
-        float sum = peers_[0][i];
-        for (int q = 1; q < world_size_; ++q) sum += peers_[q][i];
-        data[at + i] = op == ReduceOp::kAvg ? sum / world_size_ : sum;
+        float acc = peers_[0][i];
+        for (int q = 1; q < world_size_; ++q)
+          acc = Reduce(acc, peers_[q][i], op);
+        data[at + i] = op == ReduceOp::kAvg ? acc / world_size_ : acc;
       }
       LineUp("AllReduce", call + " (done reading)");
     }
-    bytes_sent_ += AllReduceBusBytes(count, world_size_);
   }
 
-  void Broadcast(float* data, size_t count, int root) override {
-    if (root < 0 || root >= world_size_) {
-      throw std::invalid_argument("host_threads: Broadcast root " +
-                                  std::to_string(root) + " out of range");
-    }
-    if (data == nullptr && count > 0) {
-      throw std::invalid_argument("host_threads: null data");
-    }
-    if (count == 0 || world_size_ == 1) return;
+  void Broadcast(void* buffer, size_t count, DataType, int root) override {
+    float* const data = static_cast<float*>(buffer);
     const std::string call = "Broadcast(count=" + std::to_string(count) +
                              ", root=" + std::to_string(root) + ")";
+    if (count == 0) LineUp("Broadcast", call);
     for (size_t at = 0; at < count; at += kStagingFloats) {
       const size_t n = std::min(kStagingFloats, count - at);
       if (rank_ == root) std::copy(data + at, data + at + n, staging_);
@@ -107,17 +96,19 @@ class HostThreads : public Communicator {
       if (rank_ != root) std::copy(peers_[root], peers_[root] + n, data + at);
       LineUp("Broadcast", call + " (done reading)");
     }
-    bytes_sent_ += BroadcastBusBytes(count, world_size_);
   }
 
   // Each piece: every rank posts its part of its block in its staging
   // buffer, all line up, every rank copies every peer's.
-  void AllGather(const float* send, float* recv, size_t count) override {
-    CheckAllGatherArguments(kName, send, recv, count, rank_, world_size_);
+  void AllGather(const void* send_buffer, void* recv_buffer, size_t count,
+                 DataType) override {
+    const float* const send = static_cast<const float*>(send_buffer);
+    float* const recv = static_cast<float*>(recv_buffer);
     float* own = recv + static_cast<size_t>(rank_) * count;
     if (count > 0 && send != own) std::copy(send, send + count, own);
-    if (count == 0 || world_size_ == 1) return;
+    if (world_size_ == 1) return;
     const std::string call = "AllGather(count=" + std::to_string(count) + ")";
+    if (count == 0) LineUp("AllGather", call);
     for (size_t at = 0; at < count; at += kStagingFloats) {
       const size_t n = std::min(kStagingFloats, count - at);
       std::copy(own + at, own + at + n, staging_);
@@ -129,25 +120,13 @@ class HostThreads : public Communicator {
       }
       LineUp("AllGather", call + " (done reading)");
     }
-    bytes_sent_ += AllGatherBusBytes(count, world_size_);
   }
 
-  void Barrier() override {
-    if (world_size_ > 1) LineUp("Barrier", "Barrier");
-  }
+  void Barrier() override { LineUp("Barrier", "Barrier"); }
 
  private:
   void LineUp(const char* what, const std::string& call) {
-    if (broken_) {
-      throw CommError(std::string("host_threads: ") + what +
-                      " after an earlier collective failed");
-    }
-    try {
-      group_->Arrive(rank_, what, call, timeout_);
-    } catch (...) {
-      broken_ = true;
-      throw;
-    }
+    group_->Arrive(rank_, what, call, timeout_);
   }
 
   void Release() noexcept {
@@ -165,14 +144,23 @@ class HostThreads : public Communicator {
   std::shared_ptr<ThreadGroup> group_;
   float* staging_ = nullptr;
   std::vector<const float*> peers_;
-  bool broken_ = false;
-  uint64_t bytes_sent_ = 0;
 };
 
-const bool kRegistered = RegisterCommunicator(
-    kName, [](const RankContext& context, const CommOptions& options) {
-      return std::make_unique<HostThreads>(context, options);
-    });
+BackendDescription Description() {
+  BackendDescription d;
+  d.name = kName;
+  d.summary = "test only: ranks as threads over host memory";
+  d.memory = MemoryKind::kHost;
+  d.launch = RankLaunch::kThreads;
+  d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+  d.checks_calls = true;  // every line-up compares the ranks' calls
+  d.create = [](const RankContext& context, const CommOptions& options) {
+    return std::make_unique<HostThreads>(context, options);
+  };
+  return d;
+}
+
+const bool kRegistered = RegisterBackend(Description());
 
 }  // namespace
 }  // namespace ringlab::comm::testing

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "comm/job/job_environment.h"
 #include "comm/store/tcp_store.h"
 
 namespace ringlab::comm::testing {
@@ -35,6 +36,10 @@ namespace {
     context.local_rank = r;
     context.store = &store;
     context.job_secret = server.secret();
+    // As a job's rendezvous does: every rank's peer information, once.
+    context.peers =
+        ExchangePeers(store, r, world_size, ThisPeer(store.local_address()),
+                      std::chrono::seconds(30));
     body(context);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());

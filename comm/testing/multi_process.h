@@ -26,8 +26,8 @@ struct RankResult {
 
 // Starts a TcpStoreServer in the parent (loopback), forks world_size children;
 // each connects a TcpStore client, builds RankContext{rank, world_size,
-// local_rank = rank, &store, the store's secret} (hosts unknown) and calls
-// body(context). A child exits 0 when
+// local_rank = rank, &store, the store's secret, every rank's PeerInfo (as
+// a job's rendezvous gathers it)} and calls body(context). A child exits 0 when
 // body returns and 1 after printing the exception's what() when it throws.
 // The parent waits up to `timeout`, then SIGKILLs the rest (their term_signal
 // says so), and returns one result per rank, in rank order. Does not touch
