@@ -51,15 +51,15 @@ bool BackendDescription::Supports(DataType type) const {
 
 bool RegisterBackend(BackendDescription description) {
   if (description.name.empty() || !description.create) {
-    throw std::logic_error("RegisterBackend: a backend needs a name and a "
-                           "factory");
+    throw std::logic_error(
+        "RegisterBackend: a backend needs a name and a "
+        "factory");
   }
   std::lock_guard<std::mutex> lock(RegistryMutex());
   const std::string name = description.name;
   auto owned = std::make_unique<BackendDescription>(std::move(description));
   if (!Registry().emplace(name, std::move(owned)).second) {
-    throw std::logic_error("RegisterBackend: '" + name +
-                           "' registered twice");
+    throw std::logic_error("RegisterBackend: '" + name + "' registered twice");
   }
   return true;
 }
@@ -93,16 +93,16 @@ const BackendDescription& BackendNamed(const std::string& name) {
   for (const std::string& n : RegisteredBackendNames()) {
     known += (known.empty() ? "" : ", ") + n;
   }
-  throw std::invalid_argument("unknown communicator '" + name +
-                              "' (linked into this binary: " +
-                              (known.empty() ? "none" : known) + ")");
+  throw std::invalid_argument(
+      "unknown communicator '" + name +
+      "' (linked into this binary: " + (known.empty() ? "none" : known) + ")");
 }
 
 std::string DescribeBackends() {
   std::string text;
   for (const BackendDescription* d : RegisteredBackends()) {
-    text += "  " + d->name + ": " + d->summary + " (" + Requirements(*d) +
-            ")\n";
+    text +=
+        "  " + d->name + ": " + d->summary + " (" + Requirements(*d) + ")\n";
     for (const TuningSetting& s : d->tuning) {
       text += "      " + s.variable + " [" + std::to_string(s.min) + ", " +
               std::to_string(s.max) + "]" +

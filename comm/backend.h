@@ -30,8 +30,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual void AllReduce(void* data, size_t count, DataType type,
                          ReduceOp op) = 0;
-  virtual void Broadcast(void* data, size_t count, DataType type,
-                         int root) = 0;
+  virtual void Broadcast(void* data, size_t count, DataType type, int root) = 0;
   // send is recv + rank * count (in place) or does not overlap recv.
   virtual void AllGather(const void* send, void* recv, size_t count,
                          DataType type) = 0;

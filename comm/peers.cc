@@ -90,8 +90,7 @@ PeerWatch::PeerWatch(const std::vector<PeerInfo>& peers, int rank)
   for (size_t r = 0; r < peers.size(); ++r) {
     if (static_cast<int>(r) != rank && rank >= 0 &&
         static_cast<size_t>(rank) < peers.size() &&
-        peers[r].SameHost(peers[rank]) &&
-        !peers[r].SameProcess(peers[rank])) {
+        peers[r].SameHost(peers[rank]) && !peers[r].SameProcess(peers[rank])) {
       local_[r] = peers[r];
     }
   }

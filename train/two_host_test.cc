@@ -3,10 +3,11 @@
 // (10.77.0.1 and 10.77.0.2, which exist only inside these namespaces, so
 // nothing can leave the machine). Rank 0's store listens on its host's
 // address and the other host's rank reaches it over the veth; shm_ring
-// refuses the job at start, naming both hosts; an MPI job spans them, with
-// mpirun starting the other host's daemon through nsenter where a cluster
-// would use ssh. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and iproute2's ip;
-// skips, saying why, without them.
+// refuses the job at start, naming both hosts; a Gloo job spans them, each
+// rank on its own address; an MPI job spans them, with mpirun starting the
+// other host's daemon through nsenter where a cluster would use ssh. Needs root
+// (CAP_SYS_ADMIN, CAP_NET_ADMIN) and iproute2's ip; skips, saying why, without
+// them.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -201,6 +202,38 @@ TEST_F(TwoHostTest, WithoutTheSecretNeitherRankStarts) {
   EXPECT_NE(ranks[1].err.find("MASTER_ADDR=10.77.0.1, beyond loopback"),
             std::string::npos)
       << ranks[1].err;
+}
+
+// A real two-host job over Gloo, ranks started by hand as torchrun would:
+// each rank's Gloo pairs listen on the address it reached rank 0's store
+// from (10.77.0.1 and 10.77.0.2), the ranks connect across the veth and
+// train, ending bitwise where the same job on one host over shm_ring ends.
+TEST_F(TwoHostTest, AGlooJobSpansBothHosts) {
+  const std::string flags = "--timeout=30 --data_dir=" + Absolute(kReference) +
+                            " --init_dir=" + Absolute(kReference) +
+                            "/init --out_dir=";
+  const std::string one_host = TempDir("gloo_one_host");
+  ASSERT_EQ(
+      RunTrain("--quiet " + flags + one_host, "", 60, hosts_.holders()).status,
+      0);
+  const std::string dir = TempDir("gloo_two_hosts");
+  const auto ranks = RunPair(kSecret, "--comm=gloo " + flags + dir);
+  for (const CommandResult& rank : ranks) {
+    ASSERT_EQ(rank.status, 0) << rank.out << rank.err;
+  }
+  EXPECT_NE(ranks[0].out.find("ringlab train: 2 ranks on 2 hosts (rank 0 on "
+                              "ringlab-host-a (boot "),
+            std::string::npos)
+      << ranks[0].out;
+  EXPECT_NE(
+      ReadText(dir + "/summary.json").find("\"ranks_bitwise_equal\": true"),
+      std::string::npos);
+  EXPECT_EQ(Losses(dir), Losses(one_host));
+  for (const std::string& tensor : kTensors) {
+    EXPECT_EQ(ReadText(dir + "/final/" + tensor + ".npy"),
+              ReadText(one_host + "/final/" + tensor + ".npy"))
+        << tensor;
+  }
 }
 
 // A real two-host job: mpirun on host a starts rank 1's daemon on host b

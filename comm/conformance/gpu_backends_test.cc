@@ -119,13 +119,13 @@ std::vector<size_t> CountsFor(int world, bool large = true) {
 std::vector<int> Worlds(const std::string& backend) {
   std::vector<int> worlds;
   for (int w : {1, 2, 3, 4}) {
-    if (backend == "nccl" && w > Devices()) continue;
+    if (TraitsOf(backend).one_gpu_per_rank && w > Devices()) continue;
     if (!TraitsOf(backend).ranks_are_threads && w > MaxProcessRanks()) continue;
     worlds.push_back(w);
   }
-  if (backend == "nccl" && Devices() < 4) {
-    std::cout << "[   INFO   ] nccl: " << Devices()
-              << " GPU(s); NCCL needs one GPU per rank, so it runs at world "
+  if (TraitsOf(backend).one_gpu_per_rank && Devices() < 4) {
+    std::cout << "[   INFO   ] " << backend << ": " << Devices()
+              << " GPU(s); it needs one GPU per rank, so it runs at world "
                  "sizes up to "
               << Devices() << " only\n";
   }
@@ -268,7 +268,7 @@ TEST(GpuBackendsHostTest, RingSlicesPartitionTheBuffer) {
 TEST(GpuBackendsHostTest, CreationWithoutDeviceFailsClearly) {
   if (Devices() > 0) GTEST_SKIP() << "a CUDA device is present";
   for (const char* backend : {"nccl", "ipc_ring", "ipc_ring_threads"}) {
-    if (std::string(backend) == "nccl" && !kNcclBuilt) continue;
+    if (FindBackend(backend) == nullptr) continue;  // nccl: not built
     const int world = TraitsOf(backend).ranks_are_threads ? 2 : 1;
     auto results = RunJob(
         backend, world,
@@ -296,7 +296,7 @@ TEST(GpuBackendsHostTest, CreationWithoutDeviceFailsClearly) {
 class GpuBackendTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (backend() == "nccl" && !kNcclBuilt) GTEST_SKIP() << kNoNccl;
+    if (FindBackend(backend()) == nullptr) GTEST_SKIP() << kNoNccl;
     SKIP_WITHOUT_GPU();
   }
   const std::string& backend() const { return GetParam(); }
@@ -314,7 +314,11 @@ TEST_P(GpuBackendTest, BitwiseIdenticalAcrossRanks) {
     for (bool ring : {true, false}) {
       SCOPED_TRACE("world " + std::to_string(world) +
                    (ring ? " ring" : " one-shot"));
-      const bool ipc = backend() != "nccl";
+      // ipc_ring's kernels (either mode): their settings say so.
+      const bool ipc =
+          BackendNamed(backend()).tuning.size() == IpcRingSettings().size() &&
+          BackendNamed(backend()).tuning.front().name ==
+              IpcRingSettings().front().name;
       IpcRingTuning tuning;  // (nccl has none)
       tuning.oneshot_bytes = ring ? 0 : 1000000000;
       tuning.buffer_bytes = 8388608;

@@ -11,8 +11,8 @@ constexpr uint64_t kGiB = 1 << 30;
 
 const std::vector<TuningSetting>& IpcRingSettings() {
   static const auto* settings = new std::vector<TuningSetting>{
-      {"ipc_ring.oneshot_bytes", "RINGLAB_IPC_RING_ONESHOT_BYTES", "oneshot",
-       0, uint64_t{1} << 40, IpcRingTuning::kDefaultOneShotBytes,
+      {"ipc_ring.oneshot_bytes", "RINGLAB_IPC_RING_ONESHOT_BYTES", "oneshot", 0,
+       uint64_t{1} << 40, IpcRingTuning::kDefaultOneShotBytes,
        "buffers up to this size take the one-shot kernel"},
       {"ipc_ring.chunk_bytes", "RINGLAB_IPC_RING_CHUNK_BYTES", "chunk",
        4 * kKiB, 64 * kMiB, IpcRingTuning::kDefaultChunkBytes,

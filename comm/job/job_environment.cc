@@ -55,10 +55,9 @@ void SlurmDefaults(JobEnvironment* job) {
     const char* nodes = Env(launch::kSlurmNodeList);
     const std::string first = nodes != nullptr ? FirstSlurmHost(nodes) : "";
     if (first.empty()) {
-      throw std::invalid_argument(std::string("under srun without ") +
-                                  launch::kMasterAddr + ", " +
-                                  launch::kSlurmNodeList +
-                                  " must name rank 0's node");
+      throw std::invalid_argument(
+          std::string("under srun without ") + launch::kMasterAddr + ", " +
+          launch::kSlurmNodeList + " must name rank 0's node");
     }
     job->master_addr = first;
   }
@@ -90,7 +89,8 @@ std::string FirstSlurmHost(const std::string& node_list) {
   const size_t close = name.find(']', open);
   const std::string ranges = name.substr(open + 1, close - open - 1);
   const std::string first = ranges.substr(0, ranges.find_first_of(",-"));
-  const std::string rest = close == std::string::npos ? "" : name.substr(close + 1);
+  const std::string rest =
+      close == std::string::npos ? "" : name.substr(close + 1);
   return name.substr(0, open) + first +
          (rest.find('[') == std::string::npos ? rest : "");
 }
@@ -117,8 +117,8 @@ JobEnvironment JobEnvironment::Read() {
   const char* local_var = mpi     ? launch::kOmpiLocalRank
                           : slurm ? launch::kSlurmLocalId
                                   : launch::kLocalRank;
-  if (torch && (Env(launch::kRank) == nullptr) !=
-                   (Env(launch::kWorldSize) == nullptr)) {
+  if (torch &&
+      (Env(launch::kRank) == nullptr) != (Env(launch::kWorldSize) == nullptr)) {
     throw std::invalid_argument(
         "RANK and WORLD_SIZE must be set together (as torchrun does)");
   }
@@ -132,8 +132,7 @@ JobEnvironment JobEnvironment::Read() {
   job.rank = static_cast<int>(rank);
   job.world_size = static_cast<int>(world);
   job.local_rank = static_cast<int>(EnvInt(local_var, rank, 0, 1 << 20));
-  job.master_port =
-      static_cast<int>(EnvInt(launch::kMasterPort, -1, 1, 65535));
+  job.master_port = static_cast<int>(EnvInt(launch::kMasterPort, -1, 1, 65535));
   if (const char* addr = Env(launch::kMasterAddr)) job.master_addr = addr;
   if (slurm && world > 1) SlurmDefaults(&job);
   if (const char* hex = Env(launch::kJobSecret)) {

@@ -222,9 +222,8 @@ Mapping SegmentJoin::Open(
     }
     if (header->world_size != static_cast<uint64_t>(context_.world_size)) {
       throw CommError("shm_ring: rank " + std::to_string(context_.rank) +
-                      " has world_size " +
-                      std::to_string(context_.world_size) + " but rank 0 has " +
-                      std::to_string(header->world_size));
+                      " has world_size " + std::to_string(context_.world_size) +
+                      " but rank 0 has " + std::to_string(header->world_size));
     }
     check(mapping.base, mapping.bytes);
   } catch (...) {

@@ -55,8 +55,8 @@ class SegmentJoin {
   Mapping Create(size_t bytes, const std::function<void(char* base)>& fill);
   // The others: waits for rank 0's segment, maps and verifies it, and lets
   // `check` refuse it (CommError) before this rank says it has mapped it.
-  Mapping Open(const std::function<void(const char* base, size_t bytes)>&
-                   check);
+  Mapping Open(
+      const std::function<void(const char* base, size_t bytes)>& check);
   // Then every rank: rank 0 waits for every peer to have mapped it, closes
   // the descriptor and publishes `ready()`; the others wait for that and
   // return it.
@@ -80,8 +80,8 @@ class SegmentJoin {
   const std::chrono::milliseconds timeout_;
   const std::chrono::steady_clock::time_point deadline_;
   const std::string what_;
-  int fd_ = -1;             // rank 0's, until every peer has mapped
-  bool reported_ = false;   // a failure (ours or a peer's) is in the store
+  int fd_ = -1;            // rank 0's, until every peer has mapped
+  bool reported_ = false;  // a failure (ours or a peer's) is in the store
 };
 
 }  // namespace ringlab::comm::shm

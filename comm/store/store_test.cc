@@ -4,6 +4,8 @@
 // missing), Check without waiting, Add's arithmetic, prefixes that keep
 // communicators apart — plus what only the TCP store can get wrong: a
 // parked wait must not hold up the server's other clients.
+#include "comm/store/store.h"
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -12,7 +14,6 @@
 
 #include "comm/store/local_store.h"
 #include "comm/store/prefix_store.h"
-#include "comm/store/store.h"
 #include "comm/store/tcp_store.h"
 #include "gtest/gtest.h"
 
@@ -158,9 +159,9 @@ TYPED_TEST(StoreTest, WaitWatchingChecksBetweenSlices) {
                std::runtime_error);
   EXPECT_EQ(checks, 3);
   checks = 0;
-  EXPECT_THROW(WaitWatching(this->a(), {"never"}, milliseconds(100),
-                            [&] { ++checks; }),
-               StoreTimeout);
+  EXPECT_THROW(
+      WaitWatching(this->a(), {"never"}, milliseconds(100), [&] { ++checks; }),
+      StoreTimeout);
   EXPECT_GE(checks, 2);
 }
 
@@ -207,8 +208,7 @@ TEST(TcpStoreWaitTest, ParkedClientsComeAndGo) {
                   server->secret());
     EXPECT_THROW(gone.Get("never", milliseconds(50)), StoreTimeout);
   }
-  TcpStore a("127.0.0.1", server->port(), milliseconds(1000),
-             server->secret());
+  TcpStore a("127.0.0.1", server->port(), milliseconds(1000), server->secret());
   a.Set("k", "v");
   EXPECT_EQ(a.Get("k", milliseconds(0)), "v");
   std::thread stop([&] {

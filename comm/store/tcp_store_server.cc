@@ -77,13 +77,14 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port,
     throw std::invalid_argument("TcpStoreServer: not an IPv4 address: " + host);
   }
   listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listen_fd_ < 0) throw StoreError(wire::ErrnoText("TcpStoreServer: socket"));
+  if (listen_fd_ < 0)
+    throw StoreError(wire::ErrnoText("TcpStoreServer: socket"));
   int one = 1;
   setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       listen(listen_fd_, 128) != 0) {
-    std::string msg = wire::ErrnoText("TcpStoreServer: cannot listen on " + host + ":" +
-                            std::to_string(port));
+    std::string msg = wire::ErrnoText("TcpStoreServer: cannot listen on " +
+                                      host + ":" + std::to_string(port));
     close(listen_fd_);
     throw StoreError(msg);
   }
@@ -375,8 +376,8 @@ bool TcpStoreServer::StartWait(Conn& c, uint8_t op, const std::string& key,
   c.waiting = true;
   c.wait_op = op;
   c.wait_keys = std::move(keys);
-  c.wait_deadline = Clock::now() + std::chrono::milliseconds(
-                                       std::min(timeout_ms, kMaxWaitMs));
+  c.wait_deadline = Clock::now() +
+                    std::chrono::milliseconds(std::min(timeout_ms, kMaxWaitMs));
   if (Missing(c.wait_keys).empty() || timeout_ms == 0) FinishWait(c);
   return !c.dead;
 }
