@@ -6,7 +6,10 @@
 Every top-level package has a level; a target may depend on a target of
 another package only if that package's level is lower. So packages on one
 level (nn and comm; cli, cuda and io) know nothing of each other, and nothing
-depends on a package above it. Dependencies are read from one
+depends on a package above it. Inside comm the same rule holds between its
+packages (COMM_LEVELS): the store at the bottom, the front above it, the job
+above that, the test helpers, the backends (which know nothing of each
+other), and the suites that run every backend on top. Dependencies are read from one
 `bazel query 'deps(//..., 1)'` graph, every select() branch included (CUDA
 targets too where CUDA is not built), implicit dependencies (toolchains)
 excluded. It also prints `somepath(//nn/..., //comm/...)` and the reverse,
@@ -44,6 +47,19 @@ LEVELS = {
 }
 
 
+# Inside comm, lowest first (README: "Layout").
+COMM_LEVELS = {
+    "comm/store": 0,  # where ranks meet: the Store, TCP store, job secret
+    "comm": 1,  # the front: Communicator, descriptions, tuning, peers
+    "comm/job": 2,  # rendezvous, launcher, ranks as threads
+    "comm/testing": 3,  # test helpers and the conformance suite's cases
+    "comm/shm_ring": 4,  # the backends, independent of each other
+    "comm/ipc_ring": 4,
+    "comm/adapters": 4,
+    "comm/conformance": 5,  # the suite over every backend
+}
+
+
 def package_of(label):
     """The layering's package of a label: its first path component, or the
     infrastructure directory for tools/cuda and tools/platforms."""
@@ -52,6 +68,12 @@ def package_of(label):
         if path == infra or path.startswith(infra + "/"):
             return infra
     return path.split("/")[0]
+
+
+def comm_package_of(label):
+    """comm's own package of a label inside comm: comm, or comm/<second>."""
+    parts = label[2:].split(":")[0].split("/")
+    return "/".join(parts[:2]) if len(parts) > 1 else parts[0]
 
 
 def bazel_query(expression, *flags):
@@ -76,6 +98,16 @@ def main():
     violations = []
     for a, b in edges():
         pa, pb = package_of(a), package_of(b)
+        if pa == pb == "comm":
+            ca, cb = comm_package_of(a), comm_package_of(b)
+            if ca == cb:
+                continue
+            if ca not in COMM_LEVELS or cb not in COMM_LEVELS:
+                unknown.update(p for p in (ca, cb) if p not in COMM_LEVELS)
+            elif COMM_LEVELS[ca] <= COMM_LEVELS[cb]:
+                violations.append(f"{a} -> {b}: {ca} (comm level {COMM_LEVELS[ca]}) "
+                                  f"may not depend on {cb} (comm level {COMM_LEVELS[cb]})")
+            continue
         if pa == pb:
             continue
         if pa not in LEVELS or pb not in LEVELS:
