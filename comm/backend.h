@@ -105,6 +105,14 @@ struct BackendDescription {
   bool Supports(DataType type) const;
 };
 
+// The factory of a backend whose constructor takes (context, options).
+template <typename B>
+BackendDescription::Factory FactoryOf() {
+  return [](const RankContext& context, const CommOptions& options) {
+    return std::make_unique<B>(context, options);
+  };
+}
+
 // Backends register themselves at static-initialisation time (the GPU ones
 // only when they are linked into the binary). Returns true; a second
 // description of one name is a programming error (std::logic_error).

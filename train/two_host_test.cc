@@ -161,6 +161,45 @@ class TwoHostTest : public ::testing::Test {
     return ranks;
   }
 
+  // The flags of the seed run, its outputs going to the directory appended.
+  static std::string ReferenceFlags() {
+    return "--timeout=30 --data_dir=" + Absolute(kReference) +
+           " --init_dir=" + Absolute(kReference) + "/init --out_dir=";
+  }
+
+  // The same job on one host over shm_ring, for comparing with.
+  std::string OneHostRun() {
+    const std::string dir = TempDir("one_host");
+    EXPECT_EQ(
+        RunTrain("--quiet " + ReferenceFlags() + dir, "", 60, hosts_.holders())
+            .status,
+        0);
+    return dir;
+  }
+
+  // A two-host run that ended bitwise where the one-host run did (with 2
+  // ranks every backend averages gradients as (g0 + g1) / 2, exact whatever
+  // the order), its rank 0 having named both hosts in `out`.
+  static void ExpectSameAsOneHost(const std::string& dir,
+                                  const std::string& one_host,
+                                  const std::string& out) {
+    EXPECT_NE(out.find("ringlab train: 2 ranks on 2 hosts (rank 0 on "
+                       "ringlab-host-a (boot "),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("; rank 1 on ringlab-host-b (boot "), std::string::npos)
+        << out;
+    EXPECT_NE(
+        ReadText(dir + "/summary.json").find("\"ranks_bitwise_equal\": true"),
+        std::string::npos);
+    EXPECT_EQ(Losses(dir), Losses(one_host));
+    for (const std::string& tensor : kTensors) {
+      EXPECT_EQ(ReadText(dir + "/final/" + tensor + ".npy"),
+                ReadText(one_host + "/final/" + tensor + ".npy"))
+          << tensor;
+    }
+  }
+
   TwoHosts hosts_;
 };
 
@@ -209,31 +248,13 @@ TEST_F(TwoHostTest, WithoutTheSecretNeitherRankStarts) {
 // from (10.77.0.1 and 10.77.0.2), the ranks connect across the veth and
 // train, ending bitwise where the same job on one host over shm_ring ends.
 TEST_F(TwoHostTest, AGlooJobSpansBothHosts) {
-  const std::string flags = "--timeout=30 --data_dir=" + Absolute(kReference) +
-                            " --init_dir=" + Absolute(kReference) +
-                            "/init --out_dir=";
-  const std::string one_host = TempDir("gloo_one_host");
-  ASSERT_EQ(
-      RunTrain("--quiet " + flags + one_host, "", 60, hosts_.holders()).status,
-      0);
+  const std::string one_host = OneHostRun();
   const std::string dir = TempDir("gloo_two_hosts");
-  const auto ranks = RunPair(kSecret, "--comm=gloo " + flags + dir);
+  const auto ranks = RunPair(kSecret, "--comm=gloo " + ReferenceFlags() + dir);
   for (const CommandResult& rank : ranks) {
     ASSERT_EQ(rank.status, 0) << rank.out << rank.err;
   }
-  EXPECT_NE(ranks[0].out.find("ringlab train: 2 ranks on 2 hosts (rank 0 on "
-                              "ringlab-host-a (boot "),
-            std::string::npos)
-      << ranks[0].out;
-  EXPECT_NE(
-      ReadText(dir + "/summary.json").find("\"ranks_bitwise_equal\": true"),
-      std::string::npos);
-  EXPECT_EQ(Losses(dir), Losses(one_host));
-  for (const std::string& tensor : kTensors) {
-    EXPECT_EQ(ReadText(dir + "/final/" + tensor + ".npy"),
-              ReadText(one_host + "/final/" + tensor + ".npy"))
-        << tensor;
-  }
+  ExpectSameAsOneHost(dir, one_host, ranks[0].out);
 }
 
 // A real two-host job: mpirun on host a starts rank 1's daemon on host b
@@ -245,14 +266,8 @@ TEST_F(TwoHostTest, AnMpiJobSpansBothHosts) {
   if (std::system("command -v mpirun >/dev/null") != 0) {
     GTEST_SKIP() << "skipped: no mpirun";
   }
-  const std::string flags = "--timeout=30 --data_dir=" + Absolute(kReference) +
-                            " --init_dir=" + Absolute(kReference) +
-                            "/init --out_dir=";
-  const std::string one_host = TempDir("one_host");
-  ASSERT_EQ(
-      RunTrain("--quiet " + flags + one_host, "", 60, hosts_.holders()).status,
-      0);
-
+  const std::string flags = ReferenceFlags();
+  const std::string one_host = OneHostRun();
   const std::string dir = TempDir("mpi_two_hosts");
   const std::string agent = dir + "/nsenter_rsh";
   std::ofstream(agent) << "#!/bin/sh\n# mpirun's \"ssh\": HOST COMMAND...\n"
@@ -287,22 +302,7 @@ TEST_F(TwoHostTest, AnMpiJobSpansBothHosts) {
   const std::string stdout_text = ReadText(dir + "/stdout");
   ASSERT_EQ(status, 0) << stdout_text << ReadText(dir + "/stderr");
   std::printf("%s", stdout_text.c_str());
-  EXPECT_NE(stdout_text.find("ringlab train: 2 ranks on 2 hosts (rank 0 on "
-                             "ringlab-host-a (boot "),
-            std::string::npos)
-      << stdout_text;
-  EXPECT_NE(stdout_text.find("; rank 1 on ringlab-host-b (boot "),
-            std::string::npos)
-      << stdout_text;
-  EXPECT_NE(
-      ReadText(out + "/summary.json").find("\"ranks_bitwise_equal\": true"),
-      std::string::npos);
-  EXPECT_EQ(Losses(out), Losses(one_host));
-  for (const std::string& tensor : kTensors) {
-    EXPECT_EQ(ReadText(out + "/final/" + tensor + ".npy"),
-              ReadText(one_host + "/final/" + tensor + ".npy"))
-        << tensor;
-  }
+  ExpectSameAsOneHost(out, one_host, stdout_text);
 }
 
 }  // namespace

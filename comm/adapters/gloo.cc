@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -60,29 +61,22 @@ class GlooStore : public gloo::rendezvous::Store {
   milliseconds timeout_;
 };
 
-template <typename T>
-void Sum(void* out, const void* a, const void* b, size_t n) {
+// Gloo's reduction functions: out = op(a, b), elementwise.
+template <typename T, typename Op>
+void Reduce(void* out, const void* a, const void* b, size_t n) {
   auto* o = static_cast<T*>(out);
   const auto* x = static_cast<const T*>(a);
   const auto* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+  for (size_t i = 0; i < n; ++i) o[i] = Op()(x[i], y[i]);
 }
-
 template <typename T>
-void Max(void* out, const void* a, const void* b, size_t n) {
-  auto* o = static_cast<T*>(out);
-  const auto* x = static_cast<const T*>(a);
-  const auto* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = std::max(x[i], y[i]);
-}
-
+struct Larger {
+  T operator()(T a, T b) const { return std::max(a, b); }
+};
 template <typename T>
-void Min(void* out, const void* a, const void* b, size_t n) {
-  auto* o = static_cast<T*>(out);
-  const auto* x = static_cast<const T*>(a);
-  const auto* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = std::min(x[i], y[i]);
-}
+struct Smaller {
+  T operator()(T a, T b) const { return std::min(a, b); }
+};
 
 class GlooBackend final : public Backend {
  public:
@@ -125,9 +119,10 @@ class GlooBackend final : public Backend {
     Guarded("AllReduce", [&] {
       gloo::AllreduceOptions opts(gloo_);
       opts.setOutput(static_cast<float*>(data), count);
-      opts.setReduceFunction(op == ReduceOp::kMax   ? Max<float>
-                             : op == ReduceOp::kMin ? Min<float>
-                                                    : Sum<float>);
+      opts.setReduceFunction(op == ReduceOp::kMax ? Reduce<float, Larger<float>>
+                             : op == ReduceOp::kMin
+                                 ? Reduce<float, Smaller<float>>
+                                 : Reduce<float, std::plus<float>>);
       Run(opts, gloo::allreduce);
       if (op == ReduceOp::kAvg) {
         auto* x = static_cast<float*>(data);
@@ -174,7 +169,7 @@ class GlooBackend final : public Backend {
     Guarded("a call check", [&] {
       gloo::AllreduceOptions opts(gloo_);
       opts.setOutput(words, count);
-      opts.setReduceFunction(Max<int64_t>);
+      opts.setReduceFunction(Reduce<int64_t, Larger<int64_t>>);
       Run(opts, gloo::allreduce);
     });
   }
@@ -260,9 +255,7 @@ BackendDescription Description() {
   d.checks_calls = false;  // Gloo hangs or mixes buffers on a mismatch
   d.conformance.join_deadlines_to_notice_death = 6;
   d.conformance.op_deadlines_to_notice_death = 1;
-  d.create = [](const RankContext& context, const CommOptions& options) {
-    return std::make_unique<GlooBackend>(context, options);
-  };
+  d.create = FactoryOf<GlooBackend>();
   return d;
 }
 

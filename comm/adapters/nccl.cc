@@ -338,9 +338,7 @@ BackendDescription Description() {
   d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
   d.checks_calls = false;  // NCCL hangs or mixes buffers on a mismatch
   d.conformance.avg_premultiplies = true;
-  d.create = [](const RankContext& context, const CommOptions& options) {
-    return std::make_unique<NcclBackend>(context, options);
-  };
+  d.create = FactoryOf<NcclBackend>();
   return d;
 }
 

@@ -187,9 +187,7 @@ BackendDescription Description() {
   d.spans_hosts = false;
   d.checks_calls = true;  // every launch compares the ranks' descriptors
   d.tuning = IpcRingSettings();
-  d.create = [](const RankContext& context, const CommOptions& options) {
-    return std::make_unique<IpcRing>(context, options);
-  };
+  d.create = FactoryOf<IpcRing>();
   return d;
 }
 

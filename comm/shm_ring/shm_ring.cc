@@ -60,9 +60,7 @@ BackendDescription Description() {
   d.checks_calls = true;
   d.registers_memory = true;
   d.tuning = ShmRingSettings();
-  d.create = [](const RankContext& context, const CommOptions& options) {
-    return std::make_unique<shm::ShmRing>(context, options);
-  };
+  d.create = FactoryOf<shm::ShmRing>();
   return d;
 }
 

@@ -154,9 +154,7 @@ BackendDescription Description() {
   d.launch = RankLaunch::kThreads;
   d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
   d.checks_calls = true;  // every line-up compares the ranks' calls
-  d.create = [](const RankContext& context, const CommOptions& options) {
-    return std::make_unique<HostThreads>(context, options);
-  };
+  d.create = FactoryOf<HostThreads>();
   return d;
 }
 
