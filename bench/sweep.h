@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "comm/testing/exact_sum.h"
+
 namespace ringlab::bench {
 
 // Iterations per message size: about the same bytes per size (256 MiB / 4),
@@ -22,10 +24,9 @@ std::vector<int64_t> SweepSizes(int64_t min_bytes, int64_t max_bytes,
                                 int64_t factor = 4);
 
 // Element i of rank r's input: small integers, as nccl-tests chooses them, so
-// that every sum is exact and a result is either exactly right or wrong.
-inline float ExactSumInput(int rank, size_t i) {
-  return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 61) - 30);
-}
+// that every sum is exact and a result is either exactly right or wrong; the
+// conformance suite's inputs (comm/testing/exact_sum.h).
+using comm::testing::ExactSumInput;
 
 }  // namespace ringlab::bench
 

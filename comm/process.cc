@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -57,6 +58,17 @@ bool ProcessExiting(pid_t pid) {
   }
   constexpr unsigned long kPfExiting = 0x4;
   return (flags & kPfExiting) != 0;
+}
+
+bool WriteFully(int fd, const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 }  // namespace ringlab::comm

@@ -8,18 +8,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "io/test_dirs.h"
+
 namespace ringlab::io {
 namespace {
 
-std::string TempDir(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(root ? root : "/tmp") + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
 TEST(AtomicFileTest, ReplacesTheWholeFileAndLeavesNoTemporary) {
-  const std::string dir = TempDir("atomic");
+  const std::string dir = FreshTestDir("atomic");
   std::filesystem::create_directories(dir);
   WriteFileAtomically(dir + "/f", "old contents");
   WriteFileAtomically(dir + "/f", "new");
@@ -35,7 +30,7 @@ TEST(AtomicFileTest, ReplacesTheWholeFileAndLeavesNoTemporary) {
 }
 
 TEST(AtomicFileTest, AFailedWriteLeavesTheOldFileAndNoTemporary) {
-  const std::string dir = TempDir("atomic_failure");
+  const std::string dir = FreshTestDir("atomic_failure");
   std::filesystem::create_directories(dir + "/target_is_a_directory");
   WriteFileAtomically(dir + "/kept", "old");
   // Renaming a file over a non-empty directory fails: the write must report

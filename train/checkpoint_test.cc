@@ -7,18 +7,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include "io/test_dirs.h"
+
 namespace ringlab::train {
 namespace {
 
-std::string TempDir(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(root ? root : "/tmp") + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
 TEST(CheckpointTest, RoundTripIsBitwise) {
-  const std::string dir = TempDir("roundtrip");
+  const std::string dir = io::FreshTestDir("roundtrip");
   const nn::MlpLayout layout({3, 2});
   RankCheckpoint saved;
   saved.next_step = 2;
@@ -40,7 +35,7 @@ TEST(CheckpointTest, RoundTripIsBitwise) {
 }
 
 TEST(CheckpointTest, MissingRankOrShortHistoryIsAnError) {
-  const std::string dir = TempDir("missing");
+  const std::string dir = io::FreshTestDir("missing");
   const nn::MlpLayout layout({3, 2});
   RankCheckpoint saved;
   saved.next_step = 3;  // but only one record
@@ -69,7 +64,7 @@ RankCheckpoint Part(const nn::MlpLayout& layout, int64_t next_step) {
 // being written survives, only steps before N go.
 TEST(CheckpointTest, PruningKeepsTheStepsBeingWritten) {
   namespace fs = std::filesystem;
-  const std::string dir = TempDir("prune");
+  const std::string dir = io::FreshTestDir("prune");
   const nn::MlpLayout layout({3, 2});
   for (int rank = 0; rank < 2; ++rank) {
     WriteRankCheckpoint(dir, rank, layout, Part(layout, 1));
@@ -98,7 +93,7 @@ TEST(CheckpointTest, PruningKeepsTheStepsBeingWritten) {
 // complete checkpoint: parts of a later step, temporaries of any writer.
 TEST(CheckpointTest, ResumingRemovesWhatACrashLeftBeyondTheLatest) {
   namespace fs = std::filesystem;
-  const std::string dir = TempDir("unfinished");
+  const std::string dir = io::FreshTestDir("unfinished");
   const nn::MlpLayout layout({3, 2});
   for (int rank = 0; rank < 2; ++rank) {
     WriteRankCheckpoint(dir, rank, layout, Part(layout, 4));
@@ -117,7 +112,7 @@ TEST(CheckpointTest, ResumingRemovesWhatACrashLeftBeyondTheLatest) {
 }
 
 TEST(CheckpointTest, AMissingPartIsNamedAsAnIncompleteCheckpoint) {
-  const std::string dir = TempDir("incomplete");
+  const std::string dir = io::FreshTestDir("incomplete");
   const nn::MlpLayout layout({3, 2});
   WriteRankCheckpoint(dir, 0, layout, Part(layout, 5));
   MarkLatestCheckpoint(dir, 5);

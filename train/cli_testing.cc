@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "comm/testing/leftovers.h"
+#include "io/test_dirs.h"
 
 namespace ringlab::train::testing {
 namespace {
@@ -87,11 +88,7 @@ std::vector<RankRun> RunRanksOnPort(const std::string& dir, const ByHand& job,
 }  // namespace
 
 std::string TempDir(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(root ? root : "/tmp") + "/cli_" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return io::FreshTestDir("cli_" + name);
 }
 
 std::string ReadText(const std::string& path) {

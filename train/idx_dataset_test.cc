@@ -9,12 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "io/test_dirs.h"
+
 namespace ringlab::train {
 namespace {
 
-std::string TempDir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return t ? t : "/tmp";
+// Where this test's files go (made once per process).
+const std::string& Root() {
+  static const std::string root = io::FreshTestDir("idx");
+  return root;
 }
 
 std::vector<unsigned char> Idx(std::vector<uint32_t> dims,
@@ -30,7 +33,7 @@ std::vector<unsigned char> Idx(std::vector<uint32_t> dims,
 
 std::string Write(const std::string& name, const std::vector<unsigned char>& b,
                   bool gzip) {
-  const std::string path = TempDir() + "/" + name;
+  const std::string path = Root() + "/" + name;
   if (gzip) {
     gzFile f = gzopen(path.c_str(), "wb");
     gzwrite(f, b.data(), static_cast<unsigned>(b.size()));
@@ -81,8 +84,8 @@ TEST(IdxDatasetTest, EveryDefectIsAnErrorNamingTheFile) {
   truncated.pop_back();
   std::vector<unsigned char> not_idx = Idx({2, 2, 3}, kPixels);
   not_idx[2] = 0x0d;  // floats, not bytes
-  ExpectError(TempDir() + "/missing", good_labels, "missing: no such file");
-  ExpectError(TempDir(), good_labels, "is a directory");
+  ExpectError(Root() + "/missing", good_labels, "missing: no such file");
+  ExpectError(Root(), good_labels, "is a directory");
   ExpectError(Write("trunc", truncated, true), good_labels, "(truncated)");
   ExpectError(Write("trail", Idx({1, 2, 3}, kPixels), false), good_labels,
               "bytes of data where its header says 6");
@@ -98,7 +101,7 @@ TEST(IdxDatasetTest, EveryDefectIsAnErrorNamingTheFile) {
   std::ifstream in(cut, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), {});
   std::ofstream(cut, std::ios::binary).write(bytes.data(), bytes.size() - 12);
-  ExpectError(cut, good_labels, TempDir() + "/cut");
+  ExpectError(cut, good_labels, Root() + "/cut");
 }
 
 // Debian's dataset-fashion-mnist, where installed (tools/setup.sh does).
@@ -125,7 +128,7 @@ TEST(IdxDatasetTest, DebiansFashionMnist) {
 
 // The header-only check sees what a header says, and refuses what is not one.
 TEST(IdxDatasetTest, ShapeFromHeadersOnly) {
-  const std::string dir = TempDir() + "/shape";
+  const std::string dir = Root() + "/shape";
   mkdir(dir.c_str(), 0755);
   const auto labels = Idx({2}, {1, 2});
   // Data cut short: the header is all a shape check reads.

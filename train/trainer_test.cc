@@ -20,6 +20,7 @@
 #include "comm/communicator.h"
 #include "comm/testing/multi_process.h"
 #include "io/npy.h"
+#include "io/test_dirs.h"
 #include "nn/init.h"
 #include "torch_compat/generator.h"
 
@@ -29,13 +30,6 @@ namespace {
 constexpr char kReference[] = "testdata/seed_ddp/reference";
 const std::vector<std::string> kTensors = {"fc1.weight", "fc1.bias",
                                            "fc2.weight", "fc2.bias"};
-
-std::string TempDir(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(root ? root : "/tmp") + "/" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 // The document's run on PyTorch's exported data and initial parameters.
 TrainConfig ReferenceConfig(const std::string& out_dir) {
@@ -79,7 +73,7 @@ std::vector<float> ReadFloats(const std::string& path) {
 TrainRun Train(int world, const TrainConfig& config,
                std::function<void(int rank, TrainConfig*)> adjust = nullptr,
                const FaultInjection& faults = {}) {
-  const std::string params_dir = TempDir("rank_params");
+  const std::string params_dir = io::FreshTestDir("rank_params");
   std::filesystem::create_directories(params_dir);
   TrainRun run;
   run.ranks = comm::testing::RunRanks(
@@ -172,7 +166,7 @@ std::vector<LossRow> ReadLosses(const std::string& path) {
 }
 
 TEST(TrainerTest, MatchesPyTorchDdpRun) {
-  const std::string out = TempDir("pytorch_match");
+  const std::string out = io::FreshTestDir("pytorch_match");
   const TrainRun run = Train(2, ReferenceConfig(out));
   ASSERT_TRUE(AllSucceeded(run)) << comm::testing::Describe(run.ranks);
 
@@ -217,7 +211,8 @@ TEST(TrainerTest, AllReduceKeepsRanksBitwiseEqualAfterEveryStep) {
   // One run per length: after k steps (k = 1..10) every rank's parameters
   // are rank 0's, bit for bit, and the summary says so.
   for (int steps = 1; steps <= 10; ++steps) {
-    const std::string out = TempDir("bitwise_" + std::to_string(steps));
+    const std::string out =
+        io::FreshTestDir("bitwise_" + std::to_string(steps));
     TrainConfig config = ReferenceConfig(out);
     config.epochs = steps;  // one step per epoch
     const TrainRun run = Train(2, config);
@@ -233,7 +228,7 @@ TEST(TrainerTest, AllReduceKeepsRanksBitwiseEqualAfterEveryStep) {
 TEST(TrainerTest, SummarySaysWhenRanksEndDifferent) {
   // Without synchronisation the ranks train on different shards and drift
   // apart: the summary's hash comparison must notice.
-  const std::string out = TempDir("unsynchronised");
+  const std::string out = io::FreshTestDir("unsynchronised");
   TrainConfig config = ReferenceConfig(out);
   config.sync = "none";
   const TrainRun run = Train(2, config);
@@ -246,10 +241,11 @@ TEST(TrainerTest, SummarySaysWhenRanksEndDifferent) {
 
 TEST(TrainerTest, ParamAvgWithPeriodOneEqualsAllReduce) {
   const nn::MlpLayout layout({10, 5, 2});
-  const TrainRun allreduce = Train(2, ReferenceConfig(TempDir("k1_allreduce")));
+  const TrainRun allreduce =
+      Train(2, ReferenceConfig(io::FreshTestDir("k1_allreduce")));
   ASSERT_TRUE(AllSucceeded(allreduce))
       << comm::testing::Describe(allreduce.ranks);
-  TrainConfig config = ReferenceConfig(TempDir("k1_param_avg"));
+  TrainConfig config = ReferenceConfig(io::FreshTestDir("k1_param_avg"));
   config.sync = "param_avg";
   config.sync_options = {1, 0};
   const TrainRun averaged = Train(2, config);
@@ -266,8 +262,8 @@ TEST(TrainerTest, ParamAvgWithPeriodOneEqualsAllReduce) {
 }
 
 TEST(TrainerTest, ResumeAfterACrashIsBitwiseEqualToAnUninterruptedRun) {
-  const std::string whole = TempDir("uninterrupted");
-  const std::string resumed = TempDir("resumed");
+  const std::string whole = io::FreshTestDir("uninterrupted");
+  const std::string resumed = io::FreshTestDir("resumed");
   const TrainRun uninterrupted = Train(2, ReferenceConfig(whole));
   ASSERT_TRUE(AllSucceeded(uninterrupted))
       << comm::testing::Describe(uninterrupted.ranks);
@@ -305,7 +301,7 @@ TEST(TrainerTest, ResumeAfterACrashIsBitwiseEqualToAnUninterruptedRun) {
 }
 
 TEST(TrainerTest, RanksThatDisagreeFailTogether) {
-  TrainConfig config = ReferenceConfig(TempDir("disagree"));
+  TrainConfig config = ReferenceConfig(io::FreshTestDir("disagree"));
   config.data_dir.clear();
   config.init_dir.clear();
   const TrainRun run = Train(2, config, [](int rank, TrainConfig* c) {
@@ -332,7 +328,7 @@ TEST(TrainerTest, BroadcastGivesEveryRankRankZerosParameters) {
   nn::InitLikeTorch(layout, generator1, rank1_draw.data());
   ASSERT_FALSE(BitwiseEqual(rank0_draw, rank1_draw));
 
-  const std::string out = TempDir("broadcast");
+  const std::string out = io::FreshTestDir("broadcast");
   TrainConfig config = ReferenceConfig(out);
   config.data_dir.clear();
   config.init_dir.clear();

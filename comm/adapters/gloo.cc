@@ -30,10 +30,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-std::string Seconds(milliseconds t) {
-  return std::to_string(std::chrono::duration<double>(t).count()) + " s";
-}
-
 // Gloo's store interface over ringlab's: values are bytes either way, and
 // waiting is the store's.
 class GlooStore : public gloo::rendezvous::Store {
@@ -110,8 +106,8 @@ class GlooBackend final : public Backend {
     } catch (const std::exception& e) {
       throw CommError("gloo: rank " + std::to_string(rank_) +
                       " could not connect to its peers within " +
-                      Seconds(options.join_timeout) + " on " + address + ": " +
-                      e.what() + DeadPeers());
+                      SecondsText(options.join_timeout) + " on " + address +
+                      ": " + e.what() + DeadPeers());
     }
   }
 
@@ -231,7 +227,7 @@ class GlooBackend final : public Backend {
         peers += (peers.empty() ? "rank " : ", rank ") + std::to_string(r);
     }
     return "gloo: " +
-           (timed_out ? "timed out after " + Seconds(timeout_) + " "
+           (timed_out ? "timed out after " + SecondsText(timeout_) + " "
                       : std::string()) +
            "in " + what + " waiting for " + peers + ": " + error;
   }

@@ -259,9 +259,8 @@ class NcclBackend final : public Backend {
       if (Clock::now() > deadline) {
         const std::string detail = Abort();
         throw CommError(
-            "nccl: timed out after " +
-            std::to_string(std::chrono::duration<double>(limit).count()) +
-            " s on rank " + std::to_string(rank_) + " waiting for " + what +
+            "nccl: timed out after " + SecondsText(limit) + " on rank " +
+            std::to_string(rank_) + " waiting for " + what +
             " (a peer did not arrive or is stuck); communicator aborted" +
             (detail.empty() ? "" : " (" + detail + ")"));
       }

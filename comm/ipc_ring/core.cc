@@ -260,22 +260,20 @@ void IpcRingCore::ThrowKernelFailure(const char* what,
     throw CommError(name + ": rank " + std::to_string(dead) + " died during " +
                     what + " (" + where + ")");
   }
-  const std::string seconds =
-      std::to_string(std::chrono::duration<double>(timeout_).count());
+  const std::string seconds = SecondsText(timeout_);
   if (code == kIpcRingTimeout) {
     throw CommError(name + ": timed out after " + seconds +
-                    " s waiting for rank " + std::to_string(status_->peer) +
+                    " waiting for rank " + std::to_string(status_->peer) +
                     " in " + what + " (" + where + ")");
   }
   if (code == kIpcRingPoisoned) {
     throw CommError(name + ": rank " + std::to_string(status_->peer) +
                     " failed in " + what + " (" + where + ")");
   }
-  throw CommError(name + ": rank " + std::to_string(rank_) +
-                  (host_timeout ? " timed out after " + seconds + " s"
-                                : std::string(" aborted")) +
-                  " in " + what + " (" + where +
-                  "; the kernel made no progress)");
+  throw CommError(
+      name + ": rank " + std::to_string(rank_) +
+      (host_timeout ? " timed out after " + seconds : std::string(" aborted")) +
+      " in " + what + " (" + where + "; the kernel made no progress)");
 }
 
 bool IpcRingCore::StopKernel() noexcept {

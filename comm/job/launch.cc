@@ -31,18 +31,6 @@ std::atomic<int> g_stop_signal{0};
 
 void OnStopSignal(int sig) { g_stop_signal.store(sig); }
 
-void WriteAll(int fd, const std::string& s) {
-  const char* p = s.data();
-  size_t n = s.size();
-  while (n > 0) {
-    ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return;
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-}
-
 // A line longer than this is forwarded in pieces, each prefixed: output
 // without newlines must not grow the launcher without bound.
 constexpr size_t kMaxPartialLine = 64 << 10;
@@ -70,10 +58,10 @@ struct Stream {
       out += '\n';
       partial.erase(0, kMaxPartialLine);
     }
-    if (!out.empty()) WriteAll(out_fd, out);
+    if (!out.empty()) WriteFully(out_fd, out);
   }
   void Flush() {
-    if (!partial.empty()) WriteAll(out_fd, prefix + partial + "\n");
+    if (!partial.empty()) WriteFully(out_fd, prefix + partial + "\n");
     partial.clear();
   }
 };
@@ -418,7 +406,7 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
   const std::string failure = Supervise(ranks, options.grace, &status);
   DrainOutput(ranks.streams);
   if (!failure.empty()) {
-    WriteAll(STDERR_FILENO, failure + "\n");
+    WriteFully(STDERR_FILENO, failure + "\n");
     return status;
   }
   return 0;

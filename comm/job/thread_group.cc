@@ -17,12 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string Seconds(std::chrono::milliseconds d) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.3g", d.count() / 1000.0);
-  return text;
-}
-
 std::string RankList(const std::vector<int>& ranks) {
   std::string text = ranks.size() == 1 ? "rank " : "ranks ";
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -114,7 +108,7 @@ std::shared_ptr<ThreadGroup> ThreadGroup::Join(
       if (!store->Check({"joined/" + std::to_string(q)})) absent.push_back(q);
     }
     throw CommError(backend + ": " + RankList(absent) +
-                    " did not join within " + Seconds(timeout) + " s (rank " +
+                    " did not join within " + SecondsText(timeout) + " (rank " +
                     std::to_string(rank) + " waiting)");
   }
   const std::string token = store->Get("token", std::chrono::milliseconds(0));
@@ -184,8 +178,8 @@ std::vector<std::string> ThreadGroup::Exchange(
                           " waited for every rank's buffers"));
   }
   if (!absent.empty()) {
-    throw CommError(Error("timed out after " + Seconds(timeout) +
-                          " s waiting for " + RankList(absent) +
+    throw CommError(Error("timed out after " + SecondsText(timeout) +
+                          " waiting for " + RankList(absent) +
                           " to publish their buffers (rank " +
                           std::to_string(rank) + ")"));
   }
@@ -221,8 +215,8 @@ void ThreadGroup::Arrive(int rank, const std::string& what,
             absent.push_back(p);
           }
         }
-        throw CommError(Error("timed out after " + Seconds(timeout) +
-                              " s waiting for " + RankList(absent) + " in " +
+        throw CommError(Error("timed out after " + SecondsText(timeout) +
+                              " waiting for " + RankList(absent) + " in " +
                               what + " (rank " + std::to_string(rank) + ")"));
       }
       pacer.Pause();

@@ -118,26 +118,17 @@ void ShmRing::RingAllGather(Call& call, const float* send, float* recv,
     }
     PostSend(call, len * sizeof(float));
   };
-  // Wavefront order, as RingAllReduce: message (s, k) travels in wavefront
-  // s + k, and within a wavefront in increasing s, on sender and receiver
-  // alike; a mailbox holds two wavefronts, so they never deadlock.
-  send_own(0);
-  for (size_t t = 0; t + 1 < m + static_cast<size_t>(steps); ++t) {
-    if (t + 1 < m) send_own(t + 1);
-    for (int s = 0; s < steps; ++s) {
-      if (static_cast<size_t>(s) > t || t - s >= m) continue;
-      const size_t k = t - s;
-      call.phase = "ring all-gather";
-      call.step = s;
-      const size_t a = k * chunk, len = std::min(chunk, count - a);
-      float* local = received(s) + a;
-      float* out = s + 1 < steps ? AcquireSend(call) : nullptr;
-      const float* in = AcquireRecv(call, len * sizeof(float));
-      StoreAndForward(local, out, in, len);
-      ReleaseRecv();
-      if (out != nullptr) PostSend(call, len * sizeof(float));
-    }
-  }
+  Wavefront(m, steps, send_own, [&](int s, size_t k) {
+    call.phase = "ring all-gather";
+    call.step = s;
+    const size_t a = k * chunk, len = std::min(chunk, count - a);
+    float* local = received(s) + a;
+    float* out = s + 1 < steps ? AcquireSend(call) : nullptr;
+    const float* in = AcquireRecv(call, len * sizeof(float));
+    StoreAndForward(local, out, in, len);
+    ReleaseRecv();
+    if (out != nullptr) PostSend(call, len * sizeof(float));
+  });
 }
 
 }  // namespace ringlab::comm::shm

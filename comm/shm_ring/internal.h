@@ -151,6 +151,25 @@ struct alignas(64) SlotHeader {
   std::atomic<uint32_t> ack_sleepers;
 };
 
+// The ring's wavefront order, for the allreduce and the allgather alike:
+// message (s, k), step s of chunk k, travels in wavefront s + k, and within
+// a wavefront in increasing s, on sender and receiver alike. A rank that is
+// sending wavefront t+1 has finished wavefront t-1, so mailboxes that hold
+// two wavefronts never deadlock. first(k) posts chunk k of step 0 (this
+// rank's own data); next(s, k) takes step s's chunk k in (and passes it on
+// unless s is the last step).
+template <typename First, typename Next>
+void Wavefront(size_t chunks, int steps, First first, Next next) {
+  first(size_t{0});
+  for (size_t t = 0; t + 1 < chunks + static_cast<size_t>(steps); ++t) {
+    if (t + 1 < chunks) first(t + 1);
+    for (int s = 0; s < steps; ++s) {
+      if (static_cast<size_t>(s) > t || t - s >= chunks) continue;
+      next(s, t - s);
+    }
+  }
+}
+
 void FutexWait(std::atomic<uint32_t>* word, uint32_t value,
                std::chrono::microseconds timeout);
 // Wakes the word's sleepers, if any (a syscall only when one sleeps).

@@ -106,10 +106,9 @@ void ShmRing::SlowChecks(Call& call, int peer) {
                     where);
   }
   if (Clock::now() > call.deadline) {
-    throw CommError(
-        "shm_ring: timed out after " +
-        std::to_string(std::chrono::duration<double>(timeout_).count()) +
-        " s waiting for rank " + std::to_string(peer) + " in " + where);
+    throw CommError("shm_ring: timed out after " + SecondsText(timeout_) +
+                    " waiting for rank " + std::to_string(peer) + " in " +
+                    where);
   }
 }
 

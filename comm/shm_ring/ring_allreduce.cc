@@ -43,50 +43,40 @@ void ShmRing::RingAllReduce(Call& call, float* data, size_t count,
     }
     PostSend(call, (b - a) * sizeof(float));
   };
-  // Wavefront order: message (s, k) travels in wavefront s + k, and within a
-  // wavefront in increasing s. Sender and receiver follow the same order, and
-  // a rank that is sending wavefront t+1 has finished reducing wavefront t-1,
-  // so mailboxes of two wavefronts never deadlock.
-  send_raw(0);
-  for (size_t t = 0; t + 1 < m + static_cast<size_t>(steps); ++t) {
-    if (t + 1 < m) send_raw(t + 1);
-    for (int s = 0; s < steps; ++s) {
-      if (static_cast<size_t>(s) > t || t - s >= m) continue;
-      const size_t k = t - s;
-      call.phase = s < world_ - 1 ? "reduce-scatter" : "all-gather";
-      call.step = s < world_ - 1 ? s : s - (world_ - 1);
-      size_t a, b;
-      range(recv_seg(s), k, &a, &b);
-      const size_t len = b - a;
-      float* local = data + a;
-      float* out = s + 1 < steps ? AcquireSend(call) : nullptr;
-      const float* in = AcquireRecv(call, len * sizeof(float));
-      if (s < world_ - 2) {
-        // Partial sums only travel on: this rank never needs them again.
-        if (stream_) {
-          StreamAdd(out, local, in, len);
-        } else {
-          AddFloats(out, local, in, len);
-        }
-      } else if (s == world_ - 2) {
-        if (op == ReduceOp::kAvg) {
-          if (stream_) {
-            StreamAddDivide2(local, out, in, n_ranks, len);
-          } else {
-            AddDivideFloats2(local, out, in, n_ranks, len);
-          }
-        } else if (stream_) {
-          StreamAdd2(local, out, in, len);
-        } else {
-          AddFloats2(local, out, in, len);
-        }
+  Wavefront(m, steps, send_raw, [&](int s, size_t k) {
+    call.phase = s < world_ - 1 ? "reduce-scatter" : "all-gather";
+    call.step = s < world_ - 1 ? s : s - (world_ - 1);
+    size_t a, b;
+    range(recv_seg(s), k, &a, &b);
+    const size_t len = b - a;
+    float* local = data + a;
+    float* out = s + 1 < steps ? AcquireSend(call) : nullptr;
+    const float* in = AcquireRecv(call, len * sizeof(float));
+    if (s < world_ - 2) {
+      // Partial sums only travel on: this rank never needs them again.
+      if (stream_) {
+        StreamAdd(out, local, in, len);
       } else {
-        StoreAndForward(local, out, in, len);
+        AddFloats(out, local, in, len);
       }
-      ReleaseRecv();
-      if (out != nullptr) PostSend(call, len * sizeof(float));
+    } else if (s == world_ - 2) {
+      if (op == ReduceOp::kAvg) {
+        if (stream_) {
+          StreamAddDivide2(local, out, in, n_ranks, len);
+        } else {
+          AddDivideFloats2(local, out, in, n_ranks, len);
+        }
+      } else if (stream_) {
+        StreamAdd2(local, out, in, len);
+      } else {
+        AddFloats2(local, out, in, len);
+      }
+    } else {
+      StoreAndForward(local, out, in, len);
     }
-  }
+    ReleaseRecv();
+    if (out != nullptr) PostSend(call, len * sizeof(float));
+  });
 }
 
 void ShmRing::StoreAndForward(float* local, float* out, const float* in,

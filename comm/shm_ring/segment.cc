@@ -20,12 +20,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kSegmentMagic = 0x72696e676c616232ull;  // "ringlab2"
 constexpr size_t kPage = 4096;
 
-std::string Seconds(std::chrono::milliseconds t) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g", t.count() / 1000.0);
-  return text;
-}
-
 Mapping Map(int fd, size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_POPULATE, fd, 0);
@@ -123,8 +117,8 @@ void SegmentJoin::Wait(const std::vector<std::string>& keys,
       missing += (missing.empty() ? "; not done by rank " : ", rank ") +
                  key.substr(slash + 1);
     }
-    throw CommError("shm_ring: timed out after " + Seconds(timeout_) +
-                    " s waiting for " + doing + missing);
+    throw CommError("shm_ring: timed out after " + SecondsText(timeout_) +
+                    " waiting for " + doing + missing);
   }
 }
 

@@ -3,14 +3,6 @@
 #include <stdexcept>
 
 namespace ringlab::comm {
-namespace {
-
-std::string Seconds(std::chrono::milliseconds timeout) {
-  return std::to_string(std::chrono::duration<double>(timeout).count()) + " s";
-}
-
-}  // namespace
-
 void LocalStore::Set(const std::string& key, const std::string& value) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -39,7 +31,7 @@ void LocalStore::Wait(const std::vector<std::string>& keys,
   if (changed_.wait_for(lock, timeout, [&] { return missing().empty(); })) {
     return;
   }
-  throw StoreTimeout("LocalStore: timed out after " + Seconds(timeout) +
+  throw StoreTimeout("LocalStore: timed out after " + SecondsText(timeout) +
                      " waiting for " + KeyList(missing()));
 }
 

@@ -1,6 +1,7 @@
 #include "comm/store/store.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace ringlab::comm {
 
@@ -47,6 +48,12 @@ std::string KeyList(const std::vector<std::string>& keys) {
   if (keys.size() > kNamed) {
     text += " and " + std::to_string(keys.size() - kNamed) + " more";
   }
+  return text;
+}
+
+std::string SecondsText(std::chrono::milliseconds wait) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g s", wait.count() / 1000.0);
   return text;
 }
 

@@ -60,8 +60,11 @@ void WaitWatching(
 // "name/0" ... "name/<n-1>": one key per rank.
 std::vector<std::string> RankKeys(const std::string& name, int n);
 
-// "StoreTimeout: ... waiting for keys a, b": the keys of a message.
+// "keys a, b, c, d and 2 more": the keys of a message.
 std::string KeyList(const std::vector<std::string>& keys);
+
+// A wait's length as every message of comm says it: "1.5 s", "60 s".
+std::string SecondsText(std::chrono::milliseconds wait);
 
 }  // namespace ringlab::comm
 

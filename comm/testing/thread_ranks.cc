@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "comm/job/rank_threads.h"
+#include "comm/process.h"
 #include "comm/testing/multi_process.h"
 
 namespace ringlab::comm::testing {
@@ -24,16 +25,6 @@ using Clock = std::chrono::steady_clock;
 // (stuck) from appending while the child reports.
 std::mutex g_capture_mutex;
 thread_local std::string* g_capture = nullptr;
-
-void WriteAll(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
 
 // In the child: runs the ranks and writes "<code> <length>\n<output>" per
 // rank to fd, then ends the process without unwinding (stuck ranks' threads
@@ -73,7 +64,7 @@ void WriteAll(int fd, const std::string& text) {
   }
   std::fflush(stdout);
   std::fflush(stderr);
-  WriteAll(fd, report);
+  WriteFully(fd, report);
   _exit(0);
 }
 
