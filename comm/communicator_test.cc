@@ -99,23 +99,24 @@ TEST(CommunicatorTest, BadArgumentsNeverReachTheBackend) {
   Rank r(0, 2);
   Communicator& c = *r.comm;
   float x[4] = {};
-  EXPECT_NE(ErrorOf<std::invalid_argument>(
-                [&] { c.AllReduce(nullptr, 5, ReduceOp::kSum); })
-                .find("recording: AllReduce of null data"),
+  EXPECT_NE(ErrorOf<std::invalid_argument>([&] {
+              c.AllReduce(nullptr, 5, ReduceOp::kSum);
+            }).find("recording: AllReduce of null data"),
             std::string::npos);
-  EXPECT_NE(ErrorOf<std::invalid_argument>([&] { c.Broadcast(x, 1, 2); })
-                .find("root 2 not in [0, 2)"),
+  EXPECT_NE(ErrorOf<std::invalid_argument>([&] {
+              c.Broadcast(x, 1, 2);
+            }).find("root 2 not in [0, 2)"),
             std::string::npos);
   EXPECT_THROW(c.Broadcast(x, 1, -1), std::invalid_argument);
   auto* odd = reinterpret_cast<float*>(reinterpret_cast<char*>(x) + 1);
-  EXPECT_NE(ErrorOf<std::invalid_argument>(
-                [&] { c.AllReduce(odd, 1, ReduceOp::kSum); })
-                .find("not aligned to 4 bytes"),
+  EXPECT_NE(ErrorOf<std::invalid_argument>([&] {
+              c.AllReduce(odd, 1, ReduceOp::kSum);
+            }).find("not aligned to 4 bytes"),
             std::string::npos);
   float gathered[8] = {};
-  EXPECT_NE(ErrorOf<std::invalid_argument>(
-                [&] { c.AllGather(gathered + 2, gathered, 4); })
-                .find("overlaps recv"),
+  EXPECT_NE(ErrorOf<std::invalid_argument>([&] {
+              c.AllGather(gathered + 2, gathered, 4);
+            }).find("overlaps recv"),
             std::string::npos);
   EXPECT_THROW(c.AllReduce(x, SIZE_MAX / 2, ReduceOp::kSum),
                std::invalid_argument);
@@ -127,9 +128,10 @@ TEST(CommunicatorTest, BadArgumentsNeverReachTheBackend) {
 TEST(CommunicatorTest, OpsAndTypesTheDescriptionLacksAreCommErrors) {
   Rank r(0, 2);
   float x[4] = {};
-  EXPECT_EQ(ErrorOf<CommError>([&] { r.comm->AllReduce(x, 4, ReduceOp::kMax); }),
-            "recording: AllReduce with op max is not supported (it has sum, "
-            "avg)");
+  EXPECT_EQ(
+      ErrorOf<CommError>([&] { r.comm->AllReduce(x, 4, ReduceOp::kMax); }),
+      "recording: AllReduce with op max is not supported (it has sum, "
+      "avg)");
   EXPECT_EQ(ErrorOf<CommError>([&] {
               r.comm->AllReduce(x, 4, DataType::kBFloat16, ReduceOp::kSum);
             }),
@@ -188,7 +190,8 @@ class Hub {
   void MaxOverRanks(int rank, int64_t* words, size_t count) {
     std::unique_lock<std::mutex> lock(mutex_);
     const uint64_t round = round_;
-    if (parts_[0].empty() && parts_[1].empty()) result_.assign(count, INT64_MIN);
+    if (parts_[0].empty() && parts_[1].empty())
+      result_.assign(count, INT64_MIN);
     parts_[rank].assign(words, words + count);
     for (size_t i = 0; i < count; ++i) {
       result_[i] = std::max(result_[i], words[i]);
@@ -254,10 +257,9 @@ TEST(CommunicatorTest, MismatchedCallsAreRefusedOnEveryRankInStep) {
               std::string::npos)
         << errors[r];
     // Creation's check of comm.check_calls, then one agreement per call.
-    EXPECT_EQ(calls[r],
-              (std::vector<std::string>{"MaxOverRanks", "MaxOverRanks",
-                                        "MaxOverRanks", "MaxOverRanks",
-                                        "AllReduce 8"}));
+    EXPECT_EQ(calls[r], (std::vector<std::string>{
+                            "MaxOverRanks", "MaxOverRanks", "MaxOverRanks",
+                            "MaxOverRanks", "AllReduce 8"}));
   }
 }
 
@@ -355,10 +357,11 @@ TEST(CreateCommunicatorTest, AContextTheBackendCannotUseIsRefused) {
   c.rank = 2;
   EXPECT_THROW(CreateCommunicator("front_test_spanning", c, CommOptions{}),
                std::invalid_argument);
-  EXPECT_NE(ErrorOf<std::invalid_argument>([&] {
-              CreateCommunicator("no_such", c, CommOptions{});
-            }).find("unknown communicator 'no_such' (linked into this binary: "),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorOf<std::invalid_argument>([&] {
+        CreateCommunicator("no_such", c, CommOptions{});
+      }).find("unknown communicator 'no_such' (linked into this binary: "),
+      std::string::npos);
   EXPECT_NE(DescribeBackends().find("front_test_one_host: a test's (host "
                                     "memory, one host)"),
             std::string::npos)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "comm/process.h"
 #include "comm/store/store.h"
@@ -99,6 +100,21 @@ PeerWatch::PeerWatch(const std::vector<PeerInfo>& peers, int rank)
 bool PeerWatch::Exited(int rank) const {
   return rank >= 0 && static_cast<size_t>(rank) < local_.size() &&
          local_[rank].pid > 0 && PeerExited(local_[rank], self_);
+}
+
+int PeerWatch::DeadPeerWithin(std::chrono::milliseconds grace) const {
+  const auto until = std::chrono::steady_clock::now() + grace;
+  for (;;) {
+    const int dead = FirstDeadPeer();
+    if (dead >= 0 || std::chrono::steady_clock::now() >= until) return dead;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+int64_t PeerWatch::pid(int rank) const {
+  return rank >= 0 && static_cast<size_t>(rank) < local_.size()
+             ? local_[rank].pid
+             : 0;
 }
 
 int PeerWatch::FirstDeadPeer() const {

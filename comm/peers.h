@@ -71,6 +71,11 @@ class PeerWatch {
   int FirstDeadPeer() const;
   // Whether `rank` is a peer on this host known to have exited.
   bool Exited(int rank) const;
+  // FirstDeadPeer, looking again for up to `grace` while it is -1: a peer
+  // that broke a connection by dying may take a moment to be seen gone.
+  int DeadPeerWithin(std::chrono::milliseconds grace) const;
+  // The peer's pid, for messages (0 for a peer on another host).
+  int64_t pid(int rank) const;
 
  private:
   PeerInfo self_;

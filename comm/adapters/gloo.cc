@@ -27,7 +27,6 @@
 namespace ringlab::comm {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // Gloo's store interface over ringlab's: values are bytes either way, and
@@ -80,7 +79,7 @@ class GlooBackend final : public Backend {
       : rank_(context.rank),
         world_(context.world_size),
         timeout_(options.timeout),
-        peers_(context.peers) {
+        watch_(context.peers, context.rank) {
     // Gloo writes to its sockets with writev, which raises SIGPIPE when a
     // peer has died: that would kill this rank before it could name the
     // dead one. Ignored (unless the program handles it), writev returns
@@ -92,8 +91,8 @@ class GlooBackend final : public Backend {
     }
     // The address this rank reached the job's store from is one its peers
     // reach it at: Gloo's pairs listen there.
-    const std::string address =
-        peers_[rank_].address.empty() ? "127.0.0.1" : peers_[rank_].address;
+    const std::string& own = context.peers[rank_].address;
+    const std::string address = own.empty() ? "127.0.0.1" : own;
     try {
       gloo::transport::tcp::attr attr(address.c_str());
       auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -179,21 +178,16 @@ class GlooBackend final : public Backend {
   }
 
   // "; rank 1 (pid 42) died while the ranks joined" for every peer on this
-  // host that has; a dying peer may take a moment to be seen gone.
+  // host that has (the one that died first may not be the lowest: others
+  // may have failed, and exited, because of it).
   std::string DeadPeers() const {
-    const auto until = Clock::now() + milliseconds(1000);
     std::string blame;
-    do {
-      for (int r = 0; r < world_; ++r) {
-        if (r != rank_ && PeerExited(peers_[r], peers_[rank_])) {
-          blame += "; rank " + std::to_string(r) + " (pid " +
-                   std::to_string(peers_[r].pid) +
-                   ") died while the ranks joined";
-        }
-      }
-      if (!blame.empty()) return blame;
-      std::this_thread::sleep_for(milliseconds(10));
-    } while (Clock::now() < until);
+    if (watch_.DeadPeerWithin(milliseconds(1000)) < 0) return blame;
+    for (int r = 0; r < world_; ++r) {
+      if (!watch_.Exited(r)) continue;
+      blame += "; rank " + std::to_string(r) + " (pid " +
+               std::to_string(watch_.pid(r)) + ") died while the ranks joined";
+    }
     return blame;
   }
 
@@ -209,17 +203,12 @@ class GlooBackend final : public Backend {
   }
 
   std::string Explain(const char* what, const std::string& error) const {
-    const auto until = Clock::now() + milliseconds(1000);
-    do {
-      for (int r = 0; r < world_; ++r) {
-        if (r != rank_ && PeerExited(peers_[r], peers_[rank_])) {
-          return "gloo: rank " + std::to_string(r) + " (pid " +
-                 std::to_string(peers_[r].pid) + ") died during " + what +
-                 ": " + error;
-        }
-      }
-      std::this_thread::sleep_for(milliseconds(10));
-    } while (Clock::now() < until);
+    const int dead = watch_.DeadPeerWithin(milliseconds(1000));
+    if (dead >= 0) {
+      return "gloo: rank " + std::to_string(dead) + " (pid " +
+             std::to_string(watch_.pid(dead)) + ") died during " + what + ": " +
+             error;
+    }
     const bool timed_out = error.find("imed out") != std::string::npos;
     std::string peers;
     for (int r = 0; r < world_; ++r) {
@@ -234,7 +223,7 @@ class GlooBackend final : public Backend {
 
   const int rank_, world_;
   const milliseconds timeout_;
-  const std::vector<PeerInfo> peers_;
+  const PeerWatch watch_;
   std::shared_ptr<gloo::Context> gloo_;
   uint64_t tags_ = 0;
 };

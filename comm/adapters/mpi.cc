@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -20,8 +21,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// MPI counts are int: larger buffers go in pieces.
+// MPI counts are int: larger buffers go in pieces, fn(offset, length) each.
 constexpr size_t kMaxPiece = size_t{1} << 30;
+template <typename Fn>
+void ForEachPiece(size_t count, Fn fn) {
+  for (size_t done = 0; done < count; done += kMaxPiece) {
+    fn(done, static_cast<int>(std::min(kMaxPiece, count - done)));
+  }
+}
 
 std::string MpiErrorString(int code) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -72,12 +79,11 @@ class MpiBackend final : public Backend {
   void AllReduce(void* data, size_t count, DataType, ReduceOp op) override {
     Arm("AllReduce");
     auto* x = static_cast<float*>(data);
-    for (size_t done = 0; done < count; done += kMaxPiece) {
-      int n = static_cast<int>(std::min(kMaxPiece, count - done));
+    ForEachPiece(count, [&](size_t done, int n) {
       Check(MPI_Allreduce(MPI_IN_PLACE, x + done, n, MPI_FLOAT, MpiOp(op),
                           MPI_COMM_WORLD),
             "MPI_Allreduce");
-    }
+    });
     if (op == ReduceOp::kAvg) {
       const float n = static_cast<float>(world_);
       for (size_t i = 0; i < count; ++i) x[i] /= n;
@@ -88,11 +94,10 @@ class MpiBackend final : public Backend {
   void Broadcast(void* data, size_t count, DataType, int root) override {
     Arm("Broadcast");
     auto* x = static_cast<float*>(data);
-    for (size_t done = 0; done < count; done += kMaxPiece) {
-      int n = static_cast<int>(std::min(kMaxPiece, count - done));
+    ForEachPiece(count, [&](size_t done, int n) {
       Check(MPI_Bcast(x + done, n, MPI_FLOAT, root, MPI_COMM_WORLD),
             "MPI_Bcast");
-    }
+    });
     Disarm();
   }
 
@@ -102,8 +107,7 @@ class MpiBackend final : public Backend {
     const auto* send = static_cast<const float*>(send_buffer);
     auto* recv = static_cast<float*>(recv_buffer);
     const bool in_place = send == recv + static_cast<size_t>(rank_) * count;
-    for (size_t done = 0; done < count; done += kMaxPiece) {
-      const int n = static_cast<int>(std::min(kMaxPiece, count - done));
+    ForEachPiece(count, [&](size_t done, int n) {
       // A piece of a larger block: one element of a type of n floats whose
       // extent is the whole block puts rank r's piece at r * count + done.
       MPI_Datatype piece = MPI_DATATYPE_NULL, block = MPI_FLOAT;
@@ -121,7 +125,7 @@ class MpiBackend final : public Backend {
         MPI_Type_free(&piece);
       }
       Check(code, "MPI_Allgather");
-    }
+    });
     Disarm();
   }
 

@@ -46,7 +46,8 @@ SegmentJoin::SegmentJoin(Store& store, const RankContext& context,
       context_(context),
       timeout_(timeout),
       deadline_(Clock::now() + timeout),
-      what_(std::move(what)) {}
+      what_(std::move(what)),
+      watch_(context.peers, context.rank) {}
 
 SegmentJoin::~SegmentJoin() {
   if (fd_ >= 0) close(fd_);
@@ -84,15 +85,12 @@ void SegmentJoin::CheckPeers() {
     }
   };
   std::string failure = reported();
-  for (size_t p = 0; failure.empty() && p < context_.peers.size(); ++p) {
-    if (static_cast<int>(p) == context_.rank ||
-        !PeerExited(context_.peers[p], context_.peers[context_.rank])) {
-      continue;
-    }
+  const int dead = failure.empty() ? watch_.FirstDeadPeer() : -1;
+  if (dead >= 0) {
     failure = reported();  // it may have said why just before it exited
     if (failure.empty()) {
-      throw CommError("shm_ring: rank " + std::to_string(p) + " (pid " +
-                      std::to_string(context_.peers[p].pid) +
+      throw CommError("shm_ring: rank " + std::to_string(dead) + " (pid " +
+                      std::to_string(watch_.pid(dead)) +
                       ") died while the ranks were joining (" + what_ + ")");
     }
   }

@@ -80,6 +80,7 @@ class SegmentJoin {
   const std::chrono::milliseconds timeout_;
   const std::chrono::steady_clock::time_point deadline_;
   const std::string what_;
+  const PeerWatch watch_;
   int fd_ = -1;            // rank 0's, until every peer has mapped
   bool reported_ = false;  // a failure (ours or a peer's) is in the store
 };
