@@ -313,7 +313,7 @@ int Main(int argc, char** argv) {
     if (!nn::HasMlpBackend(config.device)) {
       throw std::invalid_argument(std::string("--device=") +
                                   nn::DeviceName(config.device) +
-                                  ": this binary was built without it");
+                                  ": this binary was built without CUDA");
     }
   } catch (const std::exception& e) {
     cli::ExitWithUsageError(e.what());

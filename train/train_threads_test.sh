@@ -23,14 +23,19 @@ expect_usage_error() {
   echo "ok: $* -> $(grep '^error: ' <<<"$out")"
 }
 
+help=$("$train" --help 2>&1)
+if ! grep -q "ipc_ring_threads: .*ranks as threads" <<<"$help"; then
+  # A build without CUDA has no threads backend: naming it is bad input.
+  expect_usage_error "unknown communicator 'ipc_ring_threads' (linked into this binary: " \
+    --comm=ipc_ring_threads
+  echo "PASS (this build has no CUDA: no ranks-as-threads backend)"
+  exit 0
+fi
 expect_usage_error "works on GPU memory: add --device=cuda" --comm=ipc_ring_threads
 expect_usage_error "every rank is a thread" \
   --comm=ipc_ring_threads --device=cuda --fault_after_step=1
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
   expect_usage_error "start it once" --comm=ipc_ring_threads --device=cuda
-help=$("$train" --help 2>&1)
-grep -q "ipc_ring_threads: .*ranks as threads" <<<"$help" ||
-  fail "--help does not describe ipc_ring_threads"
 
 out=$("$train" --comm=ipc_ring_threads --device=cuda --nprocs=2 --quiet \
   --out_dir="$tmp/threads" 2>&1)
