@@ -132,14 +132,48 @@ std::string ReadJobDescription(const std::string& dir) {
 
 std::optional<int64_t> LatestCheckpoint(const std::string& dir) {
   const std::string path = dir + "/latest";
-  if (!fs::exists(path)) return std::nullopt;
+  std::error_code error;
+  if (!fs::exists(path, error)) return std::nullopt;
   const std::string text = ReadFile(path);
-  char* end = nullptr;
-  const long long step = std::strtoll(text.c_str(), &end, 10);
-  if (end == text.c_str() || step < 0) {
+  // What MarkLatestCheckpoint writes, and nothing else: "8junk" is no 8.
+  const size_t digits = text.find_first_not_of("0123456789");
+  if (digits == 0 || digits == std::string::npos || digits > 18 ||
+      text.substr(digits) != "\n") {
     throw std::invalid_argument(path + ": not a step number");
   }
-  return step;
+  return std::stoll(text.substr(0, digits));
+}
+
+std::string StagingDir(const std::string& dir) { return dir + ".next"; }
+
+void PromoteStagedCheckpoints(const std::string& dir) {
+  const std::string staged = StagingDir(dir), old = dir + ".old";
+  std::error_code error;
+  // A promotion a crash interrupted after moving <dir> aside.
+  if (!fs::exists(dir, error) && fs::exists(old, error) &&
+      !LatestCheckpoint(staged)) {
+    fs::rename(old, dir, error);
+  }
+  if (!LatestCheckpoint(staged)) return;
+  if (fs::exists(dir, error)) {
+    fs::remove_all(old, error);
+    fs::rename(dir, old, error);
+    if (error) {
+      throw std::runtime_error("cannot move " + dir +
+                               " aside: " + error.message());
+    }
+  }
+  fs::rename(staged, dir, error);
+  if (error) {
+    throw std::runtime_error("cannot move " + staged + " into " + dir +
+                             "'s place: " + error.message());
+  }
+  FsyncDirectory(fs::path(dir).parent_path().string());
+  fs::remove_all(old, error);
+}
+
+std::string ResumableCheckpointDir(const std::string& dir) {
+  return LatestCheckpoint(StagingDir(dir)) ? StagingDir(dir) : dir;
 }
 
 RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,

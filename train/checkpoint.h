@@ -51,8 +51,20 @@ void RemoveUnfinishedCheckpoints(const std::string& dir, int64_t latest);
 // refuses another job's; empty when there is none.
 void WriteJobDescription(const std::string& dir, const std::string& text);
 std::string ReadJobDescription(const std::string& dir);
-// The latest checkpoint's step, or nothing when there is none.
+// The latest checkpoint's step, or nothing when there is none. Throws
+// std::invalid_argument for a latest file that holds anything but a step
+// number and a newline.
 std::optional<int64_t> LatestCheckpoint(const std::string& dir);
+
+// Where a fresh run's checkpoints go until its first is complete.
+std::string StagingDir(const std::string& dir);
+// Rank 0: <dir>.next, holding a complete checkpoint, takes <dir>'s place
+// (the old one is removed), durably; also finishes a promotion a crash
+// interrupted. Does nothing when <dir>.next holds no complete checkpoint.
+void PromoteStagedCheckpoints(const std::string& dir);
+// The directory a --resume reads: <dir>.next where a crash left it holding a
+// complete checkpoint (it is promoted before the ranks read it), else <dir>.
+std::string ResumableCheckpointDir(const std::string& dir);
 // Reads this rank's part; throws std::invalid_argument naming what is wrong
 // (a missing part: "the checkpoint of step N in <dir> is incomplete: rank
 // R's part ... is missing").

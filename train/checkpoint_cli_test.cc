@@ -5,12 +5,14 @@
 // refuses a checkpoint that lacks a rank's part.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "train/cli_testing.h"
@@ -223,6 +225,105 @@ TEST(CheckpointCliTest, KillNineFromOutsideAtARandomMomentResumesBitwise) {
     ASSERT_EQ(resumed.status, 0) << resumed.err;
     ExpectSameEnding(EndingOf(out), expected);
   }
+}
+
+// A fresh run in an out_dir that holds a finished run's checkpoints leaves
+// them until its own first checkpoint is complete: if it dies before (here
+// at its first step), the previous run can still be resumed, bitwise (the
+// reproduction of a fresh run that deleted them first).
+TEST(CheckpointCliTest, AFreshRunKeepsThePreviousCheckpointsUntilItsFirst) {
+  const std::string flags =
+      "--quiet --timeout=30 --epochs=3 --checkpoint_every=2 --out_dir=";
+  const std::string plain = TempDir("previous_plain");
+  ASSERT_EQ(RunTrain(flags + plain).status, 0);
+  const Ending expected = EndingOf(plain);
+  const std::string out = TempDir("previous_kept");
+  ASSERT_EQ(RunTrain(flags + out).status, 0);
+  const CommandResult fresh = RunTrain(
+      "--timeout=30 --epochs=3 --lr=0.02 --fault_after_step=0 "
+      "--fault_rank=1 --out_dir=" +
+      out);
+  EXPECT_EQ(fresh.status, 128 + SIGKILL) << fresh.err;
+  EXPECT_NE(fresh.out.find("the previous run's checkpoint (step 2) stays in " +
+                           out + "/checkpoints (this run takes none)"),
+            std::string::npos)
+      << fresh.out;
+  ExpectCompleteCheckpoint(out, 2, 2, /*only=*/true);
+  const CommandResult resumed = RunTrain(flags + out + " --resume");
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  ExpectSameEnding(EndingOf(out), expected);
+}
+
+// A fresh run killed once its first checkpoint is complete in the staging
+// directory, before it took the previous checkpoints' place: --resume
+// resumes the new run (its checkpoint is the newest), bitwise, and the
+// previous run's checkpoints are gone only then.
+TEST(CheckpointCliTest, AFreshRunKilledBeforeItsFirstPromotionResumes) {
+  const std::string previous =
+      "--quiet --timeout=30 --epochs=3 --checkpoint_every=2 --out_dir=";
+  const std::string flags =
+      "--quiet --timeout=30 --epochs=8 --lr=0.02 --checkpoint_every=2 "
+      "--out_dir=";
+  const std::string plain = TempDir("promote_plain");
+  ASSERT_EQ(RunTrain(flags + plain).status, 0);
+  const Ending expected = EndingOf(plain);
+  const std::string out = TempDir("promote_killed");
+  ASSERT_EQ(RunTrain(previous + out).status, 0);
+  const CommandResult killed = RunTrain(
+      flags + out +
+      " --fault_point=before_promote --fault_rank=0 --fault_after_step=1");
+  ASSERT_EQ(killed.status, 128 + SIGKILL) << killed.err;
+  EXPECT_TRUE(fs::exists(out + "/checkpoints.next/latest"));
+  const CommandResult resumed = RunTrain(flags + out + " --resume");
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  ExpectSameEnding(EndingOf(out), expected);
+  EXPECT_FALSE(fs::exists(out + "/checkpoints.next"));
+  EXPECT_FALSE(fs::exists(out + "/checkpoints.old"));
+  ExpectCompleteCheckpoint(out, 6, 2, /*only=*/true);
+}
+
+// Two jobs never share an out_dir: while one runs, a second given its
+// out_dir is one error line naming the first's pid, exit 2, and changes
+// nothing in it; the first goes on running.
+TEST(CheckpointCliTest, ASecondJobOnALockedOutDirTouchesNothing) {
+  const std::string out = TempDir("locked");
+  const pid_t first = StartTrain(
+      "--quiet --timeout=30 --epochs=100000000 "
+      "--out_dir=" +
+      out);
+  ASSERT_GT(first, 0);
+  std::string holder;
+  for (int i = 0; i < 1000 && holder.find('\n') == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    holder = ReadText(out + "/.ringlab.lock");
+  }
+  ASSERT_NE(holder.find('\n'), std::string::npos) << "the first took no lock";
+  const auto listing = [&] {
+    std::vector<std::string> entries;
+    for (const auto& e : fs::recursive_directory_iterator(out)) {
+      entries.push_back(
+          e.path().string() + " " +
+          std::to_string(
+              fs::last_write_time(e.path()).time_since_epoch().count()));
+    }
+    std::sort(entries.begin(), entries.end());
+    return entries;
+  };
+  const std::vector<std::string> before = listing();
+  for (const char* second : {"--epochs=1", "--epochs=1 --checkpoint_every=1",
+                             "--epochs=1 --resume"}) {
+    SCOPED_TRACE(second);
+    ExpectUsageError(
+        RunTrain(std::string("--quiet ") + second + " --out_dir=" + out, "", 60,
+                 {first}),
+        "--out_dir " + out + " is in use by another job (pid " +
+            holder.substr(0, holder.find('\n')) + " holds " + out +
+            "/.ringlab.lock)");
+  }
+  EXPECT_EQ(listing(), before);
+  EXPECT_EQ(kill(first, 0), 0) << "the first job ended";
+  kill(first, SIGTERM);
+  EXPECT_NE(WaitForTrain(first), 0);
 }
 
 TEST(CheckpointCliTest, ResumeRefusesACheckpointMissingARanksPart) {

@@ -1,5 +1,6 @@
 #include "train/checkpointing.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -17,16 +18,30 @@ namespace fs = std::filesystem;
 void PrepareCheckpoints(const TrainConfig& config, int world_size,
                         int64_t dataset_size) {
   const std::string dir = config.out_dir + "/checkpoints";
+  // A run that crashed after its first checkpoint, before promoting it: its
+  // checkpoints are the newest (and what --resume resumed from).
+  PromoteStagedCheckpoints(dir);
+  std::error_code error;
+  fs::remove_all(StagingDir(dir), error);  // a staging nothing completed
   if (config.resume) {
     if (const auto latest = LatestCheckpoint(dir)) {
       RemoveUnfinishedCheckpoints(dir, *latest);
     }
     return;
   }
-  std::error_code error;
-  fs::remove_all(dir, error);
+  if (const auto previous = LatestCheckpoint(dir); previous && !config.quiet) {
+    std::printf(
+        "ringlab train: the previous run's checkpoint (step %lld) stays in "
+        "%s %s\n",
+        static_cast<long long>(*previous), dir.c_str(),
+        config.checkpoint_every > 0
+            ? "until this run's first checkpoint is complete"
+            : "(this run takes none)");
+    std::fflush(stdout);
+  }
   if (config.checkpoint_every > 0) {
-    WriteJobDescription(dir, JobDescription(config, world_size, dataset_size));
+    WriteJobDescription(StagingDir(dir),
+                        JobDescription(config, world_size, dataset_size));
   }
 }
 
@@ -35,8 +50,9 @@ void PrepareCheckpoints(const TrainConfig& config, int world_size,
 void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
                     const nn::MlpLayout& layout, const nn::Mlp& model,
                     const std::vector<StepRecord>& history, int64_t step,
-                    comm::Communicator& comm) {
-  const std::string dir = config.out_dir + "/checkpoints";
+                    comm::Communicator& comm, bool* staged) {
+  const std::string main = config.out_dir + "/checkpoints";
+  const std::string dir = *staged ? StagingDir(main) : main;
   const int rank = comm.rank();
   RankCheckpoint checkpoint;
   checkpoint.next_step = step + 1;
@@ -48,10 +64,19 @@ void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
   MaybeFault(faults, rank, step, "part_renamed");
   comm.Barrier();  // every rank's part is on disk
   MaybeFault(faults, rank, step, "before_latest");
-  if (rank != 0) return;
-  MarkLatestCheckpoint(dir, step + 1);
-  MaybeFault(faults, rank, step, "before_prune");
-  PruneCheckpointsBefore(dir, step + 1);
+  if (rank == 0) {
+    MarkLatestCheckpoint(dir, step + 1);
+    MaybeFault(faults, rank, step, "before_prune");
+    PruneCheckpointsBefore(dir, step + 1);
+    if (*staged) {
+      MaybeFault(faults, rank, step, "before_promote");
+      PromoteStagedCheckpoints(main);
+    }
+  }
+  // No rank writes the next checkpoint's part before the staging directory
+  // has taken its place.
+  if (*staged) comm.Barrier();
+  *staged = false;
 }
 
 // Where training starts: the latest checkpoint's parameters and history

@@ -17,18 +17,23 @@
 
 namespace ringlab::train {
 
-// Rank 0, while no other rank touches the checkpoints: a fresh run removes
-// older ones (they must not be resumed into it) and describes its job; a
-// resumed one removes what a crash left beyond the latest.
+// Rank 0, while no other rank touches the checkpoints: a fresh run
+// describes its job in the staging directory and leaves the previous run's
+// checkpoints in place until its own first one is complete (saying so on
+// stdout unless quiet); a resumed one first promotes what a crash left
+// staged, then removes what it left beyond the latest.
 void PrepareCheckpoints(const TrainConfig& config, int world_size,
                         int64_t dataset_size);
 
 // Collective: every rank's part of the checkpoint after `step` goes to disk,
-// then rank 0 moves latest to it, then removes the steps before it.
+// then rank 0 moves latest to it, then removes the steps before it. *staged
+// (true for a fresh run until its first checkpoint) says the checkpoint goes
+// to the staging directory, which then takes the previous checkpoints' place
+// before any rank goes on; it is false afterwards.
 void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
                     const nn::MlpLayout& layout, const nn::Mlp& model,
                     const std::vector<StepRecord>& history, int64_t step,
-                    comm::Communicator& comm);
+                    comm::Communicator& comm, bool* staged);
 
 // Where training starts: the latest checkpoint's parameters and history
 // when resuming, else `params`, rank 0's broadcast to all (as DDP's

@@ -128,6 +128,24 @@ CommandResult RunTrain(const std::string& args, const std::string& env_prefix,
   return run;
 }
 
+pid_t StartTrain(const std::string& args, int deadline_s) {
+  const std::string command = "exec timeout -k 5 " +
+                              std::to_string(deadline_s) + " " + kTrain + " " +
+                              args + " >/dev/null 2>&1 </dev/null";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+int WaitForTrain(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 void ExpectUsageError(const CommandResult& run, const std::string& fragment) {
   EXPECT_EQ(run.status, 2) << run.err;
   EXPECT_EQ(run.err.rfind("error: ", 0), 0u) << run.err;

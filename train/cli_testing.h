@@ -43,6 +43,12 @@ CommandResult RunTrain(const std::string& args,
                        const std::vector<pid_t>& expected = {});
 
 // One "error: ..." line naming `fragment`, and exit status 2.
+// Starts train with `args` in the background (its output discarded, under
+// `timeout`); returns the pid of the process started, a child of this one.
+pid_t StartTrain(const std::string& args, int deadline_s = 120);
+// Waits for a StartTrain'd job; its exit status (-1 when killed).
+int WaitForTrain(pid_t pid);
+
 void ExpectUsageError(const CommandResult& run, const std::string& fragment);
 
 struct RankRun {

@@ -12,9 +12,9 @@
 namespace ringlab::train {
 namespace {
 
-const char* const kFaultPoints[] = {"after_step", "part_written",
+const char* const kFaultPoints[] = {"after_step",   "part_written",
                                     "part_renamed", "before_latest",
-                                    "before_prune"};
+                                    "before_prune", "before_promote"};
 
 }  // namespace
 

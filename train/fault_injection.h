@@ -3,8 +3,10 @@
 // there: "after_step" (after the step and its checkpoint), or inside the
 // step's checkpoint: "part_written" (its files on disk, not yet renamed into
 // place), "part_renamed" (its part in place, before the barrier),
-// "before_latest" (after the barrier) and "before_prune" (rank 0: latest
-// moved, older steps still there). The checkpoint and fault tests drive it
+// "before_latest" (after the barrier), "before_prune" (rank 0: latest
+// moved, older steps still there) and "before_promote" (rank 0: a fresh
+// run's first checkpoint complete in the staging directory, not yet in the
+// previous checkpoints' place). The checkpoint and fault tests drive it
 // through the CLI's testing flags.
 #ifndef RINGLAB_TRAIN_FAULT_INJECTION_H_
 #define RINGLAB_TRAIN_FAULT_INJECTION_H_

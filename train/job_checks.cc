@@ -163,7 +163,12 @@ int64_t DatasetSize(const TrainConfig& config, int world_size,
 
 void CheckResumable(const TrainConfig& config, int world_size,
                     int64_t dataset_size, bool every_part) {
-  const std::string dir = config.out_dir + "/checkpoints";
+  std::string dir;
+  try {
+    dir = ResumableCheckpointDir(config.out_dir + "/checkpoints");
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("--resume: ") + e.what());
+  }
   std::optional<int64_t> latest;
   try {
     latest = LatestCheckpoint(dir);

@@ -39,9 +39,9 @@ TEST(TrainCliTest, BadFlagsAreOneErrorLineAndStatusTwo) {
   // A GPU backend without --device=cuda; a build without CUDA has none.
   const bool gpu_backends =
       RunTrain("--help").out.find("(GPU memory") != std::string::npos;
-  ExpectUsageError(RunTrain("--comm=ipc_ring"),
-                   gpu_backends ? "--device=cuda"
-                                : "unknown communicator 'ipc_ring'");
+  ExpectUsageError(
+      RunTrain("--comm=ipc_ring"),
+      gpu_backends ? "--device=cuda" : "unknown communicator 'ipc_ring'");
   ExpectUsageError(RunTrain("--flagfile=/nonexistent"), "not supported");
   ExpectUsageError(RunTrain("--epochs=2000000000"), "--epochs");
   ExpectUsageError(RunTrain("--resume"), "--out_dir");

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -32,6 +33,8 @@
 #include "comm/job/rank_threads.h"
 #include "comm/job/rendezvous.h"
 #include "comm/tuning_env.h"
+#include "io/dir_lock.h"
+#include "io/dirs.h"
 #include "nn/cpu_mlp.h"
 #include "nn/mlp.h"
 #include "train/rank_device.h"
@@ -104,7 +107,8 @@ DEFINE_int64(
 DEFINE_int32(fault_rank, 0, "testing: the rank --fault_after_step kills");
 DEFINE_string(fault_point, "after_step",
               "testing: where in the step it dies: after_step | part_written "
-              "| part_renamed | before_latest | before_prune (checkpoint "
+              "| part_renamed | before_latest | before_prune | "
+              "before_promote (checkpoint "
               "stages)");
 DEFINE_string(store_bind, "",
               "torchrun-style rank 0: where its store listens (an IPv4 "
@@ -219,6 +223,21 @@ TrainConfig ConfigFromFlags() {
   return c;
 }
 
+// The job's --out_dir, locked for as long as the job runs: a second job
+// given it is refused here, before it touches anything (its first run's
+// checkpoints included). Nothing to lock without an --out_dir.
+std::optional<io::DirectoryLock> LockOutDir(const TrainConfig& config) {
+  if (config.out_dir.empty()) return std::nullopt;
+  io::MakeDirs(config.out_dir);
+  try {
+    return io::DirectoryLock(config.out_dir);
+  } catch (const io::DirectoryInUse& e) {
+    throw std::invalid_argument("--out_dir " + std::string(e.what()) +
+                                "; wait for it to end or choose another "
+                                "--out_dir");
+  }
+}
+
 int RunThisRank(const TrainConfig& config) {
   // One BLAS thread per rank under any launcher (ours, mpirun, torchrun-style)
   // unless the user says otherwise: under mpirun a rank used to start a BLAS
@@ -230,6 +249,9 @@ int RunThisRank(const TrainConfig& config) {
   options.tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
   comm::JobEnvironment job = comm::JobEnvironment::Read();
   if (!FLAGS_store_bind.empty()) job.store_bind = FLAGS_store_bind;
+  // Under our launcher, the launcher holds the lock; under another, rank 0.
+  const std::optional<io::DirectoryLock> lock =
+      job.rank == 0 && !job.store_hosted ? LockOutDir(config) : std::nullopt;
   const auto rendezvous = comm::Rendezvous::Join(job, config.timeout);
   const comm::RankContext& context = rendezvous->context();
   // Under a foreign launcher (torchrun-style, mpirun) nothing was checked
@@ -260,6 +282,7 @@ int RunThisRank(const TrainConfig& config) {
 // others fail by their own deadlines; one that has not within twice the timeout
 // is reported stuck and the process ends without waiting for it.
 int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
+  const std::optional<io::DirectoryLock> lock = LockOutDir(config);
   ValidateConfig(config, nprocs);  // before any rank starts
   // The ranks are threads of this process: it may create the context they
   // share, and refuse before any starts when there is no device.
@@ -332,7 +355,10 @@ int Main(int argc, char** argv) {
       if (launch == comm::RankLaunch::kThreads) {
         return RunRanksAsThreads(config, FLAGS_nprocs);
       }
+      const std::optional<io::DirectoryLock> lock = LockOutDir(config);
       ValidateConfig(config, FLAGS_nprocs);  // before any rank starts
+      // Bad RINGLAB_* tuning is refused here, once, not by every rank.
+      comm::TuningFromEnvironment();
       if (config.device == nn::Device::kCuda) {
         CheckDevicesFromLauncher(config.cuda_device);
       }

@@ -250,6 +250,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
 
   const nn::SgdOptions sgd{config.lr};
   Evaluator evaluator(config, data.test, rank);
+  bool staged = !config.resume;  // a fresh run's first checkpoint is staged
   Batch batch;
   for (int64_t step = first_step; step < schedule.total_steps; ++step) {
     const int64_t epoch = step / schedule.steps_per_epoch;
@@ -266,8 +267,8 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
     if (config.checkpoint_every > 0 &&
         (step + 1) % config.checkpoint_every == 0 &&
         step + 1 < schedule.total_steps) {
-      TakeCheckpoint(config, faults, layout, *model, result.history, step,
-                     comm);
+      TakeCheckpoint(config, faults, layout, *model, result.history, step, comm,
+                     &staged);
     }
     MaybeFault(faults, rank, step, "after_step");
     if (index == schedule.steps_per_epoch - 1) {
