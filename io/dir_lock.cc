@@ -44,9 +44,8 @@ DirectoryLock::DirectoryLock(const std::string& dir) {
         holder);
   }
   const std::string pid = std::to_string(getpid()) + "\n";
-  if (ftruncate(fd_, 0) != 0 ||
-      pwrite(fd_, pid.data(), pid.size(), 0) !=
-          static_cast<ssize_t>(pid.size())) {
+  if (ftruncate(fd_, 0) != 0 || pwrite(fd_, pid.data(), pid.size(), 0) !=
+                                    static_cast<ssize_t>(pid.size())) {
     // The lock holds without the note; only the message would lack a pid.
   }
 }

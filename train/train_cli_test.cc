@@ -3,6 +3,7 @@
 // rank that dies makes the launcher fail naming it, and every other rank fail
 // by itself.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -188,6 +189,38 @@ TEST(TrainCliTest, TheDocumentsRunWritesItsOutputs) {
   }
   EXPECT_NE(ReadText(out + "/config.json").find("\"sync\": \"allreduce\""),
             std::string::npos);
+}
+
+// A job whose stdout nobody reads (a stopped terminal, `| less` left on its
+// first page) for longer than --timeout trains to its end, bitwise as the
+// same job read normally: the launcher drains its ranks whatever its own
+// output does (it prints an epoch line per step here, far more than a pipe
+// holds).
+TEST(TrainCliTest, AStdoutNobodyReadsNeverStopsTraining) {
+  const std::string flags = "--timeout=2 --epochs=4000 --out_dir=";
+  const std::string read = TempDir("stdout_read");
+  ASSERT_EQ(RunTrain(flags + read).status, 0);
+  const std::string unread = TempDir("stdout_unread");
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(pipe_fds[0]);
+    dup2(pipe_fds[1], 1);
+    const std::string command = std::string("exec timeout -k 5 120 ") + kTrain +
+                                " " + flags + unread + " 2>" + unread + ".err";
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  EXPECT_EQ(WaitForTrain(pid), 0) << ReadText(unread + ".err");
+  close(pipe_fds[0]);  // never read
+  EXPECT_EQ(Losses(unread), Losses(read));
+  for (const std::string& tensor : kTensors) {
+    EXPECT_EQ(ReadText(unread + "/final/" + tensor + ".npy"),
+              ReadText(read + "/final/" + tensor + ".npy"))
+        << tensor;
+  }
 }
 
 TEST(TrainCliTest, ZeroEpochsWritesTheInitialParameters) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/job/launch_variables.h"
+#include "comm/job/output_sink.h"
 #include "comm/process.h"
 #include "comm/store/job_secret.h"
 #include "comm/store/tcp_store.h"
@@ -37,8 +38,8 @@ constexpr size_t kMaxPartialLine = 64 << 10;
 
 // One child stream (stdout or stderr) being forwarded.
 struct Stream {
-  int fd = -1;     // read end, -1 once closed
-  int out_fd = 1;  // where its lines go
+  int fd = -1;                // read end, -1 once closed
+  OutputSink* out = nullptr;  // where its lines go (never blocks)
   std::string prefix;
   std::string partial;  // the current line, until its newline
 
@@ -58,10 +59,10 @@ struct Stream {
       out += '\n';
       partial.erase(0, kMaxPartialLine);
     }
-    if (!out.empty()) WriteFully(out_fd, out);
+    this->out->Append(out);
   }
   void Flush() {
-    if (!partial.empty()) WriteFully(out_fd, prefix + partial + "\n");
+    if (!partial.empty()) out->Append(prefix + partial + "\n");
     partial.clear();
   }
 };
@@ -109,8 +110,10 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
 }
 
 // While alive, SIGINT and SIGTERM to the launcher are recorded in
-// g_stop_signal (and passed on to the ranks by Supervise); the previous
-// handlers come back when it is destroyed, also when a start fails.
+// g_stop_signal (and passed on to the ranks by Supervise), and SIGPIPE is
+// ignored (a reader of its output that went away ends the forwarding, not
+// the job); the previous handlers come back when it is destroyed, also when
+// a start fails.
 class StopSignals {
  public:
   StopSignals() {
@@ -120,17 +123,22 @@ class StopSignals {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int_);
     sigaction(SIGTERM, &sa, &old_term_);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, &old_pipe_);
   }
   ~StopSignals() {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGPIPE, &old_pipe_, nullptr);
   }
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
  private:
   struct sigaction old_int_ {
-  }, old_term_{};
+  }, old_term_{}, old_pipe_{};
 };
 
 // The ranks a launcher started: pid per rank (-1 once reaped, or never
@@ -173,7 +181,7 @@ void Abandon(Ranks& ranks) {
 // child may only make async-signal-safe calls until exec. Throws
 // std::runtime_error when no pipe or process can be made.
 void StartRank(int r, const char* exe, char* const* args, char* const* envp,
-               pid_t parent, Ranks& ranks) {
+               pid_t parent, OutputSink* sinks[2], Ranks& ranks) {
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
     const int e = errno;
@@ -197,6 +205,7 @@ void StartRank(int r, const char* exe, char* const* args, char* const* envp,
     if (getppid() != parent) _exit(1);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);  // the launcher's ignoring it is its own
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
     execve(exe, args, envp);
@@ -209,8 +218,8 @@ void StartRank(int r, const char* exe, char* const* args, char* const* envp,
   close(err[1]);
   ranks.pids[r] = pid;
   const std::string prefix = "[rank " + std::to_string(r) + "] ";
-  ranks.streams[2 * r] = {out[0], STDOUT_FILENO, prefix, {}};
-  ranks.streams[2 * r + 1] = {err[0], STDERR_FILENO, prefix, {}};
+  ranks.streams[2 * r] = {out[0], sinks[0], prefix, {}};
+  ranks.streams[2 * r + 1] = {err[0], sinks[1], prefix, {}};
 }
 
 // Forwards what the ranks have written, waiting at most 10 ms for any; a
@@ -393,10 +402,12 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
   StopSignals stop_signals;
   std::fflush(stdout);
   std::fflush(stderr);
+  OutputSink out(STDOUT_FILENO), err(STDERR_FILENO);
+  OutputSink* sinks[2] = {&out, &err};
   Ranks ranks(nprocs);
   try {
     for (int r = 0; r < nprocs; ++r) {
-      StartRank(r, exe, args.data(), envps[r].data(), getpid(), ranks);
+      StartRank(r, exe, args.data(), envps[r].data(), getpid(), sinks, ranks);
     }
   } catch (...) {
     Abandon(ranks);
@@ -405,11 +416,12 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
   int status = 0;
   const std::string failure = Supervise(ranks, options.grace, &status);
   DrainOutput(ranks.streams);
-  if (!failure.empty()) {
-    WriteFully(STDERR_FILENO, failure + "\n");
-    return status;
-  }
-  return 0;
+  if (!failure.empty()) err.Append(failure + "\n");
+  // What a reader that stopped reading never takes is not waited for long:
+  // the job is over.
+  out.Flush(options.output_flush);
+  err.Flush(options.output_flush);
+  return failure.empty() ? 0 : status;
 }
 
 }  // namespace ringlab::comm

@@ -4,7 +4,9 @@
 // store the launcher hosts on loopback, so no two ranks race for the port),
 // and RINGLAB_JOB_SECRET, 128 fresh random bits without which the store
 // admits nobody;
-// their stdout and stderr are forwarded line by line, prefixed "[rank R] ".
+// their stdout and stderr are forwarded line by line, prefixed "[rank R] ",
+// without ever blocking on the launcher's own output (comm/job/output_sink.h:
+// a reader that stops reading costs lines, counted, never the job).
 // When a rank fails, the others are stopped (SIGTERM, then SIGKILL after a
 // grace period) and the launcher reports that rank and returns its status.
 #ifndef RINGLAB_COMM_JOB_LAUNCH_H_
@@ -24,6 +26,10 @@ struct LaunchOptions {
   bool exec_self = true;
   // Extra variables for every child, "NAME=value".
   std::vector<std::string> env;
+  // At the end, how long the ranks' last output may take to be written
+  // where the launcher's own output goes (a reader that stopped reading
+  // does not hold the job's end longer).
+  std::chrono::milliseconds output_flush{std::chrono::seconds(5)};
 };
 
 // Runs argv in nprocs processes and waits for all of them. Returns 0 when

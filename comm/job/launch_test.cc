@@ -131,6 +131,42 @@ TEST(LaunchTest, EachJobGetsAFreshSecretAllItsRanksShare) {
   unsetenv("RINGLAB_JOB_SECRET");
 }
 
+// A launcher whose output nobody reads (a stopped terminal, `| less`, a
+// full pipe) keeps draining its ranks: 20 MB of output does not stop a job
+// that ends by itself, and the launcher exits soon after, its status the
+// job's, having said how many lines it dropped where that could be seen.
+TEST(LaunchTest, OutputNobodyReadsNeverStopsTheJob) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(pipe_fds[0]);
+    dup2(pipe_fds[1], 1);
+    dup2(pipe_fds[1], 2);
+    LaunchOptions options;
+    options.exec_self = false;
+    options.output_flush = std::chrono::milliseconds(500);
+    _exit(LaunchRanks(
+        2, {"/bin/sh", "-c", "yes ringlab | head -c 10000000; exit 7"},
+        options));
+  }
+  close(pipe_fds[1]);
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  EXPECT_EQ(done, pid) << "the launcher blocked on its unread output";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << status;
+  close(pipe_fds[0]);
+}
+
 TEST(LaunchTest, FailingRankStopsTheOthersAndItsStatusPropagates) {
   Launched l =
       Launch(3, "if [ $RANK = 1 ]; then sleep 0.2; exit 3; fi; exec sleep 60");
