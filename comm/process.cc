@@ -60,6 +60,13 @@ bool ProcessExiting(pid_t pid) {
   return (flags & kPfExiting) != 0;
 }
 
+bool ProcessStopped(pid_t pid) {
+  if (pid <= 0) return false;
+  char state = 0;
+  if (std::sscanf(StatFields(pid).c_str(), " %c", &state) != 1) return false;
+  return state == 'T';
+}
+
 bool WriteFully(int fd, const std::string& bytes) {
   size_t done = 0;
   while (done < bytes.size()) {

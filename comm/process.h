@@ -1,8 +1,8 @@
 // Processes on this machine: whether one has ended, for the watch on a
 // job's peers (comm/peers.h: PeerExited, PeerWatch) that lets a rank fail
-// fast rather than wait out a deadline, whether it is ending (the launcher,
-// before it blames a rank), and writing a whole message into a pipe to
-// another (the launcher's forwarded output, the test drivers' reports).
+// fast rather than wait out a deadline, whether it is ending or stopped (the
+// launcher, before it blames a rank), and writing a whole message into a pipe
+// to another (the launcher's forwarded output, the test drivers' reports).
 #ifndef RINGLAB_COMM_PROCESS_H_
 #define RINGLAB_COMM_PROCESS_H_
 
@@ -25,6 +25,11 @@ uint64_t ProcessStartTime(pid_t pid);
 // thread): killed or returning, soon waitable. False for pid <= 0 and for a
 // pid that is gone.
 bool ProcessExiting(pid_t pid);
+
+// True when pid is stopped (SIGSTOP, Ctrl-Z's SIGTSTP: /proc/<pid>/stat's
+// state T): alive, but answering nobody until continued. False for pid <= 0
+// and for a pid that is gone.
+bool ProcessStopped(pid_t pid);
 
 // Writes all of `bytes` to fd (retrying short writes and EINTR); false when
 // the descriptor took less (closed, or an error).

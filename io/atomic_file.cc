@@ -9,6 +9,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "io/dirs.h"
+
 namespace ringlab::io {
 
 std::string RandomHex() {
@@ -34,6 +36,7 @@ void WriteFileAtomically(const std::string& path, const std::string& head,
   if (ok && size > 0) ok = std::fwrite(data, 1, size, file) == size;
   ok = ok && std::fflush(file) == 0 && fsync(fileno(file)) == 0;
   int error = ok ? 0 : errno;
+  if (ok) NoteDurability({"fsync", temporary, ""});
   if (std::fclose(file) != 0 && ok) {
     ok = false;
     error = errno;
@@ -42,6 +45,7 @@ void WriteFileAtomically(const std::string& path, const std::string& head,
     ok = false;
     error = errno;
   }
+  if (ok) NoteDurability({"rename", path, temporary});
   if (!ok) {
     std::remove(temporary.c_str());
     throw std::runtime_error("cannot write " + path + ": " +

@@ -1,9 +1,14 @@
-// Directories made and made durable: mkdir -p that says why it failed, and an
+// Directories made and made durable: mkdir -p that says why it failed, an
 // fsync of a directory so that the entries created, renamed or removed in it
-// survive a crash (what checkpoints and atomic directory swaps need).
+// survive a crash (what checkpoints and atomic directory swaps need), and a
+// rename. Each fsync and rename ringlab's writers make (these, and
+// io/atomic_file.h's) is told to an observer a test may set, so that the
+// order durability needs, fsync before the rename that publishes, is seen
+// and not assumed.
 #ifndef RINGLAB_IO_DIRS_H_
 #define RINGLAB_IO_DIRS_H_
 
+#include <functional>
 #include <string>
 
 namespace ringlab::io {
@@ -13,6 +18,23 @@ void MakeDirs(const std::string& path);
 
 // Throws std::runtime_error("cannot fsync directory ...").
 void FsyncDirectory(const std::string& path);
+
+// rename(2); throws std::runtime_error("cannot rename <from> to <to>: ...").
+void Rename(const std::string& from, const std::string& to);
+
+// What a durable write did: "fsync" (of a file or directory; path is it) or
+// "rename" (path is the new name, from the old).
+struct DurabilityEvent {
+  std::string call;
+  std::string path;
+  std::string from;  // for a rename
+};
+// Tests only: every later fsync and rename of this process's writers is
+// told to `observer` (none: pass {}). Not synchronised: set it while no
+// other thread writes.
+void ObserveDurability(std::function<void(const DurabilityEvent&)> observer);
+// The writers' side: tells the observer, if any.
+void NoteDurability(const DurabilityEvent& event);
 
 }  // namespace ringlab::io
 

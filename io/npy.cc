@@ -164,17 +164,65 @@ class HeaderParser {
 
 size_t ItemSize(NpyDtype dtype) { return dtype == NpyDtype::kInt64 ? 8 : 4; }
 
-std::string ReadWholeFile(const std::string& path) {
+NpyHeader ParseNpyPrefix(const std::string& what, const std::string& bytes,
+                         uint64_t file_size);
+
+// Opens a regular file for reading, never blocking (a FIFO, a device, a
+// directory are refused as what they are, after opening, so that what is
+// checked is what is read); its size in *bytes.
+int OpenRegular(const std::string& path, uint64_t* bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) Fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat info;
-  if (stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
-    Fail(path, "is a directory, not a .npy file");
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    const bool dir = S_ISDIR(info.st_mode);
+    close(fd);
+    Fail(path, dir ? "is a directory, not a .npy file"
+                   : "is not a regular file (a pipe, a device or a socket)");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail(path, std::string("cannot open: ") + std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) Fail(path, "read error");
-  return buf.str();
+  *bytes = static_cast<uint64_t>(info.st_size);
+  return fd;
+}
+
+// Up to n bytes from fd at offset, as many as the file has.
+std::string ReadAt(int fd, const std::string& path, uint64_t offset,
+                   uint64_t n) {
+  std::string out(n, '\0');
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t k = pread(fd, out.data() + done, n - done,
+                            static_cast<off_t>(offset + done));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) Fail(path, std::string("read error: ") + std::strerror(errno));
+    if (k == 0) break;
+    done += static_cast<size_t>(k);
+  }
+  out.resize(done);
+  return out;
+}
+
+// The header only: a bounded read, whatever the file's size.
+NpyHeader ReadHeaderOf(int fd, const std::string& path, uint64_t bytes) {
+  const std::string head =
+      ReadAt(fd, path, 0,
+             std::min<uint64_t>(bytes, kMagicLen + 2 + 4 + kMaxHeaderLen));
+  return ParseNpyPrefix(path, head, bytes);
+}
+
+// The whole file, once its header has said how large it must be (ParseNpy-
+// Prefix refuses a file of another size): nothing unbounded is read.
+std::string ReadWholeFile(const std::string& path) {
+  uint64_t bytes = 0;
+  const int fd = OpenRegular(path, &bytes);
+  try {
+    ReadHeaderOf(fd, path, bytes);
+    std::string all = ReadAt(fd, path, 0, bytes);
+    close(fd);
+    return all;
+  } catch (...) {
+    close(fd);
+    throw;
+  }
 }
 
 template <typename T>
@@ -350,20 +398,16 @@ NpyHeader ParseNpy(const std::string& what, const std::string& bytes) {
 }
 
 NpyHeader ReadNpyHeader(const std::string& path) {
-  struct stat info;
-  if (stat(path.c_str(), &info) != 0) {
-    Fail(path, std::string("cannot open: ") + std::strerror(errno));
+  uint64_t bytes = 0;
+  const int fd = OpenRegular(path, &bytes);
+  try {
+    const NpyHeader header = ReadHeaderOf(fd, path, bytes);
+    close(fd);
+    return header;
+  } catch (...) {
+    close(fd);
+    throw;
   }
-  if (S_ISDIR(info.st_mode)) Fail(path, "is a directory, not a .npy file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail(path, std::string("cannot open: ") + std::strerror(errno));
-  std::string head(std::min<uint64_t>(static_cast<uint64_t>(info.st_size),
-                                      kMagicLen + 2 + 4 + kMaxHeaderLen),
-                   '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  if (in.bad()) Fail(path, "read error");
-  head.resize(static_cast<size_t>(in.gcount()));
-  return ParseNpyPrefix(path, head, static_cast<uint64_t>(info.st_size));
 }
 
 std::vector<float> ReadNpyFloat32(const std::string& path,

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -262,6 +263,31 @@ TEST(NpyTest, DimensionLimitAndDirectories) {
   } catch (const NpyError& e) {
     EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos)
         << e.what();
+  }
+}
+
+// A FIFO would block a plain open and a link to /dev/zero would read without
+// end: both are refused as what they are, at once, by every reader.
+TEST(NpyTest, OnlyRegularFilesAreRead) {
+  const std::string fifo = Path("fifo.npy");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string zero = Path("zero.npy");
+  std::remove(zero.c_str());
+  ASSERT_EQ(symlink("/dev/zero", zero.c_str()), 0);
+  for (const std::string& path : {fifo, zero}) {
+    for (int reader = 0; reader < 3; ++reader) {
+      try {
+        if (reader == 0) ReadNpyHeader(path);
+        if (reader == 1) ReadNpyFloat32(path, nullptr);
+        if (reader == 2) ReadNpyInt64(path, nullptr);
+        ADD_FAILURE() << path << " was read by reader " << reader;
+      } catch (const NpyError& e) {
+        EXPECT_NE(std::string(e.what()).find("is not a regular file"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "io/atomic_file.h"
+#include "io/checksums.h"
 #include "io/dirs.h"
 #include "io/npy.h"
 #include "nn/params_io.h"
@@ -71,15 +72,14 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
                           StepRecordsToCsv(checkpoint.history, rank, true));
   io::WriteFileAtomically(temporary + "/next_step",
                           std::to_string(checkpoint.next_step) + "\n");
+  // Taken of the files as they are on disk, so that a resume reads back
+  // exactly what was written or refuses.
+  io::WriteChecksums(temporary);
   FsyncDirectory(temporary);
   if (before_rename) before_rename();
   std::error_code error;
   fs::remove_all(final_dir, error);  // a partial one from an earlier crash
-  fs::rename(temporary, final_dir, error);
-  if (error) {
-    throw std::runtime_error("cannot write checkpoint " + final_dir + ": " +
-                             error.message());
-  }
+  io::Rename(temporary, final_dir);
   FsyncDirectory(step_dir);
 }
 
@@ -186,6 +186,13 @@ RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
                                 std::to_string(next_step) + " in " + dir +
                                 " is incomplete: rank " + std::to_string(rank) +
                                 "'s part (" + rank_dir + ") is missing");
+  }
+  try {
+    io::VerifyChecksums(rank_dir);
+  } catch (const io::ChecksumError& e) {
+    throw std::invalid_argument(std::string("the checkpoint of step ") +
+                                std::to_string(next_step) +
+                                " is damaged: " + e.what());
   }
   RankCheckpoint checkpoint;
   checkpoint.next_step = next_step;

@@ -342,4 +342,43 @@ TEST(CheckpointCliTest, ResumeRefusesACheckpointMissingARanksPart) {
   ExpectUsageError(RunTrain(flags + " --resume"), "is incomplete: rank 0's");
 }
 
+// Every way a checkpoint can be wrong on --resume is one error line and
+// exit 2, naming what is wrong (a symlink loop was an uncaught
+// filesystem_error, exit 1; "8junk" in latest was read as 8; a same-size
+// edit of a part's .npy was resumed from).
+TEST(CheckpointCliTest, EveryResumeErrorIsOneLineAndStatusTwo) {
+  const std::string out = TempDir("resume_errors");
+  const std::string flags =
+      "--quiet --epochs=10 --checkpoint_every=4 --out_dir=" + out;
+  ASSERT_EQ(RunTrain(flags).status, 0);
+  const std::string dir = out + "/checkpoints";
+  const std::string weight = dir + "/step_00000008/rank1/fc1.weight.npy";
+  const std::string good = ReadText(weight);
+  std::string edited = good;
+  edited.back() ^= 0x01;  // one bit of the last float
+  WriteText(weight, edited);
+  ExpectUsageError(RunTrain(flags + " --resume"),
+                   weight + " is not the file that was written");
+  WriteText(weight, good);
+  WriteText(dir + "/latest", "8junk\n");
+  ExpectUsageError(RunTrain(flags + " --resume"), "not a step number");
+  WriteText(dir + "/latest", "12\n");
+  ExpectUsageError(RunTrain(flags + " --resume"), "is incomplete");
+  WriteText(dir + "/latest", "8\n");
+  // A symlink loop where each file the launcher reads should be.
+  for (const std::string name : {"/job.txt", "/step_00000008/rank1",
+                                 "/step_00000008/rank0/history.csv"}) {
+    SCOPED_TRACE(name);
+    const std::string aside = dir + "/aside";
+    fs::rename(dir + name, aside);
+    fs::create_symlink(fs::path(dir + name).filename(), dir + name);
+    const CommandResult run = RunTrain(flags + " --resume");
+    ExpectUsageError(run, "--resume: ");
+    fs::remove(dir + name);
+    fs::rename(aside, dir + name);
+  }
+  // Untouched again, it resumes.
+  EXPECT_EQ(RunTrain(flags + " --resume").status, 0);
+}
+
 }  // namespace

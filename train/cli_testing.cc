@@ -98,6 +98,10 @@ std::string ReadText(const std::string& path) {
   return text.str();
 }
 
+void WriteText(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
 int Lines(const std::string& text) {
   int lines = 0;
   for (char ch : text) lines += ch == '\n';

@@ -28,6 +28,8 @@ struct CommandResult {
 // A fresh, empty directory under TEST_TMPDIR.
 std::string TempDir(const std::string& name);
 std::string ReadText(const std::string& path);
+// Replaces path's bytes (in place: a test's damage, not an atomic write).
+void WriteText(const std::string& path, const std::string& bytes);
 int Lines(const std::string& text);
 
 // After a job: no rank left running, no store port left listening; each

@@ -70,6 +70,11 @@ int64_t CheckNpyDataset(const std::string& data_dir, int rank, int features,
                                   io::NpyDtypeName(x.dtype) + " " +
                                   io::ShapeToString(x.shape));
     }
+    if (x.shape[0] == 0) {
+      throw std::invalid_argument(files.x + " holds no samples");
+    }
+    // Read within the size their header gives, which must be the file's
+    // (io/npy.h): a label file is never read past what it says it holds.
     const std::vector<int64_t> y = io::ReadInt64Vector(files.y);
     if (static_cast<int64_t>(y.size()) != x.shape[0]) {
       throw std::invalid_argument(files.y + ": " + std::to_string(y.size()) +

@@ -97,6 +97,29 @@ TEST(DdpExperimentCliTest, FashionMnistFlagsRefuseWhatDoesNotFit) {
   ExpectUsageError(RunTrain("--bucket_cap_mb=0"), "--bucket_cap_mb");
   ExpectUsageError(RunTrain("--eval_every=-1"), "--eval_every");
   ExpectUsageError(RunTrain("--trace=/nonexistent/dir/t.json"), "--trace");
+  // A directory nobody can make a file in (not even root): the run is
+  // refused before it trains, not after (it used to train to the end, then
+  // exit 1 with no outputs written).
+  ExpectUsageError(RunTrain("--trace=/proc/t.json"), "--trace=/proc/t.json");
+}
+
+// A corrupt body only a rank finds, as it reads the images: each of the
+// three ranks finds it, and the user reads it once (it used to be three
+// "[rank N] error:" lines and "rank 0 exited with status 2").
+TEST(DdpExperimentCliTest, ACorruptBodyEveryRankFindsIsOneErrorLine) {
+  const std::string dir = TempDir("corrupt_fashion");
+  WriteSplit(dir, "t10k", 50);
+  std::vector<unsigned char> images = IdxHeader({40, 28, 28});
+  images.resize(images.size() + 40 * 784, 7);
+  std::vector<unsigned char> labels = IdxHeader({40});
+  labels.resize(labels.size() + 40, 3);
+  labels.back() = 12;  // not a class
+  WriteGzip(dir + "/train-images-idx3-ubyte.gz", images);
+  WriteGzip(dir + "/train-labels-idx1-ubyte.gz", labels);
+  ExpectUsageError(RunTrain("--dataset=fashion_mnist --model=784,10 --nprocs=3 "
+                            "--epochs=1 --data_dir=" +
+                            dir),
+                   "(and 2 ranks reported the same)");
 }
 
 // The same job with overlap on and off, with one bucket per tensor and with

@@ -1,7 +1,9 @@
 #include "train/job_checks.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
@@ -16,6 +18,7 @@
 #include "nn/params_io.h"
 #include "train/checkpoint.h"
 #include "train/idx_dataset.h"
+#include "train/memory_check.h"
 #include "train/outputs.h"
 #include "train/training_data.h"
 
@@ -135,6 +138,10 @@ int64_t DatasetSize(const TrainConfig& config, int world_size,
           " pixels per image and 10 classes: the model must be " +
           std::to_string(shape.features) + ",...,10, not " + layout.ToString());
     }
+    if (shape.train_count == 0) {
+      throw std::invalid_argument(DataDir(config) +
+                                  ": the training images hold no samples");
+    }
     return shape.train_count;
   }
   // A shared data.npy is one file for all ranks: its header is read once.
@@ -161,30 +168,21 @@ int64_t DatasetSize(const TrainConfig& config, int world_size,
 
 }  // namespace
 
-void CheckResumable(const TrainConfig& config, int world_size,
-                    int64_t dataset_size, bool every_part) {
-  std::string dir;
-  try {
-    dir = ResumableCheckpointDir(config.out_dir + "/checkpoints");
-  } catch (const std::exception& e) {
-    throw std::invalid_argument(std::string("--resume: ") + e.what());
-  }
-  std::optional<int64_t> latest;
-  try {
-    latest = LatestCheckpoint(dir);
-  } catch (const std::exception& e) {
-    throw std::invalid_argument(std::string("--resume: ") + e.what());
-  }
-  if (!latest) {
-    throw std::invalid_argument("--resume: no checkpoint in " + dir);
-  }
+namespace {
+
+void CheckCheckpoint(const TrainConfig& config, int world_size,
+                     int64_t dataset_size, bool every_part) {
+  const std::string dir =
+      ResumableCheckpointDir(config.out_dir + "/checkpoints");
+  const std::optional<int64_t> latest = LatestCheckpoint(dir);
+  if (!latest) throw std::invalid_argument("no checkpoint in " + dir);
   const std::vector<std::string> theirs = SplitLines(ReadJobDescription(dir));
   const std::vector<std::string> ours =
       SplitLines(JobDescription(config, world_size, dataset_size));
   for (size_t i = 0; i < ours.size(); ++i) {
     if (i >= theirs.size() || theirs[i] != ours[i]) {
       throw std::invalid_argument(
-          "--resume: the checkpoint in " + dir + " is another job's (it has " +
+          "the checkpoint in " + dir + " is another job's (it has " +
           (i < theirs.size() ? theirs[i] : std::string("nothing")) +
           ", this run " + ours[i] + ")");
     }
@@ -192,11 +190,21 @@ void CheckResumable(const TrainConfig& config, int world_size,
   const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
   // Every rank's part, as each rank will read it: a checkpoint missing one
   // is refused here, before any rank starts.
+  for (int rank = 0; rank < world_size; ++rank) {
+    if (every_part) ReadRankCheckpoint(dir, rank, layout, *latest);
+  }
+}
+
+}  // namespace
+
+void CheckResumable(const TrainConfig& config, int world_size,
+                    int64_t dataset_size, bool every_part) {
+  // Whatever is wrong with what is on disk (a file missing or damaged, a
+  // symlink loop, a directory where a file should be) is the user's input:
+  // one line, exit 2.
   try {
-    for (int rank = 0; rank < world_size; ++rank) {
-      if (every_part) ReadRankCheckpoint(dir, rank, layout, *latest);
-    }
-  } catch (const std::invalid_argument& e) {
+    CheckCheckpoint(config, world_size, dataset_size, every_part);
+  } catch (const std::exception& e) {
     throw std::invalid_argument(std::string("--resume: ") + e.what());
   }
 }
@@ -253,12 +261,44 @@ void CheckDataFlags(const TrainConfig& c) {
     throw std::invalid_argument("--per_rank_data draws synthetic data");
   }
   CheckRange("--eval_every", c.eval_every, 0, kMaxEpochs);
+}
+
+// Whether a file can be made in dir, by making one: permissions, a read-only
+// mount, a full inode table all answer here, before any rank starts, and not
+// after the run when its outputs are written.
+void ProbeWritable(const std::string& dir, const std::string& what) {
+  const std::string probe = dir + "/.ringlab-write-probe";
+  FILE* file = std::fopen(probe.c_str(), "wb");
+  const int saved = errno;
+  if (file == nullptr || std::fclose(file) != 0) {
+    std::remove(probe.c_str());
+    throw std::invalid_argument(what + " is not writable (" +
+                                std::strerror(file ? errno : saved) + ")");
+  }
+  std::remove(probe.c_str());
+}
+
+// Every path the run writes, probed: the trace is written atomically (a
+// temporary beside it, renamed), so it is its directory that must take a file.
+void ProbeOutputs(const TrainConfig& c) {
   if (!c.trace_path.empty()) {
     const fs::path parent = fs::path(c.trace_path).parent_path();
-    if (fs::is_directory(c.trace_path) ||
-        (!parent.empty() && !fs::is_directory(parent))) {
+    std::error_code error;
+    if (fs::is_directory(c.trace_path, error) ||
+        (!parent.empty() && !fs::is_directory(parent, error))) {
       throw std::invalid_argument("--trace=" + c.trace_path +
                                   ": not a file in an existing directory");
+    }
+    ProbeWritable(parent.empty() ? "." : parent.string(),
+                  "--trace=" + c.trace_path + ": its directory");
+  }
+  if (c.out_dir.empty()) return;
+  io::MakeDirs(c.out_dir);
+  ProbeWritable(c.out_dir, "--out_dir " + c.out_dir);
+  for (const char* sub : {"/checkpoints", "/checkpoints.next"}) {
+    std::error_code error;
+    if (fs::is_directory(c.out_dir + sub, error)) {
+      ProbeWritable(c.out_dir + sub, c.out_dir + sub);
     }
   }
 }
@@ -292,19 +332,18 @@ void ValidateConfig(const TrainConfig& config, int world_size,
       throw std::invalid_argument("no such directory: " + *dir);
     }
   }
-  if (!config.out_dir.empty()) {
-    io::MakeDirs(config.out_dir);
-    const std::string probe = config.out_dir + "/.ringlab-write-probe";
-    FILE* file = std::fopen(probe.c_str(), "wb");
-    if (file == nullptr || std::fclose(file) != 0) {
-      throw std::invalid_argument("--out_dir " + config.out_dir +
-                                  " is not writable");
-    }
-    std::remove(probe.c_str());
-  }
+  ProbeOutputs(config);
   // A rank reads its inputs once, in RunRank, which checks them there.
   if (scope == ValidationScope::kRank) return;
   const int64_t dataset_size = DatasetSize(config, world_size, layout);
+  // Every rank of the launch runs on this machine; a GPU's memory is the
+  // device's to refuse.
+  if (config.device == nn::Device::kCpu) {
+    if (const auto available = AvailableMemory()) {
+      CheckMemoryFits(EstimateMemory(layout, config.batch_size, dataset_size),
+                      world_size, *available);
+    }
+  }
   if (!config.init_dir.empty()) {
     try {
       nn::CheckParamsDir(config.init_dir, layout);

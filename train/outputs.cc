@@ -138,9 +138,9 @@ void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
   const bool ranks_equal =
       std::all_of(all_hashes.begin(), all_hashes.end(),
                   [&](const std::string& h) { return h == all_hashes[0]; });
+  std::vector<std::string> all_events;
   if (!config.trace_path.empty()) {
-    const auto all_events = comm::AllGatherStrings(comm, result.trace_events);
-    if (rank == 0) WriteTrace(config.trace_path, all_events);
+    all_events = comm::AllGatherStrings(comm, result.trace_events);
   }
   if (writing && rank != 0 && !ranks_equal) {
     ReplaceParamsDir(config.out_dir + "/final_rank" + std::to_string(rank),
@@ -165,6 +165,11 @@ void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
     io::WriteFileAtomically(
         config.out_dir + "/summary.json",
         SummaryJson(ranks_equal, world_size, result.history.size()));
+  }
+  // Last: a trace that cannot be written (its directory went away since the
+  // launcher probed it) costs the trace, not the run's outputs.
+  if (rank == 0 && !config.trace_path.empty()) {
+    WriteTrace(config.trace_path, all_events);
   }
   comm.Barrier();  // nobody exits before every rank has written
 }

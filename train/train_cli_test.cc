@@ -3,6 +3,7 @@
 // rank that dies makes the launcher fail naming it, and every other rank fail
 // by itself.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -46,6 +47,9 @@ TEST(TrainCliTest, BadFlagsAreOneErrorLineAndStatusTwo) {
   ExpectUsageError(RunTrain("--flagfile=/nonexistent"), "not supported");
   ExpectUsageError(RunTrain("--epochs=2000000000"), "--epochs");
   ExpectUsageError(RunTrain("--resume"), "--out_dir");
+  // A model that cannot fit: refused before any rank allocates it.
+  ExpectUsageError(RunTrain("--model=10,300000000,2"),
+                   "the job needs at least 401 GB of memory");
 }
 
 // The launcher asks a forked child about GPUs (it never creates a CUDA
@@ -163,6 +167,24 @@ TEST(TrainCliTest, BadFilesAreOneErrorLineAndLeaveOutputsUntouched) {
   ringlab::io::WriteNpyInt64(labels + "/targets.npy", {3}, y.data());
   ExpectUsageError(RunTrain("--data_dir=" + labels + " --out_dir=" + out),
                    "label 7");
+  // Labels that are not a file: a FIFO hung the launcher, a link to
+  // /dev/zero grew it without bound.
+  const std::string fifo = TempDir("fifo_labels");
+  ringlab::io::WriteNpyFloat32(fifo + "/data.npy", {3, 10}, x.data());
+  ASSERT_EQ(mkfifo((fifo + "/targets.npy").c_str(), 0600), 0);
+  ExpectUsageError(RunTrain("--data_dir=" + fifo + " --out_dir=" + out),
+                   "targets.npy: is not a regular file");
+  const std::string zero = TempDir("zero_labels");
+  ringlab::io::WriteNpyFloat32(zero + "/data.npy", {3, 10}, x.data());
+  ASSERT_EQ(symlink("/dev/zero", (zero + "/targets.npy").c_str()), 0);
+  ExpectUsageError(RunTrain("--data_dir=" + zero + " --out_dir=" + out),
+                   "targets.npy: is not a regular file");
+  // An empty data set (it trained 0 steps and exited 0).
+  const std::string empty = TempDir("empty_npy");
+  ringlab::io::WriteNpyFloat32(empty + "/data.npy", {0, 10}, x.data());
+  ringlab::io::WriteNpyInt64(empty + "/targets.npy", {0}, y.data());
+  ExpectUsageError(RunTrain("--data_dir=" + empty + " --out_dir=" + out),
+                   "data.npy holds no samples");
   EXPECT_EQ(ReadText(out + "/losses.csv"), "sentinel\n");
 }
 

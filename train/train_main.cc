@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -370,6 +371,12 @@ int Main(int argc, char** argv) {
     return RunThisRank(config);
   } catch (const std::invalid_argument& e) {
     cli::ExitWithUsageError(e.what());
+  } catch (const std::bad_alloc&) {
+    // What the launcher's estimate cannot see (another process took the
+    // memory meanwhile, a limit it could not read) ends the same way.
+    cli::ExitWithUsageError(
+        "out of memory: this job needs more than the machine gave it "
+        "(a smaller --model, --batch_size or --nprocs needs less)");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

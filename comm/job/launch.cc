@@ -19,6 +19,7 @@
 
 #include "comm/job/launch_variables.h"
 #include "comm/job/output_sink.h"
+#include "comm/job/rank_errors.h"
 #include "comm/process.h"
 #include "comm/store/job_secret.h"
 #include "comm/store/tcp_store.h"
@@ -40,30 +41,36 @@ constexpr size_t kMaxPartialLine = 64 << 10;
 struct Stream {
   int fd = -1;                // read end, -1 once closed
   OutputSink* out = nullptr;  // where its lines go (never blocks)
-  std::string prefix;
-  std::string partial;  // the current line, until its newline
+  int rank = -1;
+  RankErrors* errors = nullptr;  // a stderr's: where its error lines go
+  std::string partial;           // the current line, until its newline
 
   void Forward(const char* data, size_t n) {
     partial.append(data, n);
     size_t start = 0, nl;
-    std::string out;
+    std::string lines;
     while ((nl = partial.find('\n', start)) != std::string::npos) {
-      out += prefix;
-      out.append(partial, start, nl + 1 - start);
+      Line(partial.substr(start, nl + 1 - start), &lines);
       start = nl + 1;
     }
     partial.erase(0, start);
     while (partial.size() >= kMaxPartialLine) {
-      out += prefix;
-      out.append(partial, 0, kMaxPartialLine);
-      out += '\n';
+      Line(partial.substr(0, kMaxPartialLine) + "\n", &lines);
       partial.erase(0, kMaxPartialLine);
     }
-    this->out->Append(out);
+    out->Append(lines);
   }
   void Flush() {
-    if (!partial.empty()) out->Append(prefix + partial + "\n");
+    std::string lines;
+    if (!partial.empty()) Line(partial + "\n", &lines);
+    out->Append(lines);
     partial.clear();
+  }
+
+ private:
+  void Line(const std::string& line, std::string* lines) {
+    if (errors != nullptr && errors->Hold(rank, line)) return;
+    *lines += "[rank " + std::to_string(rank) + "] " + line;
   }
 };
 
@@ -181,7 +188,8 @@ void Abandon(Ranks& ranks) {
 // child may only make async-signal-safe calls until exec. Throws
 // std::runtime_error when no pipe or process can be made.
 void StartRank(int r, const char* exe, char* const* args, char* const* envp,
-               pid_t parent, OutputSink* sinks[2], Ranks& ranks) {
+               pid_t parent, OutputSink* sinks[2], RankErrors* errors,
+               Ranks& ranks) {
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
     const int e = errno;
@@ -217,9 +225,8 @@ void StartRank(int r, const char* exe, char* const* args, char* const* envp,
   close(out[1]);
   close(err[1]);
   ranks.pids[r] = pid;
-  const std::string prefix = "[rank " + std::to_string(r) + "] ";
-  ranks.streams[2 * r] = {out[0], sinks[0], prefix, {}};
-  ranks.streams[2 * r + 1] = {err[0], sinks[1], prefix, {}};
+  ranks.streams[2 * r] = {out[0], sinks[0], r, nullptr, {}};
+  ranks.streams[2 * r + 1] = {err[0], sinks[1], r, errors, {}};
 }
 
 // Forwards what the ranks have written, waiting at most 10 ms for any; a
@@ -321,24 +328,36 @@ std::string Describe(const Failure& f, int* exit_status) {
          std::to_string(*exit_status);
 }
 
+// The first rank found stopped, -1 when none is: a stopped rank answers
+// nobody, so the peers that gave up on it are not the failure's cause.
+int StoppedRank(const Ranks& ranks) {
+  for (size_t r = 0; r < ranks.pids.size(); ++r) {
+    if (ProcessStopped(ranks.pids[r])) return static_cast<int>(r);
+  }
+  return -1;
+}
+
 // Forwards output and reaps until every rank has exited. The first failure,
 // or a stop signal to the launcher, sends SIGTERM (the signal, for a stop
-// signal) to every rank, and SIGKILL after `grace`. Returns the failure's
-// message ("" when every rank exited 0) and sets *exit_status.
-std::string Supervise(Ranks& ranks, std::chrono::milliseconds grace,
-                      int* exit_status) {
+// signal) to every rank, and SIGKILL after `grace`; SIGCONT too, so that a
+// stopped rank ends now rather than at the SIGKILL. Returns how the job
+// ended (no failure when every rank exited 0) and sets *exit_status.
+JobEnd Supervise(Ranks& ranks, std::chrono::milliseconds grace,
+                 int* exit_status) {
   int running = static_cast<int>(ranks.pids.size());
-  std::string failure;
+  JobEnd end;
   *exit_status = 0;
   bool terminating = false;
   auto kill_at = std::chrono::steady_clock::time_point::max();
   auto terminate = [&](int sig, const std::string& why, int status) {
     ranks.SignalAll(sig);
-    if (terminating) return;
+    ranks.SignalAll(SIGCONT);
+    if (terminating) return false;
     terminating = true;
-    failure = why;
+    end.failure = why;
     *exit_status = status;
     kill_at = std::chrono::steady_clock::now() + grace;
+    return true;
   };
   while (running > 0) {
     ForwardOutput(ranks.streams);
@@ -347,7 +366,12 @@ std::string Supervise(Ranks& ranks, std::chrono::milliseconds grace,
       failed = PreferSignalDeath(ranks, failed, &running);
       int status = 0;
       const std::string why = Describe(failed, &status);
-      terminate(SIGTERM, why, status);
+      const int stopped = failed.signaled ? -1 : StoppedRank(ranks);
+      if (terminate(SIGTERM, why, status)) {
+        end.failed_rank = failed.rank;
+        end.signaled = failed.signaled;
+        end.stopped_rank = stopped;
+      }
     }
     if (const int sig = g_stop_signal.exchange(0); sig != 0) {
       terminate(sig,
@@ -359,7 +383,7 @@ std::string Supervise(Ranks& ranks, std::chrono::milliseconds grace,
       kill_at = std::chrono::steady_clock::time_point::max();
     }
   }
-  return failure;
+  return end;
 }
 
 // What the ranks wrote before they exited (grandchildren that kept a pipe
@@ -404,24 +428,26 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
   std::fflush(stderr);
   OutputSink out(STDOUT_FILENO), err(STDERR_FILENO);
   OutputSink* sinks[2] = {&out, &err};
+  RankErrors errors;
   Ranks ranks(nprocs);
   try {
     for (int r = 0; r < nprocs; ++r) {
-      StartRank(r, exe, args.data(), envps[r].data(), getpid(), sinks, ranks);
+      StartRank(r, exe, args.data(), envps[r].data(), getpid(), sinks, &errors,
+                ranks);
     }
   } catch (...) {
     Abandon(ranks);
     throw;
   }
   int status = 0;
-  const std::string failure = Supervise(ranks, options.grace, &status);
+  const JobEnd end = Supervise(ranks, options.grace, &status);
   DrainOutput(ranks.streams);
-  if (!failure.empty()) err.Append(failure + "\n");
+  err.Append(errors.Report(end));
   // What a reader that stopped reading never takes is not waited for long:
   // the job is over.
   out.Flush(options.output_flush);
   err.Flush(options.output_flush);
-  return failure.empty() ? 0 : status;
+  return end.failure.empty() ? 0 : status;
 }
 
 }  // namespace ringlab::comm

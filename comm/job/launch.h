@@ -7,6 +7,8 @@
 // their stdout and stderr are forwarded line by line, prefixed "[rank R] ",
 // without ever blocking on the launcher's own output (comm/job/output_sink.h:
 // a reader that stops reading costs lines, counted, never the job).
+// A rank's "error: ..." lines are written once at the end, each distinct text
+// once with the count of ranks that said the same (comm/job/rank_errors.h).
 // When a rank fails, the others are stopped (SIGTERM, then SIGKILL after a
 // grace period) and the launcher reports that rank and returns its status.
 #ifndef RINGLAB_COMM_JOB_LAUNCH_H_
@@ -33,8 +35,10 @@ struct LaunchOptions {
 };
 
 // Runs argv in nprocs processes and waits for all of them. Returns 0 when
-// every rank exits 0; otherwise prints "error: rank R exited with status S"
-// (or "... killed by signal N") to stderr and returns S (128 + N for a
+// every rank exits 0; otherwise prints a last line naming the failure's
+// rank: the error it reported ("error: rank R: ..."), else "error: rank R
+// exited with status S" or "... killed by signal N", or the stopped rank its
+// peers gave up on; and returns S (128 + N for a
 // signal) of the first rank that failed (failures seen together: a signal
 // death first, then the lowest rank). SIGINT/SIGTERM to the launcher are
 // passed on to the ranks. Throws std::invalid_argument for nprocs < 1 or an

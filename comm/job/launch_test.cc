@@ -215,6 +215,45 @@ TEST(LaunchTest, TheFirstFailureIsBlamed) {
       << l.output;
 }
 
+// Every rank finds the same bad input: the user reads it once, as the
+// launcher's last line, with the count of the others (before, one line per
+// rank and then "rank 0 exited with status 2").
+TEST(LaunchTest, AnErrorEveryRankReportsIsOneLine) {
+  Launched l = Launch(3, "echo 'error: data.bin: truncated body' >&2; exit 2");
+  EXPECT_EQ(l.status, 2) << l.output;
+  EXPECT_EQ(l.output.find("error: "), l.output.rfind("error: ")) << l.output;
+  EXPECT_NE(l.output.find(": data.bin: truncated body (and 2 ranks reported "
+                          "the same)\n"),
+            std::string::npos)
+      << l.output;
+  EXPECT_EQ(l.output.rfind("error: rank ", 0), 0u) << l.output;
+}
+
+// Rank 1 stops itself (as SIGSTOP or Ctrl-Z would); rank 0 gives up waiting
+// for it and fails. The last line names rank 1, with what rank 0 said, and
+// the stopped rank is ended at once, not at the grace's end (before: "rank 0
+// exited with status 1", and a stopped rank waited for its SIGKILL).
+TEST(LaunchTest, AStoppedRankIsNamedNotTheSurvivorThatGaveUpOnIt) {
+  std::string dir = ::testing::TempDir() + "/stopped_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  Launched l = Launch(
+      2,
+      "if [ $RANK = 1 ]; then touch " + dir +
+          "/stopping; kill -STOP $$; "
+          "exit 0; fi; while [ ! -e " +
+          dir +
+          "/stopping ]; do sleep 0.01; done; "
+          "sleep 0.3; echo 'error: timed out waiting for rank 1' >&2; exit 1",
+      std::chrono::seconds(20));
+  EXPECT_EQ(l.status, 1) << l.output;
+  EXPECT_NE(l.output.find("error: rank 1 is stopped (SIGSTOP or Ctrl-Z), and "
+                          "its peers gave up on it: rank 0: timed out waiting "
+                          "for rank 1\n"),
+            std::string::npos)
+      << l.output;
+  EXPECT_LT(l.seconds, 15) << "the stopped rank waited for the SIGKILL";
+}
+
 // Rank 0 is exiting but not yet waitable for a second (slow to die, like a
 // killed rank unmapping a large data set); rank 1 exits 1 as soon as rank 0
 // has started exiting. The launcher must wait for rank 0's end, beyond its

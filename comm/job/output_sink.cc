@@ -15,11 +15,11 @@ struct OutputSink::Shared {
   const size_t limit;
   std::mutex mutex;
   std::condition_variable changed;
-  std::string pending;     // appended, not yet taken by the writer
-  bool writing = false;    // the writer holds a piece it is writing
-  int64_t dropped = 0;     // lines dropped
-  int64_t reported = 0;    // of which said so
-  bool closed = false;     // the descriptor refused
+  std::string pending;   // appended, not yet taken by the writer
+  bool writing = false;  // the writer holds a piece it is writing
+  int64_t dropped = 0;   // lines dropped
+  int64_t reported = 0;  // of which said so
+  bool closed = false;   // the descriptor refused
   bool stop = false;
 
   // The writer: takes what is pending and writes it, blocking as long as
@@ -77,9 +77,8 @@ void OutputSink::Append(const std::string& lines) {
 bool OutputSink::Flush(std::chrono::milliseconds wait) {
   std::unique_lock<std::mutex> lock(shared_->mutex);
   return shared_->changed.wait_for(lock, wait, [&] {
-    return shared_->closed ||
-           (shared_->pending.empty() && !shared_->writing &&
-            shared_->reported == shared_->dropped);
+    return shared_->closed || (shared_->pending.empty() && !shared_->writing &&
+                               shared_->reported == shared_->dropped);
   });
 }
 
