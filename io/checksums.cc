@@ -122,7 +122,8 @@ void VerifyChecksums(const std::string& dir) {
                           " lists it)");
     }
     if (Sha256OfFile(path) != sum) {
-      throw ChecksumError(path + " is not the file that was written: its "
+      throw ChecksumError(path +
+                          " is not the file that was written: its "
                           "SHA-256 differs from the one in " +
                           kChecksumsFile);
     }

@@ -70,8 +70,8 @@ TEST(ChecksumsTest, Sha256sumAcceptsTheList) {
   const std::string dir = FreshTestDir("sums_tool");
   Write(dir + "/x.npy", std::string(100000, 'x'));
   WriteChecksums(dir);
-  EXPECT_EQ(std::system(("cd " + dir + " && sha256sum --quiet -c SHA256SUMS")
-                            .c_str()),
+  EXPECT_EQ(std::system(
+                ("cd " + dir + " && sha256sum --quiet -c SHA256SUMS").c_str()),
             0);
 }
 

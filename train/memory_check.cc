@@ -57,7 +57,8 @@ MemoryNeed EstimateMemory(const nn::MlpLayout& layout, int64_t batch_size,
   for (int w : layout.widths()) widths += static_cast<uint64_t>(w);
   // A batch is never larger than the data set (the last one of an epoch
   // holds what is left).
-  const int64_t batch = std::min(batch_size, std::max<int64_t>(dataset_size, 1));
+  const int64_t batch =
+      std::min(batch_size, std::max<int64_t>(dataset_size, 1));
   need.activations = 2 * static_cast<uint64_t>(batch) * widths * sizeof(float);
   need.data = static_cast<uint64_t>(dataset_size) *
               (static_cast<uint64_t>(layout.in_features()) * sizeof(float) +
@@ -82,8 +83,9 @@ std::string Bytes(uint64_t bytes) {
     ++unit;
   }
   char text[32];
-  std::snprintf(text, sizeof(text), value < 10 && unit > 0 ? "%.1f %s" : "%.0f %s",
-                value, units[unit]);
+  std::snprintf(text, sizeof(text),
+                value < 10 && unit > 0 ? "%.1f %s" : "%.0f %s", value,
+                units[unit]);
   return text;
 }
 

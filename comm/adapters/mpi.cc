@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "comm/backend.h"
+#include "comm/job/job_environment.h"
 #include "comm/job/launch_variables.h"
 
 namespace ringlab::comm {
@@ -195,6 +196,24 @@ class MpiBackend final : public Backend {
   std::thread watchdog_;
 };
 
+// Open MPI's TCP transport listens on every interface (4.1 has no setting
+// that binds it to one): where the job met its peers through a store, and
+// they all run on this host, it is not loaded at all (shared memory does
+// the job); across hosts it is told to use the job's interface only
+// (btl_tcp_if_include), though it still listens on all (README: threat
+// model). A user's own setting of either stands.
+void KeepMpiOffOtherInterfaces(const RankContext& context) {
+  if (static_cast<int>(context.peers.size()) != context.world_size) return;
+  const PeerInfo& self = context.peers[context.rank];
+  bool one_host = true;
+  for (const PeerInfo& peer : context.peers) one_host &= peer.host == self.host;
+  if (one_host) {
+    setenv(launch::kOmpiBtl, "self,vader", /*overwrite=*/0);
+  } else {
+    KeepDataSocketsOnJobInterface(self.address, launch::kOmpiBtlTcpIfInclude);
+  }
+}
+
 // Calls MPI_Init_thread unless MPI is already initialised (then MPI_Finalize
 // is left to whoever initialised it). Throws CommError when MPI's world does
 // not match the job's (e.g. ranks started without mpirun).
@@ -212,6 +231,7 @@ std::unique_ptr<Backend> CreateMpiBackend(const RankContext& context,
                       " ranks were not started by mpirun; run under `mpirun "
                       "-np N` for the mpi backend");
     }
+    KeepMpiOffOtherInterfaces(context);
     // MULTIPLE so that the watchdog thread may call MPI_Abort; an MPI built
     // without it still works (the watchdog then exits instead).
     int provided = 0;

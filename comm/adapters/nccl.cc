@@ -11,6 +11,8 @@
 
 #include "comm/backend.h"
 #include "comm/cuda_support.h"
+#include "comm/job/job_environment.h"
+#include "comm/job/launch_variables.h"
 #include "comm/poll_pacer.h"
 #include "comm/store/hex.h"
 #include "comm/store/store.h"
@@ -129,6 +131,13 @@ class NcclBackend final : public Backend {
                             cudaHostAllocDefault),
               kName, "cudaHostAlloc (call check)");
 
+    // NCCL's bootstrap and socket transport listen on an interface of
+    // NCCL's choosing: the job's ("=" asks for that exact name), unless the
+    // user chose. Before NCCL reads it, at its first call.
+    if (static_cast<int>(context.peers.size()) > rank_) {
+      KeepDataSocketsOnJobInterface(context.peers[rank_].address,
+                                    launch::kNcclSocketIfname, "=");
+    }
     ncclUniqueId id;
     if (world_size_ > 1) {
       CheckDistinctDevices(context);

@@ -1,6 +1,9 @@
 #include "comm/job/job_environment.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -169,6 +172,32 @@ PeerInfo ThisPeer(const std::string& address) {
   me.start_time = ProcessStartTime(getpid());
   me.address = address;
   return me;
+}
+
+std::string InterfaceWithAddress(const std::string& address) {
+  in_addr wanted{};
+  if (inet_pton(AF_INET, address.c_str(), &wanted) != 1) return "";
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return "";
+  std::string name;
+  for (const ifaddrs* i = all; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    const auto* in = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    if (in->sin_addr.s_addr == wanted.s_addr) name = i->ifa_name;
+  }
+  freeifaddrs(all);
+  return name;
+}
+
+std::string KeepDataSocketsOnJobInterface(const std::string& address,
+                                          const char* variable,
+                                          const std::string& prefix) {
+  if (const char* chosen = Env(variable)) return chosen;
+  const std::string name = InterfaceWithAddress(address);
+  if (name.empty()) return "";
+  const std::string value = prefix + name;
+  setenv(variable, value.c_str(), /*overwrite=*/0);
+  return value;
 }
 
 }  // namespace ringlab::comm

@@ -50,6 +50,21 @@ std::string ThisHostIdentity();
 // This process on this host, reachable at `address`.
 PeerInfo ThisPeer(const std::string& address);
 
+// The name of the network interface that holds the IPv4 `address` ("lo" for
+// 127.0.0.1), "" when none of this host's does.
+std::string InterfaceWithAddress(const std::string& address);
+
+// Libraries that open their own data sockets (NCCL's bootstrap and socket
+// transport, Open MPI's TCP transport) listen, unless told otherwise, on
+// interfaces of their choosing (Open MPI: every one), where anyone who can
+// reach them may connect. Before such a library starts, this confines it to
+// the interface of this rank's job address (`address`, the one it reached
+// the store from): sets `variable` to `prefix` + that interface's name,
+// unless the user set it. Returns the value in force ("" when none).
+std::string KeepDataSocketsOnJobInterface(const std::string& address,
+                                          const char* variable,
+                                          const std::string& prefix = "");
+
 }  // namespace ringlab::comm
 
 #endif  // RINGLAB_COMM_JOB_JOB_ENVIRONMENT_H_

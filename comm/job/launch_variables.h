@@ -2,7 +2,8 @@
 // its place in the job, named once: torchrun's (which ringlab's own launcher
 // sets too), Open MPI's mpirun's, Slurm's srun's, and ringlab's own. Read by
 // the rendezvous (JobEnvironment::Read), set by the launcher (LaunchRanks),
-// and consulted by backends that must know how they were started (mpi).
+// and consulted by backends that must know how they were started (mpi);
+// and the libraries' variables ringlab sets for them.
 #ifndef RINGLAB_COMM_JOB_LAUNCH_VARIABLES_H_
 #define RINGLAB_COMM_JOB_LAUNCH_VARIABLES_H_
 
@@ -42,6 +43,14 @@ inline constexpr char kJobSecret[] = "RINGLAB_JOB_SECRET";
 inline constexpr char kStoreHosted[] = "RINGLAB_STORE_HOSTED";
 inline constexpr char kStoreBind[] = "RINGLAB_STORE_BIND";
 inline constexpr char kHostId[] = "RINGLAB_HOST_ID";
+
+// The libraries' own: the interfaces NCCL's sockets and Open MPI's TCP
+// transport use (set to the job's interface unless the user chose one,
+// KeepDataSocketsOnJobInterface in job_environment.h).
+inline constexpr char kNcclSocketIfname[] = "NCCL_SOCKET_IFNAME";
+inline constexpr char kOmpiBtlTcpIfInclude[] = "OMPI_MCA_btl_tcp_if_include";
+// Open MPI's transports: a job on one host needs no TCP ("self,vader").
+inline constexpr char kOmpiBtl[] = "OMPI_MCA_btl";
 
 }  // namespace ringlab::comm::launch
 

@@ -51,8 +51,8 @@ std::string RankErrors::Echoed(const Error& e) {
 
 const RankErrors::Error* RankErrors::ReportedBy(int rank) const {
   for (const Error& e : errors_) {
-    if (e.first_rank == rank || std::find(e.others.begin(), e.others.end(),
-                                          rank) != e.others.end()) {
+    if (e.first_rank == rank ||
+        std::find(e.others.begin(), e.others.end(), rank) != e.others.end()) {
       return &e;
     }
   }

@@ -16,10 +16,10 @@ namespace ringlab::comm {
 
 // How the job ended, as the launcher saw it.
 struct JobEnd {
-  int failed_rank = -1;     // the rank blamed by reaping; -1: none failed
-  bool signaled = false;    // it died of a signal (its own error is moot)
-  std::string failure;      // the launcher's line for it, "error: rank ..."
-  int stopped_rank = -1;    // a rank found stopped when the failure came
+  int failed_rank = -1;   // the rank blamed by reaping; -1: none failed
+  bool signaled = false;  // it died of a signal (its own error is moot)
+  std::string failure;    // the launcher's line for it, "error: rank ..."
+  int stopped_rank = -1;  // a rank found stopped when the failure came
 };
 
 class RankErrors {

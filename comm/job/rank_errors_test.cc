@@ -10,7 +10,8 @@ namespace {
 TEST(RankErrorsTest, OneBadInputFoundByEveryRankIsOneLastLine) {
   RankErrors errors;
   for (int rank : {2, 0, 1}) {
-    EXPECT_TRUE(errors.Hold(rank, "error: labels.idx: label 12 is not below 10\n"));
+    EXPECT_TRUE(
+        errors.Hold(rank, "error: labels.idx: label 12 is not below 10\n"));
   }
   EXPECT_FALSE(errors.Hold(0, "step 3 loss 0.5\n"));  // not an error: passed on
   JobEnd end;

@@ -9,6 +9,7 @@
 #include <future>
 #include <sstream>
 
+#include "comm/job/job_environment.h"
 #include "comm/job/launch_variables.h"
 #include "comm/store/job_secret.h"
 #include "gtest/gtest.h"
@@ -359,6 +360,30 @@ TEST_F(RendezvousTest, MalformedVariablesAreNamed) {
   EXPECT_NE(Error().find("MASTER_ADDR=" + bad_name + ": cannot resolve"),
             std::string::npos)
       << Error();
+}
+
+// NCCL and Open MPI open data sockets of their own: confined to the job's
+// interface (loopback for a job on 127.0.0.1), unless the user chose one.
+TEST(JobEnvironmentTest, LibrariesDataSocketsStayOnTheJobsInterface) {
+  EXPECT_EQ(InterfaceWithAddress("127.0.0.1"), "lo");
+  EXPECT_EQ(InterfaceWithAddress("192.0.2.1"), "");  // TEST-NET-1: not ours
+  EXPECT_EQ(InterfaceWithAddress("not an address"), "");
+  unsetenv(launch::kNcclSocketIfname);
+  EXPECT_EQ(KeepDataSocketsOnJobInterface("127.0.0.1",
+                                          launch::kNcclSocketIfname, "="),
+            "=lo");
+  EXPECT_STREQ(std::getenv(launch::kNcclSocketIfname), "=lo");
+  setenv(launch::kNcclSocketIfname, "ib0", 1);  // the user's choice stands
+  EXPECT_EQ(KeepDataSocketsOnJobInterface("127.0.0.1",
+                                          launch::kNcclSocketIfname, "="),
+            "ib0");
+  EXPECT_STREQ(std::getenv(launch::kNcclSocketIfname), "ib0");
+  unsetenv(launch::kOmpiBtlTcpIfInclude);
+  EXPECT_EQ(
+      KeepDataSocketsOnJobInterface("192.0.2.1", launch::kOmpiBtlTcpIfInclude),
+      "");
+  EXPECT_EQ(std::getenv(launch::kOmpiBtlTcpIfInclude), nullptr);
+  unsetenv(launch::kNcclSocketIfname);
 }
 
 }  // namespace
