@@ -34,18 +34,16 @@ void WriteFileAtomically(const std::string& path, const std::string& head,
   }
   bool ok = std::fwrite(head.data(), 1, head.size(), file) == head.size();
   if (ok && size > 0) ok = std::fwrite(data, 1, size, file) == size;
-  ok = ok && std::fflush(file) == 0 && fsync(fileno(file)) == 0;
+  ok = ok && std::fflush(file) == 0 && Fsync(fileno(file), temporary);
   int error = ok ? 0 : errno;
-  if (ok) NoteDurability({"fsync", temporary, ""});
   if (std::fclose(file) != 0 && ok) {
     ok = false;
     error = errno;
   }
-  if (ok && std::rename(temporary.c_str(), path.c_str()) != 0) {
+  if (ok && !RenameFile(temporary, path)) {
     ok = false;
     error = errno;
   }
-  if (ok) NoteDurability({"rename", path, temporary});
   if (!ok) {
     std::remove(temporary.c_str());
     throw std::runtime_error("cannot write " + path + ": " +

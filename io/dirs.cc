@@ -20,14 +20,14 @@ std::function<void(const DurabilityEvent&)>& Observer() {
   return observer;
 }
 
+void Note(const DurabilityEvent& event) {
+  if (Observer()) Observer()(event);
+}
+
 }  // namespace
 
 void ObserveDurability(std::function<void(const DurabilityEvent&)> observer) {
   Observer() = std::move(observer);
-}
-
-void NoteDurability(const DurabilityEvent& event) {
-  if (Observer()) Observer()(event);
 }
 
 void MakeDirs(const std::string& path) {
@@ -41,22 +41,32 @@ void MakeDirs(const std::string& path) {
 
 void FsyncDirectory(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || fsync(fd) != 0) {
+  if (fd < 0 || !Fsync(fd, path)) {
     const int error = errno;
     if (fd >= 0) close(fd);
     throw std::runtime_error("cannot fsync directory " + path + ": " +
                              std::strerror(error));
   }
   close(fd);
-  NoteDurability({"fsync", path, ""});
+}
+
+bool Fsync(int fd, const std::string& path) {
+  if (fsync(fd) != 0) return false;
+  Note({"fsync", path, ""});
+  return true;
+}
+
+bool RenameFile(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0) return false;
+  Note({"rename", to, from});
+  return true;
 }
 
 void Rename(const std::string& from, const std::string& to) {
-  if (std::rename(from.c_str(), to.c_str()) != 0) {
+  if (!RenameFile(from, to)) {
     throw std::runtime_error("cannot rename " + from + " to " + to + ": " +
                              std::strerror(errno));
   }
-  NoteDurability({"rename", to, from});
 }
 
 }  // namespace ringlab::io

@@ -22,6 +22,12 @@ void FsyncDirectory(const std::string& path);
 // rename(2); throws std::runtime_error("cannot rename <from> to <to>: ...").
 void Rename(const std::string& from, const std::string& to);
 
+// The system calls themselves, each told to the observer when it succeeds
+// (so that a writer that skips one is seen to): fsync(2) of fd, open on
+// path; rename(2). False with errno set when the call fails.
+bool Fsync(int fd, const std::string& path);
+bool RenameFile(const std::string& from, const std::string& to);
+
 // What a durable write did: "fsync" (of a file or directory; path is it) or
 // "rename" (path is the new name, from the old).
 struct DurabilityEvent {
@@ -33,8 +39,6 @@ struct DurabilityEvent {
 // told to `observer` (none: pass {}). Not synchronised: set it while no
 // other thread writes.
 void ObserveDurability(std::function<void(const DurabilityEvent&)> observer);
-// The writers' side: tells the observer, if any.
-void NoteDurability(const DurabilityEvent& event);
 
 }  // namespace ringlab::io
 

@@ -54,6 +54,34 @@ TEST(AssignBucketsTest, CapsDecideTheGrouping) {
   EXPECT_THROW(AssignBuckets(layout, 0, 1), std::invalid_argument);
 }
 
+// A bucket closes as soon as its size reaches its cap, keeping the tensor
+// that reached it (shared/pytorch-hooks-facts.md 1.0: PyTorch's
+// compute_bucket_assignment_by_size compares with >=). Layouts where a
+// bucket lands exactly on a cap: fc2's bias (512 floats) and weight (511 x
+// 512) are 512 x 512 floats, exactly 1 MiB; a bucket closed at > would take
+// fc1 in too. (A > went unseen: no test had a tensor land on a cap.)
+TEST(AssignBucketsTest, ABucketThatReachesItsCapExactlyCloses) {
+  const nn::MlpLayout layout({10, 511, 512});
+  const auto buckets = AssignBuckets(layout, kFirstBucketBytes, 25u << 20);
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets[0].tensors,
+            (std::vector<std::string>{"fc2.bias", "fc2.weight"}));
+  EXPECT_EQ((buckets[0].end - buckets[0].begin) * sizeof(float),
+            kFirstBucketBytes);
+  EXPECT_EQ(buckets[1].tensors,
+            (std::vector<std::string>{"fc1.bias", "fc1.weight"}));
+  // The same at a later cap: 6,5,4,3 has (in bucket order) fc3 = 3 + 12
+  // floats, fc2 = 4 + 20, fc1 = 5 + 30; caps of exactly fc3 and fc2.
+  const auto exact = AssignBuckets(nn::MlpLayout({6, 5, 4, 3}), 15 * 4, 24 * 4);
+  ASSERT_EQ(exact.size(), 3u);
+  EXPECT_EQ(exact[0].tensors,
+            (std::vector<std::string>{"fc3.bias", "fc3.weight"}));
+  EXPECT_EQ(exact[1].tensors,
+            (std::vector<std::string>{"fc2.bias", "fc2.weight"}));
+  EXPECT_EQ(exact[2].tensors,
+            (std::vector<std::string>{"fc1.bias", "fc1.weight"}));
+}
+
 // Rank 0 of two whose peer's gradients are `peer`: averages each bucket with
 // the peer's values at the same offsets, recording the order of the buckets.
 class PeerBackend : public comm::Backend {

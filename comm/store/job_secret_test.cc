@@ -79,7 +79,19 @@ TEST(JobSecretTest, TagsDependOnSecretAndPurpose) {
 TEST(JobSecretTest, ConstantTimeEqualComparesWholeStrings) {
   EXPECT_TRUE(ConstantTimeEqual("abc", "abc"));
   EXPECT_FALSE(ConstantTimeEqual("abc", "abd"));
+  // Every position counts, the first as the last (a comparison that skipped
+  // the first byte passed a test that differed only in the last).
+  EXPECT_FALSE(ConstantTimeEqual("xbc", "abc"));
+  EXPECT_FALSE(ConstantTimeEqual("axc", "abc"));
+  const std::string tag(32, '\x5a');
+  for (size_t i = 0; i < tag.size(); ++i) {
+    std::string other = tag;
+    other[i] ^= 0x01;  // one bit
+    EXPECT_FALSE(ConstantTimeEqual(tag, other)) << "byte " << i;
+  }
   EXPECT_FALSE(ConstantTimeEqual("abc", "abcd"));
+  EXPECT_FALSE(ConstantTimeEqual("abcd", "abc"));
+  EXPECT_FALSE(ConstantTimeEqual("", "a"));
   EXPECT_TRUE(ConstantTimeEqual("", ""));
 }
 
