@@ -66,16 +66,23 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
   const std::string final_dir = step_dir + "/rank" + std::to_string(rank);
   const std::string temporary = final_dir + ".tmp-" + io::RandomHex();
   MakeDirs(temporary);
-  // Each file is fsynced as it is written (io::WriteFileAtomically).
-  nn::SaveParams(temporary, layout, checkpoint.params.data());
-  io::WriteFileAtomically(temporary + "/history.csv",
-                          StepRecordsToCsv(checkpoint.history, rank, true));
-  io::WriteFileAtomically(temporary + "/next_step",
-                          std::to_string(checkpoint.next_step) + "\n");
-  // Taken of the files as they are on disk, so that a resume reads back
-  // exactly what was written or refuses.
-  io::WriteChecksums(temporary);
-  FsyncDirectory(temporary);
+  try {
+    // Each file is fsynced as it is written (io::WriteFileAtomically).
+    nn::SaveParams(temporary, layout, checkpoint.params.data());
+    io::WriteFileAtomically(temporary + "/history.csv",
+                            StepRecordsToCsv(checkpoint.history, rank, true));
+    io::WriteFileAtomically(temporary + "/next_step",
+                            std::to_string(checkpoint.next_step) + "\n");
+    // Taken of the files as they are on disk, so that a resume reads back
+    // exactly what was written or refuses.
+    io::WriteChecksums(temporary);
+    FsyncDirectory(temporary);
+  } catch (...) {
+    // A write that failed (a full disk) leaves nothing half-made behind.
+    std::error_code ignored;
+    fs::remove_all(temporary, ignored);
+    throw;
+  }
   if (before_rename) before_rename();
   std::error_code error;
   fs::remove_all(final_dir, error);  // a partial one from an earlier crash

@@ -25,29 +25,6 @@ using namespace ringlab::train::testing;  // NOLINT: the CLI test helpers
 const char* const kSyncs[] = {"--sync=allreduce", "--sync=param_avg",
                               "--sync=none"};
 
-// What a run ends with: every rank's losses, rank 0's final parameters and,
-// where the ranks differ, rank 1's.
-struct Ending {
-  std::vector<std::pair<std::string, std::string>> losses;
-  std::vector<std::string> final0, final1;
-};
-
-Ending EndingOf(const std::string& out) {
-  Ending e;
-  e.losses = Losses(out);
-  for (const std::string& tensor : kTensors) {
-    e.final0.push_back(ReadText(out + "/final/" + tensor + ".npy"));
-    e.final1.push_back(ReadText(out + "/final_rank1/" + tensor + ".npy"));
-  }
-  return e;
-}
-
-void ExpectSameEnding(const Ending& got, const Ending& want) {
-  EXPECT_EQ(got.losses, want.losses);
-  EXPECT_EQ(got.final0, want.final0) << "rank 0's final parameters differ";
-  EXPECT_EQ(got.final1, want.final1) << "rank 1's final parameters differ";
-}
-
 // The checkpoints directory holds `latest` = step, that step with every
 // rank's part complete, and (when `only`) nothing else.
 void ExpectCompleteCheckpoint(const std::string& out, int64_t step, int world,

@@ -194,4 +194,20 @@ std::vector<std::pair<std::string, std::string>> Losses(
   return losses;
 }
 
+Ending EndingOf(const std::string& out_dir) {
+  Ending e;
+  e.losses = Losses(out_dir);
+  for (const std::string& tensor : kTensors) {
+    e.final0.push_back(ReadText(out_dir + "/final/" + tensor + ".npy"));
+    e.final1.push_back(ReadText(out_dir + "/final_rank1/" + tensor + ".npy"));
+  }
+  return e;
+}
+
+void ExpectSameEnding(const Ending& got, const Ending& want) {
+  EXPECT_EQ(got.losses, want.losses);
+  EXPECT_EQ(got.final0, want.final0) << "rank 0's final parameters differ";
+  EXPECT_EQ(got.final1, want.final1) << "rank 1's final parameters differ";
+}
+
 }  // namespace ringlab::train::testing

@@ -86,6 +86,16 @@ std::vector<RankRun> RunRanksByHand(const std::string& name, const ByHand& job);
 std::vector<std::pair<std::string, std::string>> Losses(
     const std::string& out_dir);
 
+// What a run ends with: every rank's losses, rank 0's final parameters and,
+// where the ranks differ, rank 1's; and the test that two runs ended alike,
+// bit for bit.
+struct Ending {
+  std::vector<std::pair<std::string, std::string>> losses;
+  std::vector<std::string> final0, final1;
+};
+Ending EndingOf(const std::string& out_dir);
+void ExpectSameEnding(const Ending& got, const Ending& want);
+
 }  // namespace ringlab::train::testing
 
 #endif  // RINGLAB_TRAIN_CLI_TESTING_H_
