@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -105,26 +105,30 @@ void ExpectNoTemporaries(const std::string& out) {
 // step (120-150 kB: between step 6 and step 195 here, a part being 7 files of
 // a 4 KiB page each); the space comes back and the same namespace resumes.
 // Needs CAP_SYS_ADMIN (root): skipped where unshare or mount is refused.
-bool FullDiskTrial(const std::string& flags, const std::string& out,
-                   int free, int* status) {
+bool FullDiskTrial(const std::string& flags, const std::string& out, int free,
+                   int* status) {
   const std::string dir = TempDir("full_disk_run");
   const std::string disk = dir + "/disk";
   fs::create_directories(disk);
   const std::string script = dir + "/full_disk.sh";
-  std::ofstream(script)
-      << "mount -t tmpfs -o size=1m tmpfs " << disk << " || exit 77\n"
-      << "head -c " << (1048576 - free) << " /dev/zero >" << disk
-      << "/filler\n"
-      << "$TRAIN $FLAGS --out_dir=" << disk << "/out >/dev/null 2>&1\n"
-      << "echo $? >$OUT/full_status\n"
-      << "rm " << disk << "/filler\n"
-      << "if [ -e " << disk << "/out/checkpoints/latest ]; then\n"
-      << "  $TRAIN $FLAGS --resume --out_dir=" << disk << "/out >/dev/null\n"
-      << "else\n"
-      << "  $TRAIN $FLAGS --out_dir=" << disk << "/out >/dev/null\n"
-      << "fi\n"
-      << "rc=$?; cp -r " << disk << "/out/. $OUT/; umount " << disk
-      << "; exit $rc\n";
+  std::ofstream(script) << "mount -t tmpfs -o size=1m tmpfs " << disk
+                        << " || exit 77\n"
+                        << "head -c " << (1048576 - free) << " /dev/zero >"
+                        << disk << "/filler\n"
+                        << "$TRAIN $FLAGS --out_dir=" << disk
+                        << "/out >/dev/null 2>&1\n"
+                        << "echo $? >$OUT/full_status\n"
+                        << "rm " << disk << "/filler\n"
+                        << "if [ -e " << disk
+                        << "/out/checkpoints/latest ]; then\n"
+                        << "  $TRAIN $FLAGS --resume --out_dir=" << disk
+                        << "/out >/dev/null\n"
+                        << "else\n"
+                        << "  $TRAIN $FLAGS --out_dir=" << disk
+                        << "/out >/dev/null\n"
+                        << "fi\n"
+                        << "rc=$?; cp -r " << disk << "/out/. $OUT/; umount "
+                        << disk << "; exit $rc\n";
   const int rc =
       RunScript("unshare -m --propagation private bash " + script, flags, out);
   if (rc == 77 || !fs::exists(out + "/full_status")) return false;
@@ -144,9 +148,9 @@ TEST(FaultMatrixTest, EveryFaultThenResumeEndsAsTheUninterruptedRun) {
     const std::string plain = TempDir("uninterrupted");
     const auto start = std::chrono::steady_clock::now();
     ASSERT_EQ(RunTrain(flags + " --out_dir=" + plain).status, 0);
-    const double took = std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - start)
-                            .count();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     const Ending expected = EndingOf(plain);
     auto moment = [&] {
       return std::uniform_real_distribution<double>(0.05, took)(rng);
@@ -155,8 +159,7 @@ TEST(FaultMatrixTest, EveryFaultThenResumeEndsAsTheUninterruptedRun) {
     const Trial trials[] = {
         {"kill -9 of rank " + std::to_string(rank),
          Around("kill -9 $R", rank, moment()), true},
-        {"kill -9 of the launcher", Around("kill -9 $L", rank, moment()),
-         true},
+        {"kill -9 of the launcher", Around("kill -9 $L", rank, moment()), true},
         {"SIGSTOP of rank " + std::to_string(rank),
          Around("kill -STOP $R", rank, moment()), true},
         {"a stalled stdout", "", false},

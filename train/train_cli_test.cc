@@ -50,6 +50,11 @@ TEST(TrainCliTest, BadFlagsAreOneErrorLineAndStatusTwo) {
   // A model that cannot fit: refused before any rank allocates it.
   ExpectUsageError(RunTrain("--model=10,300000000,2"),
                    "the job needs at least 401 GB of memory");
+  // A tuning value out of range: refused once, by the launcher (each rank
+  // used to refuse it, one line per rank).
+  ExpectUsageError(
+      RunTrain("--epochs=1 --nprocs=3", "RINGLAB_SHM_CHUNK_BYTES=0"),
+      "shm_ring.chunk_bytes = 0 is outside");
 }
 
 // The launcher asks a forked child about GPUs (it never creates a CUDA
