@@ -243,15 +243,19 @@ TEST(ThreadGroupTest, RanksDisagreeingOnWorldSizeFail) {
   std::string error;
   auto result = OnThreads(2, [&](const RankContext& c) {
     // Rank 1 thinks the world is 2, rank 0 that it is 1: rank 0 joins alone
-    // and keeps its group until rank 1 has tried.
+    // and keeps its group until rank 1 has tried. Rank 1 tries only once
+    // rank 0's group exists (had it come first, its world of 2 would have
+    // been the group's, and rank 0 the one refused).
     const int world = c.rank == 0 ? 1 : 2;
     std::shared_ptr<ThreadGroup> group;
+    if (c.rank == 1) c.store->Get("zero_joined", kLong);
     const std::string e = ErrorOf(
         [&] { group = ThreadGroup::Join(WithWorld(c, world), kLong, "test"); });
     if (c.rank == 1) {
       error = e;
       c.store->Set("tried", "1");
     } else {
+      c.store->Set("zero_joined", e.empty() ? "1" : e);
       c.store->Get("tried", kLong);
     }
   });
