@@ -386,7 +386,14 @@ void ShmRing::Wait(Call& call, std::atomic<uint32_t>* word,
     sleepers->fetch_sub(1, std::memory_order_seq_cst);
     if (ready(word->load(std::memory_order_acquire))) return;
     if (Clock::now() >= next_check) {
-      SlowChecks(call, peer);
+      try {
+        SlowChecks(call, peer);
+      } catch (const CommError&) {
+        // The peer may have answered between the look above and its exit
+        // (its last call done, it ended): what it wrote counts.
+        if (ready(word->load(std::memory_order_acquire))) return;
+        throw;
+      }
       next_check = Clock::now() + std::chrono::milliseconds(5);
     }
   }
