@@ -1,14 +1,9 @@
 #include "io/checksums.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <nettle/base16.h>
 #include <nettle/sha2.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -16,6 +11,7 @@
 #include <vector>
 
 #include "io/atomic_file.h"
+#include "io/regular_file.h"
 
 namespace ringlab::io {
 namespace {
@@ -44,18 +40,16 @@ std::vector<std::string> ListedFiles(const std::string& dir) {
 // "<64 hex digits>  <name>".
 std::map<std::string, std::string> ReadList(const std::string& dir) {
   const std::string path = dir + "/" + kChecksumsFile;
-  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    throw ChecksumError(path + ": cannot open (" + std::strerror(errno) +
-                        "): the checkpoint carries no checksums");
+  const RegularFile file(path);
+  if (file.refusal() != RegularFile::Refusal::kNone) {
+    throw ChecksumError(path + ": " + file.Why() +
+                        ": the checkpoint carries no checksums");
   }
-  std::string text;
-  char buf[4096];
-  ssize_t k;
-  while ((k = read(fd, buf, sizeof(buf))) > 0 && text.size() < (1u << 20)) {
-    text.append(buf, static_cast<size_t>(k));
+  // A list of a checkpoint's few files is far below this; more is no list.
+  std::string text, error;
+  if (!file.ReadAt(0, 1u << 20, &text, &error)) {
+    throw ChecksumError(path + ": read error: " + error);
   }
-  close(fd);
   std::map<std::string, std::string> list;
   std::istringstream lines(text);
   std::string line;
@@ -74,29 +68,22 @@ std::map<std::string, std::string> ReadList(const std::string& dir) {
 }  // namespace
 
 std::string Sha256OfFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  struct stat info;
-  if (fd < 0 || fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    const int saved = errno;
-    if (fd >= 0) close(fd);
-    throw ChecksumError(path + ": cannot read" +
-                        (fd < 0 ? std::string(": ") + std::strerror(saved)
-                                : std::string(" (not a regular file)")));
+  const RegularFile file(path);
+  if (file.refusal() != RegularFile::Refusal::kNone) {
+    throw ChecksumError(path + ": cannot read: " + file.Why());
   }
   sha256_ctx ctx;
   sha256_init(&ctx);
-  std::vector<uint8_t> buf(1 << 20);
-  ssize_t k;
-  while ((k = read(fd, buf.data(), buf.size())) != 0) {
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      const int saved = errno;
-      close(fd);
-      throw ChecksumError(path + ": read error: " + std::strerror(saved));
+  constexpr uint64_t kChunk = 1 << 20;
+  std::string chunk, error;
+  for (uint64_t offset = 0;; offset += chunk.size()) {
+    if (!file.ReadAt(offset, kChunk, &chunk, &error)) {
+      throw ChecksumError(path + ": read error: " + error);
     }
-    sha256_update(&ctx, static_cast<size_t>(k), buf.data());
+    if (chunk.empty()) break;
+    sha256_update(&ctx, chunk.size(),
+                  reinterpret_cast<const uint8_t*>(chunk.data()));
   }
-  close(fd);
   uint8_t digest[SHA256_DIGEST_SIZE];
   sha256_digest(&ctx, sizeof(digest), digest);
   std::string hex(BASE16_ENCODE_LENGTH(sizeof(digest)), '\0');

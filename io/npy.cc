@@ -1,18 +1,12 @@
 #include "io/npy.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "io/atomic_file.h"
+#include "io/regular_file.h"
 
 namespace ringlab::io {
 namespace {
@@ -167,62 +161,38 @@ size_t ItemSize(NpyDtype dtype) { return dtype == NpyDtype::kInt64 ? 8 : 4; }
 NpyHeader ParseNpyPrefix(const std::string& what, const std::string& bytes,
                          uint64_t file_size);
 
-// Opens a regular file for reading, never blocking (a FIFO, a device, a
-// directory are refused as what they are, after opening, so that what is
-// checked is what is read); its size in *bytes.
-int OpenRegular(const std::string& path, uint64_t* bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) Fail(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat info;
-  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    const bool dir = S_ISDIR(info.st_mode);
-    close(fd);
-    Fail(path, dir ? "is a directory, not a .npy file"
-                   : "is not a regular file (a pipe, a device or a socket)");
+// Opened for reading without blocking and refused unless a regular file.
+void OpenOrFail(const RegularFile& file, const std::string& path) {
+  if (file.refusal() == RegularFile::Refusal::kDirectory) {
+    Fail(path, "is a directory, not a .npy file");
   }
-  *bytes = static_cast<uint64_t>(info.st_size);
-  return fd;
+  if (file.refusal() != RegularFile::Refusal::kNone) Fail(path, file.Why());
 }
 
-// Up to n bytes from fd at offset, as many as the file has.
-std::string ReadAt(int fd, const std::string& path, uint64_t offset,
-                   uint64_t n) {
-  std::string out(n, '\0');
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t k = pread(fd, out.data() + done, n - done,
-                            static_cast<off_t>(offset + done));
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) Fail(path, std::string("read error: ") + std::strerror(errno));
-    if (k == 0) break;
-    done += static_cast<size_t>(k);
-  }
-  out.resize(done);
-  return out;
+std::string ReadOrFail(const RegularFile& file, const std::string& path,
+                       uint64_t n) {
+  std::string bytes, error;
+  if (!file.ReadAt(0, n, &bytes, &error)) Fail(path, "read error: " + error);
+  return bytes;
 }
 
 // The header only: a bounded read, whatever the file's size.
-NpyHeader ReadHeaderOf(int fd, const std::string& path, uint64_t bytes) {
-  const std::string head =
-      ReadAt(fd, path, 0,
-             std::min<uint64_t>(bytes, kMagicLen + 2 + 4 + kMaxHeaderLen));
-  return ParseNpyPrefix(path, head, bytes);
+NpyHeader ReadHeaderOf(const RegularFile& file, const std::string& path) {
+  return ParseNpyPrefix(
+      path,
+      ReadOrFail(
+          file, path,
+          std::min<uint64_t>(file.size(), kMagicLen + 2 + 4 + kMaxHeaderLen)),
+      file.size());
 }
 
 // The whole file, once its header has said how large it must be (ParseNpy-
 // Prefix refuses a file of another size): nothing unbounded is read.
 std::string ReadWholeFile(const std::string& path) {
-  uint64_t bytes = 0;
-  const int fd = OpenRegular(path, &bytes);
-  try {
-    ReadHeaderOf(fd, path, bytes);
-    std::string all = ReadAt(fd, path, 0, bytes);
-    close(fd);
-    return all;
-  } catch (...) {
-    close(fd);
-    throw;
-  }
+  const RegularFile file(path);
+  OpenOrFail(file, path);
+  ReadHeaderOf(file, path);
+  return ReadOrFail(file, path, file.size());
 }
 
 template <typename T>
@@ -398,16 +368,9 @@ NpyHeader ParseNpy(const std::string& what, const std::string& bytes) {
 }
 
 NpyHeader ReadNpyHeader(const std::string& path) {
-  uint64_t bytes = 0;
-  const int fd = OpenRegular(path, &bytes);
-  try {
-    const NpyHeader header = ReadHeaderOf(fd, path, bytes);
-    close(fd);
-    return header;
-  } catch (...) {
-    close(fd);
-    throw;
-  }
+  const RegularFile file(path);
+  OpenOrFail(file, path);
+  return ReadHeaderOf(file, path);
 }
 
 std::vector<float> ReadNpyFloat32(const std::string& path,
