@@ -166,16 +166,28 @@ void RunIn(int net, std::vector<std::string> argv, int fd3 = -1) {
                (i + 2 < args.size() ? " " : "");
   }
   const std::string first = text.substr(0, text.find('\n'));
-  throw ClusterError(
-      "`" + command + "` " +
-      (status < 0 ? "did not finish within 10 s"
-                  : "failed" + (first.empty() ? "" : ": " + first)));
+  throw ClusterError("`" + command + "` " +
+                     (status < 0
+                          ? "did not finish within 10 s"
+                          : "failed" + (first.empty() ? "" : ": " + first)));
+}
+
+// Whether this thread may join its own network namespace: then it can come
+// back from an emulated host's. Not so for root of a user namespace in a
+// network namespace it does not own (a sandbox's).
+bool CanReturnHome() {
+  const int own = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  const bool can = own >= 0 && setns(own, CLONE_NEWNET) == 0;
+  if (own >= 0) close(own);
+  return can;
 }
 
 }  // namespace
 
 std::string GainNetworkAdmin() {
-  if (geteuid() == 0) return "";
+  if (CanReturnHome()) return "";
+  // Root of a user namespace: a network namespace of its own, which it owns.
+  if (unshare(CLONE_NEWNET) == 0 && CanReturnHome()) return "";
   const uid_t uid = geteuid();
   const gid_t gid = getegid();
   // A network namespace of its own too, owned by the new user namespace:
@@ -258,10 +270,9 @@ void EmulatedCluster::ConnectHost(int h) {
         {ip, "link", "add", "name", port, "type", "veth", "peer", "name",
          kInterface, "netns", "/proc/self/fd/3"},
         hosts_[h].net);
-  RunIn(switch_.net,
-        {ip, "link", "set", "dev", port, "master", "br0", "up"});
-  RunIn(hosts_[h].net, {ip, "address", "add", Address(h) + "/24", "dev",
-                        kInterface});
+  RunIn(switch_.net, {ip, "link", "set", "dev", port, "master", "br0", "up"});
+  RunIn(hosts_[h].net,
+        {ip, "address", "add", Address(h) + "/24", "dev", kInterface});
   RunIn(hosts_[h].net, {ip, "link", "set", "dev", kInterface, "up"});
   RunIn(hosts_[h].net, {ip, "link", "set", "dev", "lo", "up"});
   Shape(hosts_[h], kInterface);  // what the host sends
@@ -277,10 +288,10 @@ void EmulatedCluster::Shape(const Namespaces& where, const std::string& dev) {
   if (link_.latency_us > 0) {
     try {
       // A queue deep enough for a second at 100 Gbit/s of full frames.
-      RunIn(where.net, {tc, "qdisc", "add", "dev", dev, "root", "handle",
-                        "1:", "netem", "delay",
-                        std::to_string(link_.latency_us) + "us", "limit",
-                        "10000000"});
+      RunIn(where.net,
+            {tc, "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem",
+             "delay", std::to_string(link_.latency_us) + "us", "limit",
+             "10000000"});
     } catch (const ClusterError& e) {
       throw ClusterError(
           "--link_latency needs the kernel's netem queueing discipline "

@@ -37,13 +37,15 @@ class EmulatedClusterTest : public ::testing::Test {
 // What `command` prints when run on `host` (sh -c, inside its namespaces).
 std::string OnHost(const EmulatedCluster& cluster, int host,
                    const std::string& command) {
+  // Bazel's test PATH has no sbin, where iproute2 is.
+  const std::string with_sbin = "PATH=/usr/sbin:/sbin:$PATH " + command;
   int out[2];
   EXPECT_EQ(pipe(out), 0);
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(out[1], STDOUT_FILENO);
     if (!cluster.Enter(host)) _exit(126);
-    execl("/bin/sh", "sh", "-c", command.c_str(), nullptr);
+    execl("/bin/sh", "sh", "-c", with_sbin.c_str(), nullptr);
     _exit(127);
   }
   close(out[1]);
@@ -86,8 +88,7 @@ std::set<ino_t> NetworkNamespacesInUse() {
 }
 
 // Sends `bytes` from host `from` to host `to` over TCP through the switch.
-void Transfer(const EmulatedCluster& cluster, int from, int to,
-              size_t bytes) {
+void Transfer(const EmulatedCluster& cluster, int from, int to, size_t bytes) {
   int listener = -1;
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -95,17 +96,16 @@ void Transfer(const EmulatedCluster& cluster, int from, int to,
   inet_pton(AF_INET, EmulatedCluster::Address(to).c_str(), &address.sin_addr);
   cluster.InNetworkOf(to, [&] {
     listener = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address),
-                   sizeof(address)),
-              0);
+    ASSERT_EQ(
+        bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+        0);
     ASSERT_EQ(listen(listener, 1), 0);
   });
   std::thread sender([&] {
     cluster.InNetworkOf(from, [&] {
       const int s = socket(AF_INET, SOCK_STREAM, 0);
-      ASSERT_EQ(connect(s, reinterpret_cast<sockaddr*>(&address),
-                        sizeof(address)),
-                0)
+      ASSERT_EQ(
+          connect(s, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0)
           << std::strerror(errno);
       const std::string chunk(1 << 16, 'x');
       for (size_t sent = 0; sent < bytes; sent += chunk.size()) {
@@ -151,9 +151,9 @@ TEST_F(EmulatedClusterTest, HostsHaveTheirNamesAndAddresses) {
 // not host 0's: the counters are the links' own.
 TEST_F(EmulatedClusterTest, TrafficCrossesOnlyTheLinksOfItsHosts) {
   const EmulatedCluster cluster(3, ParseLink("10gbit", ""));
-  const EmulatedCluster::Counters before[3] = {
-      cluster.LinkCounters(0), cluster.LinkCounters(1),
-      cluster.LinkCounters(2)};
+  const EmulatedCluster::Counters before[3] = {cluster.LinkCounters(0),
+                                               cluster.LinkCounters(1),
+                                               cluster.LinkCounters(2)};
   constexpr size_t kBytes = 8 << 20;
   Transfer(cluster, 1, 2, kBytes);
   const auto sent = [&](int h) {

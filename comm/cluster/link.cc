@@ -43,10 +43,10 @@ std::string Link::Text() const {
   std::string text = "unlimited";
   if (!unlimited()) {
     const double b = static_cast<double>(bits_per_second);
-    text = b >= 1e12   ? Decimal(b / 1e12) + "tbit"
-           : b >= 1e9  ? Decimal(b / 1e9) + "gbit"
-           : b >= 1e6  ? Decimal(b / 1e6) + "mbit"
-                       : Decimal(b / 1e3) + "kbit";
+    text = b >= 1e12  ? Decimal(b / 1e12) + "tbit"
+           : b >= 1e9 ? Decimal(b / 1e9) + "gbit"
+           : b >= 1e6 ? Decimal(b / 1e6) + "mbit"
+                      : Decimal(b / 1e3) + "kbit";
   }
   if (latency_us > 0) {
     text += " + " + (latency_us % 1000 == 0
@@ -76,7 +76,7 @@ Link ParseLink(const std::string& rate, const std::string& latency) {
   }
   if (!latency.empty() && latency != "0") {
     static const std::pair<const char*, double> kTimes[] = {{"us", 1},
-                                                           {"ms", 1e3}};
+                                                            {"ms", 1e3}};
     const double us = Scaled(latency, kTimes, 2);
     if (!(us >= 1 && us <= 1e6)) {
       throw std::invalid_argument(

@@ -27,9 +27,9 @@ TEST(LinkTest, Latencies) {
 }
 
 TEST(LinkTest, BadTextIsRefusedNamingTheFlag) {
-  for (const char* rate : {"", "1", "gbit", "1gb", "1Gbit", "-1gbit", ".5gbit",
-                           "1..5gbit", "999kbit", "2tbit", "1e3mbit", "0gbit",
-                           " 1gbit"}) {
+  for (const char* rate :
+       {"", "1", "gbit", "1gb", "1Gbit", "-1gbit", ".5gbit", "1..5gbit",
+        "999kbit", "2tbit", "1e3mbit", "0gbit", " 1gbit"}) {
     try {
       ParseLink(rate, "");
       ADD_FAILURE() << "accepted '" << rate << "'";
@@ -38,8 +38,7 @@ TEST(LinkTest, BadTextIsRefusedNamingTheFlag) {
     }
   }
   for (const char* latency : {"1", "1s", "0ms", "2000ms", "ms", "-1ms"}) {
-    EXPECT_THROW(ParseLink("1gbit", latency), std::invalid_argument)
-        << latency;
+    EXPECT_THROW(ParseLink("1gbit", latency), std::invalid_argument) << latency;
   }
 }
 
