@@ -29,6 +29,7 @@
 
 #include "cli/flags.h"
 #include "comm/backend.h"
+#include "comm/cluster/job_cluster.h"
 #include "comm/communicator.h"
 #include "comm/job/launch.h"
 #include "comm/job/rank_threads.h"
@@ -44,6 +45,18 @@
 DEFINE_int32(nprocs, 2,
              "ranks to start on this machine (ignored under torchrun variables "
              "or mpirun)");
+DEFINE_int32(hosts, 1,
+             "emulated hosts to spread the --nprocs ranks over, contiguously: "
+             "network namespaces with names and addresses of their own, "
+             "joined through one switch (needs root or unprivileged user "
+             "namespaces, and iproute2)");
+DEFINE_string(link, "unlimited",
+              "the rate of every emulated host's link to the switch, in both "
+              "directions, in tc's units (1gbit, 2.5gbit, 10gbit, 100mbit) "
+              "or unlimited");
+DEFINE_string(link_latency, "",
+              "a delay on every host's link, each way (e.g. 50us, 2ms; a "
+              "host-to-host path crosses two links); needs the kernel's netem");
 DEFINE_string(model, "10,5,2", "MLP widths: input, hidden..., classes");
 DEFINE_string(sync, "allreduce",
               "allreduce (DDP) | param_avg (local SGD) | none");
@@ -319,6 +332,18 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
   return 1;
 }
 
+// Emulated hosts are this launcher's: for ranks it does not start, --hosts
+// and --link cannot take effect, and are refused rather than ignored.
+void RefuseEmulatedHosts(const std::string& why) {
+  if (FLAGS_hosts != 1 || FLAGS_link != "unlimited" ||
+      !FLAGS_link_latency.empty()) {
+    throw std::invalid_argument(
+        "--hosts, --link and --link_latency place the ranks this launcher "
+        "starts, but " +
+        why);
+  }
+}
+
 int Main(int argc, char** argv) {
   cli::ParseFlagsOrExit(
       argc, argv,
@@ -354,6 +379,8 @@ int Main(int argc, char** argv) {
                                     " --comm=" + config.comm + " ...");
       }
       if (launch == comm::RankLaunch::kThreads) {
+        RefuseEmulatedHosts("--comm=" + config.comm +
+                            " runs its ranks as threads of one process");
         return RunRanksAsThreads(config, FLAGS_nprocs);
       }
       const std::optional<io::DirectoryLock> lock = LockOutDir(config);
@@ -364,9 +391,20 @@ int Main(int argc, char** argv) {
         CheckDevicesFromLauncher(config.cuda_device);
       }
       ValidateFaultInjection(Faults(), FLAGS_nprocs);
+      // Last, with this process still single-threaded (GainNetworkAdmin).
+      const std::unique_ptr<comm::cluster::EmulatedCluster> cluster =
+          comm::cluster::CreateJobCluster(
+              FLAGS_nprocs, {FLAGS_hosts, FLAGS_link, FLAGS_link_latency});
       comm::LaunchOptions launch;
+      launch.cluster = cluster.get();
       return comm::LaunchRanks(
           FLAGS_nprocs, std::vector<std::string>(argv, argv + argc), launch);
+    }
+    // Our launcher's ranks run with its flags; another's cannot be moved.
+    if (!comm::JobEnvironment::Read().store_hosted) {
+      RefuseEmulatedHosts(
+          "this process is one rank of a job another "
+          "launcher placed");
     }
     return RunThisRank(config);
   } catch (const std::invalid_argument& e) {

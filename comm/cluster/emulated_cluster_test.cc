@@ -6,7 +6,6 @@
 #include "comm/cluster/emulated_cluster.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -18,10 +17,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <memory>
-#include <set>
 #include <string>
 #include <thread>
+
+#include "comm/cluster/namespaces_in_use.h"
 
 namespace ringlab::comm::cluster {
 namespace {
@@ -58,33 +57,6 @@ std::string OnHost(const EmulatedCluster& cluster, int host,
   waitpid(pid, &status, 0);
   EXPECT_EQ(status, 0) << command;
   return text;
-}
-
-// Every network namespace some process holds, by inode: as a namespace of
-// its own or through an open descriptor.
-std::set<ino_t> NetworkNamespacesInUse() {
-  std::set<ino_t> inodes;
-  std::unique_ptr<DIR, int (*)(DIR*)> proc(opendir("/proc"), closedir);
-  while (dirent* entry = readdir(proc.get())) {
-    const std::string pid = entry->d_name;
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    struct stat info;
-    if (stat(("/proc/" + pid + "/ns/net").c_str(), &info) == 0) {
-      inodes.insert(info.st_ino);
-    }
-    const std::string fds = "/proc/" + pid + "/fd";
-    std::unique_ptr<DIR, int (*)(DIR*)> dir(opendir(fds.c_str()), closedir);
-    while (dir != nullptr && (entry = readdir(dir.get())) != nullptr) {
-      char target[64] = {};
-      const std::string fd = fds + "/" + entry->d_name;
-      if (readlink(fd.c_str(), target, sizeof(target) - 1) > 0 &&
-          std::string(target).rfind("net:[", 0) == 0 &&
-          stat(fd.c_str(), &info) == 0) {
-        inodes.insert(info.st_ino);
-      }
-    }
-  }
-  return inodes;
 }
 
 // Sends `bytes` from host `from` to host `to` over TCP through the switch.

@@ -12,11 +12,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "comm/cluster/emulated_cluster.h"
+#include "comm/cluster/job_cluster.h"
 #include "comm/job/launch_variables.h"
 #include "comm/job/output_sink.h"
 #include "comm/job/rank_errors.h"
@@ -75,19 +78,21 @@ struct Stream {
 };
 
 // The environment of every rank: this process's, without the variables the
-// launcher sets, plus those (and `extra`, "NAME=value").
+// launcher sets, plus those (and `extra`, "NAME=value"). On `hosts` hosts,
+// LOCAL_RANK and LOCAL_WORLD_SIZE count a rank's host's ranks.
 std::vector<std::vector<std::string>> RankEnvironments(
-    int nprocs, int port, const std::string& secret_hex,
-    const std::vector<std::string>& extra) {
+    int nprocs, int hosts, const std::string& store_address, int port,
+    const std::string& secret_hex, const std::vector<std::string>& extra) {
   using namespace launch;  // NOLINT: the variable names, one per line below
   std::vector<std::vector<std::string>> envs(nprocs);
+  const int per_host = nprocs / hosts;
   for (int r = 0; r < nprocs; ++r) {
     const std::pair<const char*, std::string> ours[] = {
         {kRank, std::to_string(r)},
         {kWorldSize, std::to_string(nprocs)},
-        {kLocalRank, std::to_string(r)},
-        {kLocalWorldSize, std::to_string(nprocs)},
-        {kMasterAddr, "127.0.0.1"},
+        {kLocalRank, std::to_string(r % per_host)},
+        {kLocalWorldSize, std::to_string(per_host)},
+        {kMasterAddr, store_address},
         {kMasterPort, std::to_string(port)},
         {kStoreHosted, "1"},
         {kJobSecret, secret_hex}};
@@ -188,8 +193,8 @@ void Abandon(Ranks& ranks) {
 // child may only make async-signal-safe calls until exec. Throws
 // std::runtime_error when no pipe or process can be made.
 void StartRank(int r, const char* exe, char* const* args, char* const* envp,
-               pid_t parent, OutputSink* sinks[2], RankErrors* errors,
-               Ranks& ranks) {
+               pid_t parent, const cluster::EmulatedCluster* hosts, int host,
+               OutputSink* sinks[2], RankErrors* errors, Ranks& ranks) {
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
     const int e = errno;
@@ -216,6 +221,11 @@ void StartRank(int r, const char* exe, char* const* args, char* const* envp,
     signal(SIGPIPE, SIG_DFL);  // the launcher's ignoring it is its own
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
+    if (hosts != nullptr && !hosts->Enter(host)) {
+      static const char msg[] = "LaunchRanks: cannot enter its host\n";
+      (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+      _exit(127);
+    }
     execve(exe, args, envp);
     static const char msg[] = "LaunchRanks: exec failed\n";
     (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
@@ -412,14 +422,34 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
                                 std::to_string(nprocs));
   }
   if (argv.empty()) throw std::invalid_argument("LaunchRanks: empty argv");
+  const cluster::EmulatedCluster* hosts = options.cluster;
+  const int host_count = hosts != nullptr ? hosts->hosts() : 1;
+  if (nprocs % host_count != 0) {
+    throw std::invalid_argument("LaunchRanks: " + std::to_string(nprocs) +
+                                " ranks do not spread evenly over " +
+                                std::to_string(host_count) + " hosts");
+  }
   // The job's secret: the store admits only the ranks, which get it in
   // their environment (readable by this user only, /proc/<pid>/environ).
-  TcpStoreServer server("127.0.0.1", 0, GenerateJobSecret());
+  // On emulated hosts the store listens on host 0, as on a real cluster.
+  const std::string store_address =
+      hosts != nullptr ? cluster::EmulatedCluster::Address(0) : "127.0.0.1";
+  std::unique_ptr<TcpStoreServer> server;
+  const auto start_store = [&] {
+    server =
+        std::make_unique<TcpStoreServer>(store_address, 0, GenerateJobSecret());
+  };
+  if (hosts != nullptr) {
+    hosts->InNetworkOf(0, start_store);
+  } else {
+    start_store();
+  }
   std::vector<std::string> arg_strings = argv;
   const std::vector<char*> args = Pointers(arg_strings);
   const char* exe = options.exec_self ? "/proc/self/exe" : argv[0].c_str();
-  std::vector<std::vector<std::string>> envs = RankEnvironments(
-      nprocs, server.port(), JobSecretToHex(server.secret()), options.env);
+  std::vector<std::vector<std::string>> envs =
+      RankEnvironments(nprocs, host_count, store_address, server->port(),
+                       JobSecretToHex(server->secret()), options.env);
   std::vector<std::vector<char*>> envps;
   for (auto& env : envs) envps.push_back(Pointers(env));
 
@@ -432,7 +462,8 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
   Ranks ranks(nprocs);
   try {
     for (int r = 0; r < nprocs; ++r) {
-      StartRank(r, exe, args.data(), envps[r].data(), getpid(), sinks, &errors,
+      StartRank(r, exe, args.data(), envps[r].data(), getpid(), hosts,
+                cluster::HostOfRank(r, nprocs, host_count), sinks, &errors,
                 ranks);
     }
   } catch (...) {

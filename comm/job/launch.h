@@ -19,6 +19,9 @@
 #include <vector>
 
 namespace ringlab::comm {
+namespace cluster {
+class EmulatedCluster;
+}
 
 struct LaunchOptions {
   // Between SIGTERM and SIGKILL for the ranks still running after a failure.
@@ -32,6 +35,11 @@ struct LaunchOptions {
   // where the launcher's own output goes (a reader that stopped reading
   // does not hold the job's end longer).
   std::chrono::milliseconds output_flush{std::chrono::seconds(5)};
+  // Emulated hosts to place the ranks on (comm/cluster/job_cluster.h:
+  // contiguously, LOCAL_RANK and LOCAL_WORLD_SIZE per host), the store then
+  // listening on host 0's address as on a real cluster; none: every rank on
+  // this machine, the store on loopback. Must outlive the call.
+  const cluster::EmulatedCluster* cluster = nullptr;
 };
 
 // Runs argv in nprocs processes and waits for all of them. Returns 0 when
