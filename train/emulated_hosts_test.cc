@@ -54,25 +54,29 @@ class EmulatedHostsTest : public ::testing::Test {
 // the bytes go, not the arithmetic (the same ring, the same order of sums).
 TEST_F(EmulatedHostsTest, AGlooJobAcrossHostsEndsAsOnOneHost) {
   const std::string one = TempDir("one_host");
-  ASSERT_EQ(RunTrain("--nprocs=4 --comm=gloo " + JobFlags() + one).status,
-            0);
+  ASSERT_EQ(RunTrain("--nprocs=4 --comm=gloo " + JobFlags() + one).status, 0);
   const std::string two = TempDir("two_hosts");
-  const CommandResult run =
-      RunTrain("--nprocs=4 --hosts=2 --link=1gbit --comm=gloo " +
-               JobFlags() + two);
+  const CommandResult run = RunTrain(
+      "--nprocs=4 --hosts=2 --link=1gbit --comm=gloo " + JobFlags() + two);
   ASSERT_EQ(run.status, 0) << run.err;
   ExpectSameEnding(EndingOf(two), EndingOf(one));
-  EXPECT_NE(ReadText(two + "/summary.json")
-                .find("\"ranks_bitwise_equal\": true"),
-            std::string::npos);
+  const std::string summary = ReadText(two + "/summary.json");
+  EXPECT_NE(summary.find("\"ranks_bitwise_equal\": true"), std::string::npos);
+  // What crossed each host's link, from its eth0's counters; none on one
+  // host, where nothing crosses a link.
+  for (const char* host : {"\"host\": 0,", "\"host\": 1,"}) {
+    EXPECT_NE(summary.find(host), std::string::npos) << summary;
+  }
+  EXPECT_NE(summary.find("\"link_bytes_sent_per_step\": "), std::string::npos);
+  EXPECT_EQ(ReadText(one + "/summary.json").find("links"), std::string::npos);
 }
 
 // Rank 0 names every rank's host: contiguous placement, ranks 0 and 1 on
 // ringlab-host-0, 2 and 3 on ringlab-host-1.
 TEST_F(EmulatedHostsTest, RanksArePlacedContiguously) {
-  const CommandResult run = RunTrain(
-      "--nprocs=4 --hosts=2 --comm=gloo --epochs=1 --out_dir=" +
-      TempDir("placement"));
+  const CommandResult run =
+      RunTrain("--nprocs=4 --hosts=2 --comm=gloo --epochs=1 --out_dir=" +
+               TempDir("placement"));
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_NE(run.out.find("4 ranks on 2 hosts (ranks 0,1 on ringlab-host-0 "),
             std::string::npos)
@@ -103,9 +107,9 @@ TEST_F(EmulatedHostsTest, KillingTheLauncherLeavesNothing) {
   std::this_thread::sleep_for(std::chrono::seconds(2));
   EXPECT_GT(NetworkNamespacesInUse().size(), before_.size());
   // StartTrain's process is `timeout`; the launcher is its one child.
-  const std::string children = ReadText("/proc/" + std::to_string(job) +
-                                        "/task/" + std::to_string(job) +
-                                        "/children");
+  const std::string children =
+      ReadText("/proc/" + std::to_string(job) + "/task/" + std::to_string(job) +
+               "/children");
   ASSERT_FALSE(children.empty());
   ASSERT_EQ(kill(std::stoi(children), SIGKILL), 0);
   WaitForTrain(job);
@@ -120,8 +124,7 @@ TEST_F(EmulatedHostsTest, FlagsThatCannotTakeEffectAreOneErrorLine) {
   ExpectUsageError(RunTrain("--nprocs=2 --hosts=3"),
                    "--hosts=3 must divide the 2 ranks evenly");
   ExpectUsageError(RunTrain("--hosts=0"), "--hosts must be in [1, 64]");
-  ExpectUsageError(RunTrain("--link=1gbit"),
-                   "give --hosts=2 or more");
+  ExpectUsageError(RunTrain("--link=1gbit"), "give --hosts=2 or more");
   ExpectUsageError(RunTrain("--hosts=2 --link=fast"),
                    "--link must be unlimited or a rate");
   ExpectUsageError(

@@ -105,10 +105,49 @@ void RemoveOtherRanksParams(const std::string& out_dir) {
   }
 }
 
-std::string SummaryJson(bool ranks_equal, int world_size, size_t steps) {
-  const nlohmann::ordered_json json = {{"ranks_bitwise_equal", ranks_equal},
-                                       {"world_size", world_size},
-                                       {"steps_per_rank", steps}};
+// "host sent received" of a rank's link traffic, "" off emulated hosts.
+std::string LinkTrafficText(const std::optional<LinkTraffic>& link) {
+  if (!link) return "";
+  return std::to_string(link->host) + " " + std::to_string(link->sent) + " " +
+         std::to_string(link->received);
+}
+
+// Per emulated host, what crossed its link per training step (as its first
+// rank measured it) beside the bus bytes its ranks' collectives counted:
+// the difference is the wire's (headers, acknowledgements, and a flat ring
+// sending some of its steps through the switch twice).
+nlohmann::ordered_json LinksJson(const std::vector<std::string>& traffic,
+                                 const std::vector<std::string>& records) {
+  nlohmann::ordered_json links = nlohmann::ordered_json::array();
+  std::map<int, size_t> seen;  // host -> its entry
+  for (size_t r = 0; r < traffic.size(); ++r) {
+    std::istringstream fields(traffic[r]);
+    int host = -1;
+    uint64_t sent = 0, received = 0;
+    if (!(fields >> host >> sent >> received)) continue;
+    const std::vector<StepRecord> steps = RecordsFromBytes(records[r]);
+    uint64_t bus = 0;
+    for (const StepRecord& step : steps) bus += step.bytes_sent;
+    const double n = std::max<size_t>(steps.size(), 1);
+    if (seen.count(host) == 0) {
+      seen[host] = links.size();
+      links.push_back({{"host", host},
+                       {"link_bytes_sent_per_step", sent / n},
+                       {"link_bytes_received_per_step", received / n},
+                       {"bus_bytes_sent_per_step", 0.0}});
+    }
+    links[seen[host]]["bus_bytes_sent_per_step"] =
+        links[seen[host]]["bus_bytes_sent_per_step"].get<double>() + bus / n;
+  }
+  return links;
+}
+
+std::string SummaryJson(bool ranks_equal, int world_size, size_t steps,
+                        const nlohmann::ordered_json& links) {
+  nlohmann::ordered_json json = {{"ranks_bitwise_equal", ranks_equal},
+                                 {"world_size", world_size},
+                                 {"steps_per_rank", steps}};
+  if (!links.empty()) json["links"] = links;
   return json.dump(2) + "\n";
 }
 
@@ -138,6 +177,8 @@ void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
   const bool ranks_equal =
       std::all_of(all_hashes.begin(), all_hashes.end(),
                   [&](const std::string& h) { return h == all_hashes[0]; });
+  const auto all_traffic =
+      comm::AllGatherStrings(comm, LinkTrafficText(result.link));
   std::vector<std::string> all_events;
   if (!config.trace_path.empty()) {
     all_events = comm::AllGatherStrings(comm, result.trace_events);
@@ -164,7 +205,8 @@ void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
                             ConfigJson(config, world_size, data_source));
     io::WriteFileAtomically(
         config.out_dir + "/summary.json",
-        SummaryJson(ranks_equal, world_size, result.history.size()));
+        SummaryJson(ranks_equal, world_size, result.history.size(),
+                    LinksJson(all_traffic, all_records)));
   }
   // Last: a trace that cannot be written (its directory went away since the
   // launcher probed it) costs the trace, not the run's outputs.

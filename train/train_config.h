@@ -51,6 +51,10 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;
   bool resume = false;
   bool quiet = false;
+  // The emulated host this rank runs on (comm/cluster, set by the CLI from
+  // its launcher's word), -1 for none: then its eth0 is the host's link,
+  // whose traffic summary.json reports.
+  int emulated_host = -1;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 

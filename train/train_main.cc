@@ -263,6 +263,7 @@ int RunThisRank(const TrainConfig& config) {
   options.tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
   comm::JobEnvironment job = comm::JobEnvironment::Read();
   if (!FLAGS_store_bind.empty()) job.store_bind = FLAGS_store_bind;
+
   // Under our launcher, the launcher holds the lock; under another, rank 0.
   const std::optional<io::DirectoryLock> lock =
       job.rank == 0 && !job.store_hosted ? LockOutDir(config) : std::nullopt;
@@ -287,7 +288,9 @@ int RunThisRank(const TrainConfig& config) {
         SelectRankDevice(config.cuda_device, context.local_rank);
   }
   auto communicator = comm::CreateCommunicator(config.comm, context, options);
-  RunRank(config, *communicator, Faults());
+  TrainConfig placed = config;
+  placed.emulated_host = job.emulated_host;
+  RunRank(placed, *communicator, Faults());
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "comm/cluster/emulated_cluster.h"
 #include "nn/cpu_mlp.h"
 #include "torch_compat/generator.h"
 #include "train/checkpointing.h"
@@ -200,6 +201,14 @@ class Evaluator {
   double excluded_s_ = 0;
 };
 
+using Counters = comm::cluster::EmulatedCluster::Counters;
+
+// The counters of this rank's host's link, on an emulated host.
+std::optional<Counters> HostLinkCounters(const TrainConfig& config) {
+  if (config.emulated_host < 0) return std::nullopt;
+  return comm::cluster::EmulatedCluster::ThisHostLinkCounters();
+}
+
 }  // namespace
 
 TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
@@ -252,6 +261,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   Evaluator evaluator(config, data.test, rank);
   bool staged = !config.resume;  // a fresh run's first checkpoint is staged
   Batch batch;
+  const std::optional<Counters> link_before = HostLinkCounters(config);
   for (int64_t step = first_step; step < schedule.total_steps; ++step) {
     const int64_t epoch = step / schedule.steps_per_epoch;
     const int64_t index = step % schedule.steps_per_epoch;
@@ -280,6 +290,12 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
     }
   }
 
+  const std::optional<Counters> link_after = HostLinkCounters(config);
+  if (link_before && link_after) {
+    result.link =
+        LinkTraffic{config.emulated_host, link_after->sent - link_before->sent,
+                    link_after->received - link_before->received};
+  }
   result.final_params.resize(layout.num_params());
   model->GetParams(result.final_params.data());
   if (tracer.enabled()) result.trace_events = tracer.EventsJson();

@@ -6,6 +6,7 @@
 #ifndef RINGLAB_TRAIN_TRAINER_H_
 #define RINGLAB_TRAIN_TRAINER_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,11 +19,20 @@
 
 namespace ringlab::train {
 
+// What crossed this rank's host's link during its training steps (the
+// host's eth0, shared by its ranks), on an emulated host.
+struct LinkTraffic {
+  int host = -1;
+  uint64_t sent = 0;
+  uint64_t received = 0;
+};
+
 struct TrainResult {
   std::vector<float> final_params;      // this rank's, on the host
   std::vector<StepRecord> history;      // this rank's
   std::vector<EvalRecord> evaluations;  // rank 0's, of this run's epochs
   std::string trace_events;             // this rank's, with --trace
+  std::optional<LinkTraffic> link;      // on an emulated host
 };
 
 // Runs one rank to the end. Rank 0 writes the outputs when out_dir is set.

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -341,25 +342,30 @@ void EmulatedCluster::InNetworkOf(int host,
 }
 
 EmulatedCluster::Counters EmulatedCluster::LinkCounters(int host) const {
-  Counters counters;
-  bool found = false;
-  InNetworkOf(host, [&] {
-    // "eth0: rx_bytes rx_packets ... (8 receive fields) tx_bytes ...".
-    std::ifstream dev("/proc/thread-self/net/dev");
-    std::string line;
-    const std::string name = std::string(kInterface) + ":";
-    while (std::getline(dev, line)) {
-      const size_t at = line.find(name);
-      if (at == std::string::npos) continue;
-      std::istringstream fields(line.substr(at + name.size()));
-      uint64_t value[9] = {};
-      for (uint64_t& v : value) fields >> v;
-      counters = {value[8], value[0]};
-      found = !fields.fail();
+  std::optional<Counters> counters;
+  InNetworkOf(host, [&] { counters = ThisHostLinkCounters(); });
+  if (!counters) throw ClusterError("no counters for " + HostName(host));
+  return *counters;
+}
+
+std::optional<EmulatedCluster::Counters>
+EmulatedCluster::ThisHostLinkCounters() {
+  // "eth0: rx_bytes rx_packets ... (8 receive fields) tx_bytes ...".
+  std::ifstream dev("/proc/thread-self/net/dev");
+  std::string line;
+  const std::string name = std::string(kInterface) + ":";
+  while (std::getline(dev, line)) {
+    const size_t at = line.find_first_not_of(' ');
+    if (at == std::string::npos || line.compare(at, name.size(), name) != 0) {
+      continue;
     }
-  });
-  if (!found) throw ClusterError("no counters for " + HostName(host));
-  return counters;
+    std::istringstream fields(line.substr(at + name.size()));
+    uint64_t value[9] = {};
+    for (uint64_t& v : value) fields >> v;
+    if (fields.fail()) return std::nullopt;
+    return Counters{value[8], value[0]};
+  }
+  return std::nullopt;
 }
 
 }  // namespace ringlab::comm::cluster

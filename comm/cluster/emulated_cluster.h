@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -74,6 +75,9 @@ class EmulatedCluster {
     uint64_t received = 0;
   };
   Counters LinkCounters(int host) const;
+  // The same, read by a process on an emulated host of its own link; none
+  // where this network namespace has no eth0.
+  static std::optional<Counters> ThisHostLinkCounters();
 
  private:
   struct Namespaces {

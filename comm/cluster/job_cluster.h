@@ -24,8 +24,8 @@ struct ClusterRequest {
 // (H outside [1, 64], N not a multiple of H, a link without hosts to join)
 // and ClusterError when the hosts cannot be made. Call it while the process
 // has one thread (GainNetworkAdmin).
-std::unique_ptr<EmulatedCluster> CreateJobCluster(int ranks,
-                                                  const ClusterRequest& request);
+std::unique_ptr<EmulatedCluster> CreateJobCluster(
+    int ranks, const ClusterRequest& request);
 
 // The host of `rank` among `ranks` on `hosts` hosts, contiguously.
 int HostOfRank(int rank, int ranks, int hosts);

@@ -144,6 +144,8 @@ JobEnvironment JobEnvironment::Read() {
   const char* hosted = Env(launch::kStoreHosted);
   job.store_hosted = hosted != nullptr && std::string(hosted) == "1";
   if (const char* bind = Env(launch::kStoreBind)) job.store_bind = bind;
+  job.emulated_host =
+      static_cast<int>(EnvInt(launch::kEmulatedHost, -1, 0, 1 << 20));
   job.host = ThisHostIdentity();
   return job;
 }

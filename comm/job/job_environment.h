@@ -26,6 +26,9 @@ struct JobEnvironment {
   // for every interface; "" for MASTER_ADDR's address (RINGLAB_STORE_BIND).
   std::string store_bind;
   std::string host;  // ThisHostIdentity()
+  // RINGLAB_EMULATED_HOST: the emulated host our launcher placed this rank
+  // on (comm/cluster); -1 for none.
+  int emulated_host = -1;
 
   // Throws std::invalid_argument naming a malformed or inconsistent
   // variable.

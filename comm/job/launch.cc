@@ -95,7 +95,10 @@ std::vector<std::vector<std::string>> RankEnvironments(
         {kMasterAddr, store_address},
         {kMasterPort, std::to_string(port)},
         {kStoreHosted, "1"},
-        {kJobSecret, secret_hex}};
+        {kJobSecret, secret_hex},
+        {kEmulatedHost,
+         hosts > 1 ? std::to_string(cluster::HostOfRank(r, nprocs, hosts))
+                   : ""}};
     for (char** e = environ; *e != nullptr; ++e) {
       bool replaced = false;
       for (const auto& [name, value] : ours) {
@@ -105,7 +108,7 @@ std::vector<std::vector<std::string>> RankEnvironments(
       if (!replaced) envs[r].push_back(*e);
     }
     for (const auto& [name, value] : ours) {
-      envs[r].push_back(std::string(name) + "=" + value);
+      if (!value.empty()) envs[r].push_back(std::string(name) + "=" + value);
     }
     for (const std::string& e : extra) envs[r].push_back(e);
   }

@@ -43,6 +43,10 @@ inline constexpr char kJobSecret[] = "RINGLAB_JOB_SECRET";
 inline constexpr char kStoreHosted[] = "RINGLAB_STORE_HOSTED";
 inline constexpr char kStoreBind[] = "RINGLAB_STORE_BIND";
 inline constexpr char kHostId[] = "RINGLAB_HOST_ID";
+// Set by the launcher for a rank it placed on an emulated host (the host's
+// index, comm/cluster): its eth0 is then that host's link, whose counters
+// the trainer reports.
+inline constexpr char kEmulatedHost[] = "RINGLAB_EMULATED_HOST";
 
 // The libraries' own: the interfaces NCCL's sockets and Open MPI's TCP
 // transport use (set to the job's interface unless the user chose one,
