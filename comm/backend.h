@@ -92,6 +92,10 @@ struct BackendDescription {
     // noticed (Gloo's TCP transport does not fail a send still waiting for
     // its receiver to be ready when that receiver's pair breaks).
     int op_deadlines_to_notice_death = 0;
+    // The suite also runs its cases with the ranks on this many hosts
+    // (RunRanks' host identities), where the world size allows: for a
+    // backend that works differently across hosts (hier).
+    int suite_hosts = 1;
   } conformance;
 
   using Factory = std::function<std::unique_ptr<Backend>(

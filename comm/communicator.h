@@ -67,6 +67,10 @@ struct CommOptions {
   // validated by CreateCommunicator; binaries fill them from RINGLAB_*
   // variables with comm/tuning_env.h.
   BackendTuning tuning;
+  // The parts of the hierarchical backend (hier): the backend among the
+  // ranks of one host and the one between hosts, by name.
+  std::string intra_host = "shm_ring";
+  std::string inter_host = "gloo";
 };
 
 // Everything a backend needs to find its peers: made by the job's rendezvous

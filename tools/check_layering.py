@@ -57,6 +57,7 @@ COMM_LEVELS = {
     "comm/shm_ring": 4,  # the backends, independent of each other
     "comm/ipc_ring": 4,
     "comm/adapters": 4,
+    "comm/hier": 4,
     "comm/conformance": 5,  # the suite over every backend
 }
 

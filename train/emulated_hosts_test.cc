@@ -85,6 +85,40 @@ TEST_F(EmulatedHostsTest, RanksArePlacedContiguously) {
       << run.out;
 }
 
+// Host h's link_bytes_sent_per_step in a run's summary.json.
+double LinkBytesSent(const std::string& out_dir, int host) {
+  const std::string summary = ReadText(out_dir + "/summary.json");
+  const size_t at = summary.find("\"host\": " + std::to_string(host) + ",");
+  const std::string key = "\"link_bytes_sent_per_step\": ";
+  const size_t value = summary.find(key, at);
+  if (at == std::string::npos || value == std::string::npos) return -1;
+  return std::stod(summary.substr(value + key.size()));
+}
+
+// At 2 hosts x 2 ranks a flat ring (gloo) sends 2(N-1)/N = 1.5 buffers
+// through each host's link per allreduce, hier 2(H-1)/H = 1: two thirds,
+// as each host's eth0 counts them (headers add about the same share to
+// both). Bytes, not time: they do not depend on the machine's load. 32
+// steps, so that a transient of the links' first moments (up to 0.7 MB once
+// seen on one host) does not count.
+TEST_F(EmulatedHostsTest, HierSendsTwoThirdsOfAFlatRingThroughEachLink) {
+  const std::string flags =
+      "--nprocs=4 --hosts=2 --model=784,256,10 --samples=4096 --batch_size=32 "
+      "--epochs=1 --quiet --out_dir=";
+  const std::string flat = TempDir("flat"), hier = TempDir("hier");
+  ASSERT_EQ(RunTrain("--comm=gloo " + flags + flat).status, 0);
+  const CommandResult run = RunTrain("--comm=hier " + flags + hier);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(
+      ReadText(hier + "/summary.json").find("\"ranks_bitwise_equal\": true"),
+      std::string::npos);
+  for (int host = 0; host < 2; ++host) {
+    const double ratio = LinkBytesSent(hier, host) / LinkBytesSent(flat, host);
+    EXPECT_GT(ratio, 0.6) << "host " << host;
+    EXPECT_LT(ratio, 0.75) << "host " << host;
+  }
+}
+
 TEST_F(EmulatedHostsTest, SharedMemoryIsRefusedNamingTheHosts) {
   const CommandResult run =
       RunTrain("--nprocs=2 --hosts=2 --comm=shm_ring --quiet");
@@ -127,6 +161,10 @@ TEST_F(EmulatedHostsTest, FlagsThatCannotTakeEffectAreOneErrorLine) {
   ExpectUsageError(RunTrain("--link=1gbit"), "give --hosts=2 or more");
   ExpectUsageError(RunTrain("--hosts=2 --link=fast"),
                    "--link must be unlimited or a rate");
+  ExpectUsageError(RunTrain("--comm=gloo --inter=mpi"),
+                   "--intra and --inter choose the parts of --comm=hier");
+  ExpectUsageError(RunTrain("--comm=hier --inter=shm_ring"),
+                   "--inter=shm_ring cannot span hosts");
   ExpectUsageError(
       RunTrain("--hosts=2 --comm=gloo --quiet",
                "RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=1"),

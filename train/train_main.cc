@@ -63,6 +63,10 @@ DEFINE_string(sync, "allreduce",
 DEFINE_string(comm, "shm_ring",
               "the collective backend: one of those this binary has (listed "
               "above, with their settings)");
+DEFINE_string(intra, "shm_ring",
+              "with --comm=hier: the backend among the ranks of one host");
+DEFINE_string(inter, "gloo",
+              "with --comm=hier: the backend between hosts (gloo, mpi)");
 DEFINE_string(device, "cpu",
               "cpu | cuda (each rank: LOCAL_RANK modulo the GPUs) | cuda:N");
 DEFINE_int64(epochs, 10, "passes over each rank's share of the data");
@@ -171,6 +175,33 @@ FaultInjection Faults() {
   return faults;
 }
 
+// --intra and --inter choose hier's parts and nothing else: given with
+// another backend they are refused rather than ignored.
+void CheckHierParts(const std::string& comm_name) {
+  const bool chosen = FLAGS_intra != "shm_ring" || FLAGS_inter != "gloo";
+  if (comm_name != "hier") {
+    if (chosen) {
+      throw std::invalid_argument(
+          "--intra and --inter choose the parts of --comm=hier");
+    }
+    return;
+  }
+  for (const std::string& part : {FLAGS_intra, FLAGS_inter}) {
+    const comm::BackendDescription& d = comm::BackendNamed(part);
+    if (d.memory != comm::MemoryKind::kHost || d.name == "hier" ||
+        d.launch != comm::RankLaunch::kProcesses) {
+      throw std::invalid_argument(
+          "--intra/--inter=" + part +
+          ": hier's parts must be host-memory backends whose ranks are this "
+          "launcher's processes (shm_ring, gloo)");
+    }
+  }
+  if (!comm::BackendNamed(FLAGS_inter).spans_hosts) {
+    throw std::invalid_argument("--inter=" + FLAGS_inter +
+                                " cannot span hosts; choose gloo");
+  }
+}
+
 TrainConfig ConfigFromFlags() {
   TrainConfig c;
   c.model = FLAGS_model;
@@ -221,6 +252,7 @@ TrainConfig ConfigFromFlags() {
     throw std::invalid_argument("--nprocs must be in [1, 256]");
   }
   comm::BackendNamed(c.comm);  // "unknown communicator 'x' (... has: ...)"
+  CheckHierParts(c.comm);
   if (RanksAreThreads(c.comm)) {
     if (FLAGS_fault_after_step >= 0) {
       throw std::invalid_argument(
@@ -261,6 +293,8 @@ int RunThisRank(const TrainConfig& config) {
   options.timeout = config.timeout;
   options.join_timeout = config.timeout;
   options.tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
+  options.intra_host = FLAGS_intra;
+  options.inter_host = FLAGS_inter;
   comm::JobEnvironment job = comm::JobEnvironment::Read();
   if (!FLAGS_store_bind.empty()) job.store_bind = FLAGS_store_bind;
 

@@ -424,6 +424,7 @@ BackendTraits TraitsOf(const std::string& backend) {
   t.op_deadlines_to_notice_death = d.conformance.op_deadlines_to_notice_death;
   t.allocates = d.registers_memory || d.memory == MemoryKind::kHost;
   t.ranks_are_threads = d.launch == RankLaunch::kThreads;
+  t.suite_hosts = d.conformance.suite_hosts;
   return t;
 }
 

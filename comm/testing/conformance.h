@@ -58,6 +58,8 @@ struct BackendTraits {
   // Ranks are threads of one process (RunThreadRanks): a killed rank is a
   // killed job, so the faults are a rank that leaves instead.
   bool ranks_are_threads = false;
+  // BackendDescription::Conformance::suite_hosts.
+  int suite_hosts = 1;
 };
 // The traits of a registered backend (std::invalid_argument for another).
 BackendTraits TraitsOf(const std::string& backend);

@@ -24,7 +24,7 @@ namespace {
 // would be the rule, but the body needs the full runtime; the parent's other
 // threads (the store server) are simply absent here and never touched.
 [[noreturn]] void RunChild(
-    int r, int world_size, const TcpStoreServer& server,
+    int r, int world_size, int hosts, const TcpStoreServer& server,
     const std::function<void(const RankContext&)>& body) {
   int code = 0;
   try {
@@ -37,9 +37,13 @@ namespace {
     context.store = &store;
     context.job_secret = server.secret();
     // As a job's rendezvous does: every rank's peer information, once.
+    PeerInfo self = ThisPeer(store.local_address());
+    if (hosts > 1) {
+      self.host +=
+          " (suite host " + std::to_string(r / (world_size / hosts)) + ")";
+    }
     context.peers =
-        ExchangePeers(store, r, world_size, ThisPeer(store.local_address()),
-                      std::chrono::seconds(30));
+        ExchangePeers(store, r, world_size, self, std::chrono::seconds(30));
     body(context);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());
@@ -103,8 +107,11 @@ void ReapExited(std::vector<pid_t>& pids, std::vector<RankResult>& results,
 
 std::vector<RankResult> RunRanks(
     int world_size, const std::function<void(const RankContext&)>& body,
-    std::chrono::milliseconds timeout) {
+    std::chrono::milliseconds timeout, int hosts) {
   if (world_size < 1) throw std::invalid_argument("RunRanks: world_size < 1");
+  if (hosts < 1 || world_size % hosts != 0) {
+    throw std::invalid_argument("RunRanks: hosts must divide world_size");
+  }
   TcpStoreServer server("127.0.0.1", 0);
   std::fflush(stdout);
   std::fflush(stderr);
@@ -126,7 +133,7 @@ std::vector<RankResult> RunRanks(
       close(fds[0]);
       close(fds[1]);
       for (int q = 0; q < r; ++q) close(out_fds[q]);
-      RunChild(r, world_size, server, body);
+      RunChild(r, world_size, hosts, server, body);
     }
     close(fds[1]);
     pids[r] = pid;

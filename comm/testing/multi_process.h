@@ -32,9 +32,13 @@ struct RankResult {
 // The parent waits up to `timeout`, then SIGKILLs the rest (their term_signal
 // says so), and returns one result per rank, in rank order. Does not touch
 // CUDA in the parent.
+// With hosts > 1 (dividing world_size) the ranks are told they run on that
+// many hosts, contiguously: each rank's host identity in the peers gets the
+// suffix " (suite host h)", as ranks on separate machines would differ;
+// data still moves over loopback.
 std::vector<RankResult> RunRanks(
     int world_size, const std::function<void(const RankContext&)>& body,
-    std::chrono::milliseconds timeout);
+    std::chrono::milliseconds timeout, int hosts = 1);
 
 // The same job with the ranks as threads of one forked child
 // (comm::RunRankThreads, after comm::PrepareProcessForRankThreads). A rank's

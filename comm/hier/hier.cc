@@ -1,0 +1,182 @@
+#include "comm/hier/hier.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/backend.h"
+
+namespace ringlab::comm::hier {
+namespace {
+
+// The context of a group of the job's ranks (`members`, by group rank), its
+// keys under `store`.
+RankContext GroupContext(const RankContext& job, const std::vector<int>& members,
+                         Store* store, bool same_host) {
+  RankContext group;
+  group.world_size = static_cast<int>(members.size());
+  for (int i = 0; i < group.world_size; ++i) {
+    if (members[i] == job.rank) group.rank = i;
+    group.peers.push_back(job.peers[members[i]]);
+  }
+  // Inside a host its index there; across hosts the rank's own (a GPU
+  // backend picks its device by it).
+  group.local_rank = same_host ? group.rank : job.local_rank;
+  group.store = store;
+  group.job_secret = job.job_secret;
+  return group;
+}
+
+std::unique_ptr<Communicator> CreatePart(const std::string& name,
+                                         const RankContext& group,
+                                         const CommOptions& options,
+                                         const char* role) {
+  const BackendDescription& d = BackendNamed(name);
+  if (d.memory != MemoryKind::kHost) {
+    throw std::invalid_argument("hier: its " + std::string(role) +
+                                " backend " + name +
+                                " reduces GPU memory; hier reduces host memory");
+  }
+  return CreateCommunicator(name, group, options);
+}
+
+}  // namespace
+
+HierBackend::HierBackend(const RankContext& context,
+                         const CommOptions& options)
+    : topology_(TopologyOf(context.peers, context.rank)),
+      world_size_(context.world_size) {
+  // Every rank makes its host's part, then its cross-host group's: no group
+  // waits for a rank still joining another.
+  intra_store_ = std::make_unique<PrefixStore>(
+      "intra/" + std::to_string(topology_.host), context.store);
+  intra_ = CreatePart(options.intra_host,
+                      GroupContext(context, topology_.HostGroup(),
+                                   intra_store_.get(), /*same_host=*/true),
+                      options, "intra-host");
+  inter_store_ = std::make_unique<PrefixStore>(
+      "inter/" + std::to_string(topology_.local), context.store);
+  inter_ = CreatePart(options.inter_host,
+                      GroupContext(context, topology_.CrossGroup(),
+                                   inter_store_.get(), /*same_host=*/false),
+                      options, "inter-host");
+}
+
+HierBackend::~HierBackend() = default;
+
+void HierBackend::AllReduce(void* data, size_t count, DataType type,
+                            ReduceOp op) {
+  const int g = topology_.ranks_per_host;
+  const ReduceOp sum = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  char* bytes = static_cast<char*>(data);
+  const size_t size = DataTypeSize(type);
+  // 1. The host's sum, on every rank of it.
+  intra_->AllReduce(data, count, type, sum);
+  // 2. This rank's shard across hosts (the last shards may be short or
+  //    empty; every rank of a cross-host group has the same one).
+  const size_t chunk = (count + g - 1) / g;
+  const size_t begin = std::min(count, topology_.local * chunk);
+  const size_t length = std::min(chunk, count - begin);
+  inter_->AllReduce(bytes + begin * size, length, type, sum);
+  // 3. The shards, gathered on every rank of the host.
+  if (g > 1) {
+    scratch_.resize(chunk * g * size);
+    std::memcpy(scratch_.data() + topology_.local * chunk * size,
+                bytes + begin * size, length * size);
+    intra_->AllGather(scratch_.data() + topology_.local * chunk * size,
+                      scratch_.data(), chunk, type);
+    std::memcpy(bytes, scratch_.data(), count * size);
+  }
+  if (op == ReduceOp::kAvg) {  // float32 only (the description's types)
+    float* values = static_cast<float*>(data);
+    const float n = static_cast<float>(world_size_);
+    for (size_t i = 0; i < count; ++i) values[i] /= n;
+  }
+}
+
+void HierBackend::Broadcast(void* data, size_t count, DataType type,
+                            int root) {
+  int root_host = 0, root_local = 0;
+  for (int h = 0; h < topology_.hosts; ++h) {
+    for (int l = 0; l < topology_.ranks_per_host; ++l) {
+      if (topology_.rank_at[h][l] == root) root_host = h, root_local = l;
+    }
+  }
+  if (topology_.local == root_local) {
+    inter_->Broadcast(data, count, type, root_host);
+  }
+  intra_->Broadcast(data, count, type, root_local);
+}
+
+void HierBackend::AllGather(const void* send, void* recv, size_t count,
+                            DataType type) {
+  const int g = topology_.ranks_per_host;
+  const size_t block = count * DataTypeSize(type);
+  // The host's blocks, then every host's, host by host; `send` is read
+  // before `recv` is written (it may lie inside it).
+  scratch_.resize(g * block);
+  intra_->AllGather(send, scratch_.data(), count, type);
+  gathered_.resize(topology_.hosts * g * block);
+  inter_->AllGather(scratch_.data(), gathered_.data(), g * count, type);
+  char* out = static_cast<char*>(recv);
+  for (int h = 0; h < topology_.hosts; ++h) {
+    for (int l = 0; l < g; ++l) {
+      std::memcpy(out + topology_.rank_at[h][l] * block,
+                  gathered_.data() + (h * g + l) * block, block);
+    }
+  }
+}
+
+void HierBackend::Barrier() {
+  intra_->Barrier();
+  inter_->Barrier();
+  intra_->Barrier();
+}
+
+void* HierBackend::AllocateRegistered(size_t bytes) {
+  return intra_->Allocate((bytes + sizeof(float) - 1) / sizeof(float));
+}
+
+// The maximum over the host (its ranks' words gathered), then over the
+// hosts: every cross-host group holds one rank of every host, so each ends
+// with every rank's maximum. Gathers copy bits, so int64 words travel as
+// pairs of floats unchanged.
+void HierBackend::MaxOverRanks(int64_t* words, size_t count) {
+  const auto gather_max = [&](Communicator& group) {
+    std::vector<int64_t> all(count * group.world_size());
+    group.AllGather(reinterpret_cast<const float*>(words),
+                    reinterpret_cast<float*>(all.data()), 2 * count);
+    for (int r = 0; r < group.world_size(); ++r) {
+      for (size_t i = 0; i < count; ++i) {
+        words[i] = std::max(words[i], all[r * count + i]);
+      }
+    }
+  };
+  gather_max(*intra_);
+  gather_max(*inter_);
+}
+
+namespace {
+
+BackendDescription Description() {
+  BackendDescription d;
+  d.name = "hier";
+  d.summary =
+      "hierarchical: a backend inside each host (shm_ring) and one across "
+      "hosts (gloo), each host's link carrying 2(H-1)/H of the buffer";
+  d.memory = MemoryKind::kHost;
+  d.launch = RankLaunch::kProcesses;
+  d.spans_hosts = true;
+  d.checks_calls = false;
+  d.registers_memory = true;
+  d.conformance.suite_hosts = 2;
+  d.create = FactoryOf<HierBackend>();
+  return d;
+}
+
+const bool kRegistered = RegisterBackend(Description());
+
+}  // namespace
+}  // namespace ringlab::comm::hier
