@@ -47,6 +47,9 @@
 #include "comm/job/rank_threads.h"
 #endif
 #include "comm/backend.h"
+#include "comm/cluster/cluster_flags.h"
+#include "comm/cluster/job_cluster.h"
+#include "comm/cluster/link_probe.h"
 #include "comm/communicator.h"
 #include "comm/job/launch.h"
 #include "comm/job/rendezvous.h"
@@ -73,6 +76,9 @@ DEFINE_int32(threads, 0,
              "> 0: instead of processes, this many ranks as threads of this "
              "process on one GPU (ipc_ring_threads, against a device "
              "copy-and-add floor; builds with CUDA)");
+DEFINE_double(link_tcp_bits, 0,
+              "set by the launcher with --hosts: the TCP throughput it "
+              "measured between two hosts, in bits per second (the floor)");
 DEFINE_bool(pin, true,
             "pin rank r to CPU r mod the CPUs allowed, so that ranks do not "
             "migrate between samples");
@@ -183,7 +189,8 @@ std::vector<std::string> RegisterRows(std::vector<Backend>& backends,
           ->Iterations(1)
           ->Unit(benchmark::kMicrosecond);
     };
-    if (FLAGS_floor) {
+    // Across hosts the floor is the link's (LinkFloor), not the memory's.
+    if (FLAGS_floor && FLAGS_hosts == 1) {
       for (bool reg : {false, true}) {
         add(reg ? "floor_registered" : "floor_private",
             [=](benchmark::State& s) {
@@ -261,13 +268,45 @@ int RunRank(const comm::BackendTuning& tuning) {
     for (const std::string& r : rows) std::fprintf(stderr, " %s", r.c_str());
     std::fprintf(stderr, "\n");
     benchmark::RunSpecifiedBenchmarks();
-    PrintTables(rows, context.world_size);
+    LinkFloor link;
+    link.rate_bits = static_cast<double>(
+        comm::cluster::ParseLink(FLAGS_link, FLAGS_link_latency)
+            .bits_per_second);
+    link.tcp_bits = FLAGS_link_tcp_bits;
+    PrintTables(rows, context.world_size,
+                FLAGS_hosts > 1 && link.tcp_bits > 0 ? &link : nullptr);
   } else {
     NullReporter quiet;
     benchmark::RunSpecifiedBenchmarks(&quiet);
   }
   benchmark::Shutdown();
   return 0;
+}
+
+// The ranks, on emulated hosts with --hosts: then the link's floor is
+// measured first (one TCP stream from host 0 to host 1 for a second) and
+// handed to the ranks.
+int Launch(std::vector<std::string> argv) {
+  std::unique_ptr<comm::cluster::EmulatedCluster> cluster;
+  try {
+    cluster = comm::cluster::CreateJobCluster(
+        FLAGS_nprocs, comm::cluster::ClusterRequestFromFlags());
+  } catch (const std::invalid_argument& e) {
+    cli::ExitWithUsageError(e.what());
+  }
+  comm::LaunchOptions options;
+  if (cluster != nullptr) {
+    const double bits = comm::cluster::MeasureTcpThroughput(
+        *cluster, 0, 1, std::chrono::seconds(1));
+    std::fprintf(stderr,
+                 "allreduce_bench: %d ranks on %d emulated hosts, links %s; "
+                 "one TCP stream between two hosts: %.3f Gbit/s\n",
+                 FLAGS_nprocs, cluster->hosts(), cluster->link().Text().c_str(),
+                 bits / 1e9);
+    argv.push_back("--link_tcp_bits=" + std::to_string(bits));
+    options.cluster = cluster.get();
+  }
+  return comm::LaunchRanks(FLAGS_nprocs, argv, options);
 }
 
 int Main(int argc, char** argv) {
@@ -296,9 +335,7 @@ int Main(int argc, char** argv) {
     cli::ExitWithUsageError(e.what());
   }
   if (FLAGS_threads > 0) return RunThreads(tuning);
-  if (!comm::InLaunchedJob() && FLAGS_nprocs > 1) {
-    return comm::LaunchRanks(FLAGS_nprocs, original);
-  }
+  if (!comm::InLaunchedJob() && FLAGS_nprocs > 1) return Launch(original);
   return RunRank(tuning);
 }
 

@@ -84,7 +84,7 @@ void TimeOneByOne(Communicator* comm, Communicator* timer, int samples,
 }
 
 void PrintRowTable(const std::string& row, const std::vector<int64_t>& sizes,
-                   int world) {
+                   int world, const LinkFloor* link) {
   auto floor_of = [&](int64_t bytes) {
     const bool registered = row.rfind("allreduce_registered/", 0) == 0;
     auto f = Results().find(
@@ -93,19 +93,23 @@ void PrintRowTable(const std::string& row, const std::vector<int64_t>& sizes,
   };
   std::printf("\n# %s\n%12s %12s %10s %10s %10s %8s %8s %7s %7s\n", row.c_str(),
               "size(B)", "count", "time(us)", "p50(us)", "p90(us)", "algbw",
-              "busbw", "#wrong", "xfloor");
+              "busbw", "#wrong", link != nullptr ? "xlink" : "xfloor");
   for (int64_t bytes : sizes) {
     auto it = Results().find({row, bytes});
     if (it == Results().end()) continue;
     const Result& r = it->second;
     const double algbw = bytes / r.loop_s / 1e9;
+    const double busbw = algbw * 2.0 * (world - 1) / world;
     const double floor_s = floor_of(bytes);
-    std::printf(
-        "%12lld %12lld %10.2f %10.2f %10.2f %8.3f %8.3f %7lld %7.2f\n",
-        static_cast<long long>(bytes), static_cast<long long>(bytes / 4),
-        r.loop_s * 1e6, r.p50_s * 1e6, r.p90_s * 1e6, algbw,
-        algbw * 2.0 * (world - 1) / world, static_cast<long long>(r.wrong),
-        floor_s > 0 ? r.loop_s / floor_s : 0.0);
+    const double last = link != nullptr
+                            ? busbw * 1e9 / link->ReferenceBytesPerSecond()
+                        : floor_s > 0 ? r.loop_s / floor_s
+                                      : 0.0;
+    std::printf("%12lld %12lld %10.2f %10.2f %10.2f %8.3f %8.3f %7lld %7.2f\n",
+                static_cast<long long>(bytes),
+                static_cast<long long>(bytes / 4), r.loop_s * 1e6,
+                r.p50_s * 1e6, r.p90_s * 1e6, algbw, busbw,
+                static_cast<long long>(r.wrong), last);
   }
 }
 
@@ -183,7 +187,8 @@ void FloorRow(benchmark::State& state, Communicator* timer, int64_t bytes,
       Result{per_op, per_op, per_op, 0};
 }
 
-void PrintTables(const std::vector<std::string>& rows, int world) {
+void PrintTables(const std::vector<std::string>& rows, int world,
+                 const LinkFloor* link) {
   std::printf(
       "\n# nccl-tests style: allreduce, float, sum, %d ranks; time = timed "
       "loop / ops, p50 and p90 of ops after a barrier; all max over ranks\n",
@@ -192,7 +197,22 @@ void PrintTables(const std::vector<std::string>& rows, int world) {
   for (const auto& [key, r] : Results()) sizes.push_back(key.second);
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  for (const std::string& row : rows) PrintRowTable(row, sizes, world);
+  for (const std::string& row : rows) PrintRowTable(row, sizes, world, link);
+  if (link != nullptr) {
+    std::printf(
+        "\n# link floor: one TCP stream between two hosts carried %.3f GB/s "
+        "(%.3f Gbit/s) through links of %s; xlink = busbw / %.3f GB/s\n",
+        link->tcp_bits / 8e9, link->tcp_bits / 1e9,
+        link->rate_bits > 0
+            ? (std::to_string(link->rate_bits / 1e9).substr(0, 5) + " Gbit/s")
+                  .c_str()
+            : "unlimited rate",
+        link->ReferenceBytesPerSecond() / 1e9);
+  }
+  if (link != nullptr) {  // across hosts the link is the floor
+    std::fflush(stdout);
+    return;
+  }
   std::printf(
       "\n# floors (us): every rank at once; private = registered + "
       "one copy of the buffer\n%12s %14s %14s\n",

@@ -36,9 +36,24 @@ void AllReduceRow(benchmark::State& state, comm::Communicator* comm,
 void FloorRow(benchmark::State& state, comm::Communicator* timer, int64_t bytes,
               bool registered, const RowOptions& options);
 
+// Across emulated hosts (--hosts, --link): the link's nominal rate (0 when
+// unlimited) and one TCP stream's throughput between two hosts, measured in
+// the same run (comm/cluster/link_probe.h), in bits per second.
+struct LinkFloor {
+  double rate_bits = 0;
+  double tcp_bits = 0;
+  // What xlink divides busbw by: the nominal rate, else the measured one.
+  double ReferenceBytesPerSecond() const {
+    return (rate_bits > 0 ? rate_bits : tcp_bits) / 8;
+  }
+};
+
 // Prints the tables of the rows run so far, `rows` in this order, then the
-// floors; world is the number of ranks.
-void PrintTables(const std::vector<std::string>& rows, int world);
+// floors; world is the number of ranks. With `link`, each row gets xlink =
+// busbw / the link's rate (a flat ring's bottleneck edge crosses a link, so
+// 1 is its ceiling; a hierarchical one may pass it), and the link's floor.
+void PrintTables(const std::vector<std::string>& rows, int world,
+                 const LinkFloor* link = nullptr);
 
 }  // namespace ringlab::bench
 

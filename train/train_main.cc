@@ -29,6 +29,7 @@
 
 #include "cli/flags.h"
 #include "comm/backend.h"
+#include "comm/cluster/cluster_flags.h"
 #include "comm/cluster/job_cluster.h"
 #include "comm/communicator.h"
 #include "comm/job/launch.h"
@@ -45,18 +46,6 @@
 DEFINE_int32(nprocs, 2,
              "ranks to start on this machine (ignored under torchrun variables "
              "or mpirun)");
-DEFINE_int32(hosts, 1,
-             "emulated hosts to spread the --nprocs ranks over, contiguously: "
-             "network namespaces with names and addresses of their own, "
-             "joined through one switch (needs root or unprivileged user "
-             "namespaces, and iproute2)");
-DEFINE_string(link, "unlimited",
-              "the rate of every emulated host's link to the switch, in both "
-              "directions, in tc's units (1gbit, 2.5gbit, 10gbit, 100mbit) "
-              "or unlimited");
-DEFINE_string(link_latency, "",
-              "a delay on every host's link, each way (e.g. 50us, 2ms; a "
-              "host-to-host path crosses two links); needs the kernel's netem");
 DEFINE_string(model, "10,5,2", "MLP widths: input, hidden..., classes");
 DEFINE_string(sync, "allreduce",
               "allreduce (DDP) | param_avg (local SGD) | none");
@@ -372,8 +361,7 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
 // Emulated hosts are this launcher's: for ranks it does not start, --hosts
 // and --link cannot take effect, and are refused rather than ignored.
 void RefuseEmulatedHosts(const std::string& why) {
-  if (FLAGS_hosts != 1 || FLAGS_link != "unlimited" ||
-      !FLAGS_link_latency.empty()) {
+  if (comm::cluster::ClusterRequested()) {
     throw std::invalid_argument(
         "--hosts, --link and --link_latency place the ranks this launcher "
         "starts, but " +
@@ -431,7 +419,7 @@ int Main(int argc, char** argv) {
       // Last, with this process still single-threaded (GainNetworkAdmin).
       const std::unique_ptr<comm::cluster::EmulatedCluster> cluster =
           comm::cluster::CreateJobCluster(
-              FLAGS_nprocs, {FLAGS_hosts, FLAGS_link, FLAGS_link_latency});
+              FLAGS_nprocs, comm::cluster::ClusterRequestFromFlags());
       comm::LaunchOptions launch;
       launch.cluster = cluster.get();
       return comm::LaunchRanks(

@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/cluster/link_probe.h"
 #include "comm/cluster/namespaces_in_use.h"
 
 namespace ringlab::comm::cluster {
@@ -159,6 +160,18 @@ TEST_F(EmulatedClusterTest, EveryLinkIsShapedInBothDirections) {
   const EmulatedCluster unlimited(2, ParseLink("unlimited", ""));
   EXPECT_EQ(OnHost(unlimited, 0, "tc qdisc show dev eth0").find("tbf"),
             std::string::npos);
+}
+
+// The token buckets hold a stream to the link's rate: however fast this
+// machine, one TCP stream through a 100 Mbit/s link never carries more
+// (an upper bound only: how much less a loaded machine carries is the
+// benchmark's to measure, not a test's).
+TEST_F(EmulatedClusterTest, AStreamCarriesNoMoreThanTheLinksRate) {
+  const EmulatedCluster cluster(2, ParseLink("100mbit", ""));
+  const double bits =
+      MeasureTcpThroughput(cluster, 0, 1, std::chrono::milliseconds(400));
+  EXPECT_GT(bits, 0);
+  EXPECT_LT(bits, 1.05e8);
 }
 
 TEST_F(EmulatedClusterTest, ALatencyNeedsNetemAndSaysSo) {

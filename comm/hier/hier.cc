@@ -13,8 +13,9 @@ namespace {
 
 // The context of a group of the job's ranks (`members`, by group rank), its
 // keys under `store`.
-RankContext GroupContext(const RankContext& job, const std::vector<int>& members,
-                         Store* store, bool same_host) {
+RankContext GroupContext(const RankContext& job,
+                         const std::vector<int>& members, Store* store,
+                         bool same_host) {
   RankContext group;
   group.world_size = static_cast<int>(members.size());
   for (int i = 0; i < group.world_size; ++i) {
@@ -35,17 +36,16 @@ std::unique_ptr<Communicator> CreatePart(const std::string& name,
                                          const char* role) {
   const BackendDescription& d = BackendNamed(name);
   if (d.memory != MemoryKind::kHost) {
-    throw std::invalid_argument("hier: its " + std::string(role) +
-                                " backend " + name +
-                                " reduces GPU memory; hier reduces host memory");
+    throw std::invalid_argument(
+        "hier: its " + std::string(role) + " backend " + name +
+        " reduces GPU memory; hier reduces host memory");
   }
   return CreateCommunicator(name, group, options);
 }
 
 }  // namespace
 
-HierBackend::HierBackend(const RankContext& context,
-                         const CommOptions& options)
+HierBackend::HierBackend(const RankContext& context, const CommOptions& options)
     : topology_(TopologyOf(context.peers, context.rank)),
       world_size_(context.world_size) {
   // Every rank makes its host's part, then its cross-host group's: no group
@@ -96,8 +96,7 @@ void HierBackend::AllReduce(void* data, size_t count, DataType type,
   }
 }
 
-void HierBackend::Broadcast(void* data, size_t count, DataType type,
-                            int root) {
+void HierBackend::Broadcast(void* data, size_t count, DataType type, int root) {
   int root_host = 0, root_local = 0;
   for (int h = 0; h < topology_.hosts; ++h) {
     for (int l = 0; l < topology_.ranks_per_host; ++l) {

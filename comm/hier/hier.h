@@ -37,8 +37,7 @@ class HierBackend : public Backend {
   HierBackend(const RankContext& context, const CommOptions& options);
   ~HierBackend() override;
 
-  void AllReduce(void* data, size_t count, DataType type,
-                 ReduceOp op) override;
+  void AllReduce(void* data, size_t count, DataType type, ReduceOp op) override;
   void Broadcast(void* data, size_t count, DataType type, int root) override;
   void AllGather(const void* send, void* recv, size_t count,
                  DataType type) override;
