@@ -26,8 +26,8 @@ RegularFile::RegularFile(const std::string& path) {
     return;
   }
   if (!S_ISREG(info.st_mode)) {
-    refusal_ = S_ISDIR(info.st_mode) ? Refusal::kDirectory
-                                     : Refusal::kNotRegular;
+    refusal_ =
+        S_ISDIR(info.st_mode) ? Refusal::kDirectory : Refusal::kNotRegular;
     close(fd_);
     fd_ = -1;
     return;

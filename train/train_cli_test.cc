@@ -389,7 +389,7 @@ TEST(TrainCliTest, SharedMemoryRanksOnTwoHostsRefuseNamingThem) {
     EXPECT_EQ(rank.err.rfind(
                   "error: shm_ring needs every rank on one host, but this job "
                   "spans 2 hosts (rank 0 on node-a; rank 1 on node-b); use a "
-                  "backend that spans hosts: gloo, mpi",
+                  "backend that spans hosts: gloo, hier, mpi",
                   0),
               0u)
         << rank.err;

@@ -32,8 +32,7 @@ sockaddr_in AddressOf(int host, int port) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, EmulatedCluster::Address(host).c_str(),
-            &address.sin_addr);
+  inet_pton(AF_INET, EmulatedCluster::Address(host).c_str(), &address.sin_addr);
   return address;
 }
 
@@ -45,11 +44,9 @@ int Listen(const EmulatedCluster& cluster, int to, int* port) {
     sockaddr_in address = AddressOf(to, 0);
     socklen_t length = sizeof(address);
     if (fd < 0 ||
-        bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
-            0 ||
+        bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
         listen(fd, 1) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) !=
-            0) {
+        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
       const std::string why = std::strerror(errno);
       if (fd >= 0) close(fd);
       throw ClusterError("link probe: cannot listen on " +
@@ -120,11 +117,10 @@ double MeasureTcpThroughput(const EmulatedCluster& cluster, int from, int to,
   sender.join();
   const double seconds = std::chrono::duration<double>(last - first).count();
   if (conn < 0 || failed.load() || !(seconds > 0)) {
-    throw ClusterError("link probe: the TCP stream from " +
-                       EmulatedCluster::HostName(from) + " to " +
-                       EmulatedCluster::HostName(to) +
-                       " failed or stalled for " +
-                       std::to_string(kStallSeconds) + " s");
+    throw ClusterError(
+        "link probe: the TCP stream from " + EmulatedCluster::HostName(from) +
+        " to " + EmulatedCluster::HostName(to) + " failed or stalled for " +
+        std::to_string(kStallSeconds) + " s");
   }
   return counted * 8.0 / seconds;
 }

@@ -1,10 +1,13 @@
 #include "comm/job/launch.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -94,7 +97,7 @@ std::vector<std::vector<std::string>> RankEnvironments(
         {kLocalWorldSize, std::to_string(per_host)},
         {kMasterAddr, store_address},
         {kMasterPort, std::to_string(port)},
-        {kStoreHosted, "1"},
+        {kStoreHosted, secret_hex.empty() ? "" : "1"},
         {kJobSecret, secret_hex},
         {kEmulatedHost,
          hosts > 1 ? std::to_string(cluster::HostOfRank(r, nprocs, hosts))
@@ -189,6 +192,28 @@ void Abandon(Ranks& ranks) {
 [[noreturn]] void ThrowErrno(const std::string& what, int err) {
   throw std::runtime_error("LaunchRanks: " + what +
                            " failed: " + std::strerror(err));
+}
+
+// Where rank 0 of a program with its own store listens on emulated hosts
+// (torchrun's default port: nothing else is in host 0's namespace).
+constexpr int kForeignStorePort = 29500;
+
+// A loopback port free a moment ago, for such a rank 0 on this machine (the
+// race with other processes is torch.multiprocessing's own).
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  const bool ok =
+      fd >= 0 &&
+      bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  const int saved = errno;
+  if (fd >= 0) close(fd);
+  if (!ok) ThrowErrno("finding a free port", saved);
+  return ntohs(address.sin_port);
 }
 
 // Forks rank r into ranks.pids[r], its output into two pipes. Everything the
@@ -442,17 +467,24 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
     server =
         std::make_unique<TcpStoreServer>(store_address, 0, GenerateJobSecret());
   };
-  if (hosts != nullptr) {
-    hosts->InNetworkOf(0, start_store);
+  int port = 0;
+  std::string secret_hex;
+  if (!options.host_store) {
+    port = hosts != nullptr ? kForeignStorePort : FreeLoopbackPort();
   } else {
-    start_store();
+    if (hosts != nullptr) {
+      hosts->InNetworkOf(0, start_store);
+    } else {
+      start_store();
+    }
+    port = server->port();
+    secret_hex = JobSecretToHex(server->secret());
   }
   std::vector<std::string> arg_strings = argv;
   const std::vector<char*> args = Pointers(arg_strings);
   const char* exe = options.exec_self ? "/proc/self/exe" : argv[0].c_str();
-  std::vector<std::vector<std::string>> envs =
-      RankEnvironments(nprocs, host_count, store_address, server->port(),
-                       JobSecretToHex(server->secret()), options.env);
+  std::vector<std::vector<std::string>> envs = RankEnvironments(
+      nprocs, host_count, store_address, port, secret_hex, options.env);
   std::vector<std::vector<char*>> envps;
   for (auto& env : envs) envps.push_back(Pointers(env));
 

@@ -40,6 +40,12 @@ struct LaunchOptions {
   // listening on host 0's address as on a real cluster; none: every rank on
   // this machine, the store on loopback. Must outlive the call.
   const cluster::EmulatedCluster* cluster = nullptr;
+  // Whether the launcher hosts the job's store (ringlab's ranks). False for
+  // a program with a store of its own (PyTorch's TCPStore on rank 0): then
+  // MASTER_PORT is a port for rank 0 to listen on (on emulated hosts 29500,
+  // free in host 0's private namespace; else one the kernel found free),
+  // and no job secret is given.
+  bool host_store = true;
 };
 
 // Runs argv in nprocs processes and waits for all of them. Returns 0 when

@@ -20,7 +20,10 @@ It writes what ringlab's trainer writes into --out_dir, so one parser reads both
                rank 0's seconds since its first step, evaluation excluded; bytes_sent nan.
   summary.json the configuration, torch's version and the total wall time.
 
---world_size 1 runs one process without DDP or a process group: the compute floor.
+--world_size 1 runs one process without DDP or a process group: the compute floor. Under a
+torchrun-style launcher (RANK and WORLD_SIZE set: torchrun, or ringlab's on_hosts, which starts
+the ranks on emulated hosts joined by shaped links) each process is one rank, and the ranks meet
+in --out_dir.
 
     /usr/bin/python3 experiments/fashion_mnist/pytorch_ddp.py --out_dir DIR [--epochs 3]
 """
@@ -212,6 +215,8 @@ def train_rank(rank, args, scratch):
         if rank == 0:
             with open(os.path.join(scratch, "eval.csv"), "w") as f:
                 f.write(EVAL_HEADER + "\n" + "".join(line + "\n" for line in evals))
+        if distributed:
+            dist.barrier()  # every rank's file is written before rank 0 reads them
     finally:
         if distributed:
             dist.destroy_process_group()
@@ -320,6 +325,33 @@ def parse_args(argv):
     return args
 
 
+def launched_rank():
+    """This process's (rank, world size) when a torchrun-style launcher started it (torchrun,
+    ringlab's on_hosts on emulated hosts: RANK and WORLD_SIZE set), else None."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    try:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except ValueError:
+        raise UsageError("RANK and WORLD_SIZE must be integers") from None
+
+
+def run_launched(args, rank, world, torch_version):
+    """One rank of a job its launcher started; the ranks share --out_dir, where their losses
+    meet (in a hidden directory rank 0 removes once it has written the outputs)."""
+    if world != args.world_size:
+        raise UsageError(f"WORLD_SIZE={world} but --world_size={args.world_size}")
+    scratch = os.path.join(args.out_dir, ".pytorch_ddp_ranks")
+    os.makedirs(scratch, exist_ok=True)
+    t0 = time.perf_counter()
+    train_rank(rank, args, scratch)
+    wall = time.perf_counter() - t0
+    if rank == 0:
+        write_outputs(args, scratch, wall, torch_version)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return wall
+
+
 def main(argv=None):
     try:
         args = parse_args(argv)
@@ -331,6 +363,14 @@ def main(argv=None):
             import torch
         except ImportError as e:
             raise UsageError(f"torch does not import with {sys.executable}: {e}") from None
+        launched = launched_rank()
+        if launched is not None:
+            wall = run_launched(args, *launched, torch.__version__)
+            if launched[0] != 0:
+                return 0
+            if not args.quiet:
+                print(f"wrote {args.out_dir}/losses.csv, eval.csv, summary.json ({wall:.1f} s)")
+            return 0
         scratch = tempfile.mkdtemp(prefix="pytorch_ddp.")
         try:
             t0 = time.perf_counter()
