@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <thread>
@@ -117,6 +118,26 @@ TEST_F(EmulatedHostsTest, HierSendsTwoThirdsOfAFlatRingThroughEachLink) {
     EXPECT_GT(ratio, 0.6) << "host " << host;
     EXPECT_LT(ratio, 0.75) << "host " << host;
   }
+}
+
+// mpirun on host 0 starts host 1's daemon through nsenter, its "ssh": one
+// rank per host ends bit for bit where 2 ranks on one host over shm_ring
+// end ((g0 + g1) / 2 is exact whatever the order), and the agent's
+// temporary directory is gone.
+TEST_F(EmulatedHostsTest, AnMpiJobAcrossHostsEndsAsOnOneHost) {
+  if (std::system("command -v mpirun >/dev/null") != 0) {
+    GTEST_SKIP() << "skipped: no mpirun";
+  }
+  const std::string one = TempDir("mpi_one_host");
+  ASSERT_EQ(RunTrain("--nprocs=2 " + JobFlags() + one).status, 0);
+  const std::string two = TempDir("mpi_two_hosts");
+  const CommandResult run = RunTrain(
+      "--nprocs=2 --hosts=2 --link=1gbit --comm=mpi " + JobFlags() + two);
+  ASSERT_EQ(run.status, 0) << run.out << run.err;
+  ExpectSameEnding(EndingOf(two), EndingOf(one));
+  EXPECT_NE(ReadText(two + "/summary.json").find("\"host\": 1,"),
+            std::string::npos);
+  EXPECT_EQ(std::system("ls -d /tmp/ringlab-mpirun-* >/dev/null 2>&1"), 512);
 }
 
 TEST_F(EmulatedHostsTest, SharedMemoryIsRefusedNamingTheHosts) {

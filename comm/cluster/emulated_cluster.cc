@@ -314,6 +314,16 @@ void EmulatedCluster::Shape(const Namespaces& where, const std::string& dev) {
   RunIn(where.net, args);
 }
 
+std::string EmulatedCluster::NetworkPath(int host) const {
+  return "/proc/" + std::to_string(getpid()) + "/fd/" +
+         std::to_string(hosts_[host].net);
+}
+
+std::string EmulatedCluster::UtsPath(int host) const {
+  return "/proc/" + std::to_string(getpid()) + "/fd/" +
+         std::to_string(hosts_[host].uts);
+}
+
 bool EmulatedCluster::Enter(int host) const {
   return setns(hosts_[host].net, CLONE_NEWNET) == 0 &&
          setns(hosts_[host].uts, CLONE_NEWUTS) == 0;

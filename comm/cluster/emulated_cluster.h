@@ -61,6 +61,11 @@ class EmulatedCluster {
   static std::string Address(int host);
   static std::string Subnet();  // every host's address is in it
 
+  // Paths another process of this user opens to join host's namespaces
+  // ("/proc/<this pid>/fd/<n>", for nsenter --net= and --uts=), valid while
+  // this object lives.
+  std::string NetworkPath(int host) const;
+  std::string UtsPath(int host) const;
   // Joins host `host`'s network and UTS namespaces: for a forked child,
   // before it execs (async-signal-safe). False when the kernel refused.
   bool Enter(int host) const;

@@ -1,0 +1,151 @@
+#include "comm/job/mpirun_on_hosts.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "comm/cluster/job_cluster.h"
+#include "comm/job/launch_variables.h"
+#include "comm/store/job_secret.h"
+#include "comm/store/tcp_store.h"
+
+namespace ringlab::comm {
+namespace {
+
+using cluster::EmulatedCluster;
+
+// mpirun's "ssh": `agent HOST COMMAND...` runs COMMAND on the emulated host
+// whose address is HOST, inside its namespaces, with its index for the
+// ranks there.
+std::string AgentScript(const EmulatedCluster& hosts) {
+  std::string script =
+      "#!/bin/sh\n# mpirun's rsh agent for ringlab's emulated hosts\n"
+      "host=$1; shift\ncase $host in\n";
+  for (int h = 0; h < hosts.hosts(); ++h) {
+    script += "  " + EmulatedCluster::Address(h) + ") net=" +
+              hosts.NetworkPath(h) + " uts=" + hosts.UtsPath(h) + " index=" +
+              std::to_string(h) + " ;;\n";
+  }
+  script +=
+      "  *) echo \"unknown emulated host $host\" >&2; exit 1 ;;\nesac\n"
+      "export " +
+      std::string(launch::kEmulatedHost) +
+      "=$index\n"
+      "exec nsenter --net=$net --uts=$uts -- sh -c \"$*\"\n";
+  return script;
+}
+
+std::string ThisBinary() {
+  char path[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+  return std::string(path, static_cast<size_t>(n));
+}
+
+// mpirun's command line: by slot, G per host, TCP and the out-of-band
+// channel on the hosts' subnet, the store's variables passed on.
+std::vector<std::string> MpirunArgv(int nprocs, const std::string& agent,
+                                    const std::vector<std::string>& argv,
+                                    int hosts) {
+  std::string slots;
+  for (int h = 0; h < hosts; ++h) {
+    slots += (h ? "," : "") + EmulatedCluster::Address(h) + ":" +
+             std::to_string(nprocs / hosts);
+  }
+  std::vector<std::string> out = {
+      "mpirun", "--allow-run-as-root", "-np", std::to_string(nprocs),
+      "--host", slots, "--map-by", "slot", "--mca", "plm_rsh_agent", agent,
+      "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include",
+      EmulatedCluster::Subnet(), "--mca", "oob_tcp_if_include",
+      EmulatedCluster::Subnet()};
+  for (const char* name :
+       {launch::kMasterAddr, launch::kMasterPort, launch::kJobSecret,
+        launch::kStoreHosted}) {
+    out.insert(out.end(), {"-x", name});
+  }
+  out.push_back(ThisBinary());
+  out.insert(out.end(), argv.begin() + 1, argv.end());
+  return out;
+}
+
+// Starts mpirun on host 0 with `env` added; waits for it.
+int RunOnHostZero(const EmulatedCluster& hosts, std::vector<std::string> args,
+                  const std::vector<std::string>& env) {
+  std::vector<char*> pointers;
+  for (std::string& a : args) pointers.push_back(a.data());
+  pointers.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent || !hosts.Enter(0)) _exit(127);
+    for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
+    execvp(pointers[0], pointers.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+int LaunchMpirunOnHosts(int nprocs, const std::vector<std::string>& argv,
+                        const EmulatedCluster& hosts) {
+  for (const char* tool : {"mpirun", "nsenter"}) {
+    if (std::system(("command -v " + std::string(tool) + " >/dev/null")
+                        .c_str()) != 0) {
+      throw std::runtime_error(std::string("--comm=mpi --hosts needs ") +
+                               tool + ", which is not installed");
+    }
+  }
+  std::unique_ptr<TcpStoreServer> server;
+  hosts.InNetworkOf(0, [&] {
+    server = std::make_unique<TcpStoreServer>(EmulatedCluster::Address(0), 0,
+                                              GenerateJobSecret());
+  });
+  char dir_template[] = "/tmp/ringlab-mpirun-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    throw std::runtime_error("cannot make a temporary directory");
+  }
+  const std::string dir = dir_template, agent = dir + "/rsh_agent";
+  int status = 1;
+  try {
+    std::ofstream(agent) << AgentScript(hosts);
+    chmod(agent.c_str(), 0700);
+    // Host 0's ranks are mpirun's own children: its index, and its shared
+    // memory files in the private directory.
+    status = RunOnHostZero(
+        hosts, MpirunArgv(nprocs, agent, argv, hosts.hosts()),
+        {std::string(launch::kMasterAddr) + "=" + EmulatedCluster::Address(0),
+         std::string(launch::kMasterPort) + "=" +
+             std::to_string(server->port()),
+         std::string(launch::kJobSecret) + "=" +
+             JobSecretToHex(server->secret()),
+         std::string(launch::kStoreHosted) + "=1",
+         std::string(launch::kEmulatedHost) + "=0", "TMPDIR=" + dir,
+         "OMPI_MCA_btl_vader_backing_directory=" + dir});
+  } catch (...) {
+    std::filesystem::remove_all(dir);
+    throw;
+  }
+  std::filesystem::remove_all(dir);
+  return status;
+}
+
+}  // namespace ringlab::comm
