@@ -128,6 +128,19 @@ def _nan_mean(values):
     return statistics.fmean(values) if values else math.nan
 
 
+def _link_bytes(path):
+    """What each emulated host's link sent per step (ringlab's summary.json "links", the mean
+    over the hosts), or None off emulated hosts or for PyTorch, whose summary has none."""
+    try:
+        with open(path) as f:
+            links = json.load(f).get("links")
+    except (OSError, ValueError):
+        return None
+    if not links:
+        return None
+    return statistics.fmean(link["link_bytes_sent_per_step"] for link in links)
+
+
 def summarise_run(run_dir):
     """The per-run figures of the report from the files in run_dir (trace.json optional)."""
     losses = read_losses(os.path.join(run_dir, "losses.csv"))
@@ -152,6 +165,7 @@ def summarise_run(run_dir):
         if row["test_accuracy"] >= TARGET_ACCURACY:
             stats["reach_epoch"], stats["reach_seconds"] = row["epoch"], row["wall_s"]
             break
+    stats["link_bytes_per_step"] = _link_bytes(os.path.join(run_dir, "summary.json"))
     trace_path = os.path.join(run_dir, "trace.json")
     stats["trace"] = None
     if os.path.exists(trace_path):

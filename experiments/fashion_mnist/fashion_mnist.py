@@ -7,6 +7,9 @@ shm_ring, mpi and gloo at 2 ranks, plus one ringlab rank and one PyTorch process
 floor), all on the same MLP, initial parameters, sampler and hyper-parameters. One progress
 line per run. Writes <out_dir>/report.md, results.csv and PNG plots; each run's own files
 (losses.csv, eval.csv, trace.json, log.txt, run.json) stay under <out_dir>/runs/<run>/.
+--links=unlimited,10gbit,1gbit adds, per link, PyTorch DDP and ringlab's allreduce, param_avg
+K=16 and none at 2 ranks on 2 emulated hosts (comm/cluster) joined by links of that rate, and a
+report section per link naming the fastest to 85%.
 
     bazel run -c opt //experiments:fashion_mnist -- [--out_dir=DIR] [--quick] [--epochs=N]
 
@@ -23,6 +26,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -51,14 +55,38 @@ SYNCS = (("allreduce_overlap", "allreduce", None, True),
          ("none", "none", None, None))
 
 
+# Across emulated links (--links): PyTorch DDP and these ringlab synchronisers, 2 ranks on 2
+# hosts (one each) over gloo, whose ranks bind their host's address.
+LINK_SYNCS = ("allreduce_overlap", "param_avg_k16", "none")
+
+
+def link_runs(links):
+    """The runs of --links: per link, PyTorch DDP, then each of LINK_SYNCS."""
+    runs = []
+    for link in links:
+        tag = link.replace(".", "_")
+        runs.append(dict(name=f"link_{tag}_pytorch_ddp", label=f"PyTorch DDP (gloo) @ {link}",
+                         framework="pytorch", sync="allreduce", avg_period=None, overlap=True,
+                         comm="gloo", ranks=2, link=link, variant="pytorch_ddp"))
+        for key, sync, k, overlap in SYNCS:
+            if key not in LINK_SYNCS:
+                continue
+            detail = {"allreduce": "allreduce, overlap", "param_avg": f"param_avg K={k}",
+                      "none": "none"}[sync]
+            runs.append(dict(name=f"link_{tag}_{key}", label=f"ringlab {detail} (gloo) @ {link}",
+                             framework="ringlab", sync=sync, avg_period=k, overlap=overlap,
+                             comm="gloo", ranks=2, link=link, variant=key))
+    return runs
+
+
 def fail(message):
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
-def plan(quick):
+def plan(quick, links=()):
     """The runs, in order: dicts with name, label, framework, sync, avg_period, overlap, comm,
-    ranks."""
+    ranks (and, for the runs across emulated links, link and variant)."""
     runs = [dict(name="pytorch_ddp", label="PyTorch DDP (gloo, 2 ranks)", framework="pytorch",
                  sync="allreduce", avg_period=None, overlap=True, comm="gloo", ranks=2)]
     comms = ("shm_ring",) if quick else COMMS
@@ -78,6 +106,7 @@ def plan(quick):
         runs.append(dict(name="pytorch_1proc", label="PyTorch 1 process (compute floor)",
                          framework="pytorch", sync="none", avg_period=None, overlap=None,
                          comm=None, ranks=1))
+    runs += link_runs(links)
     for order, run in enumerate(runs):
         run["order"] = order
     return runs
@@ -90,7 +119,11 @@ def command(run, args, run_dir):
                 f"--world_size={run['ranks']}", f"--epochs={args.epochs}", f"--model={MODEL}",
                 f"--lr={LR}", f"--batch_size={BATCH}", f"--seed={SEED}", "--sampler_seed=0",
                 "--set_epoch=true", "--eval_every=1", "--quiet", f"--timeout={args.timeout}"]
-        return argv + ([f"--data_dir={args.data_dir}"] if args.data_dir else [])
+        argv += [f"--data_dir={args.data_dir}"] if args.data_dir else []
+        if run.get("link"):  # its ranks on 2 emulated hosts, torchrun-style
+            argv = [args.on_hosts, "--nprocs=2", "--hosts=2", f"--link={run['link']}",
+                    "--"] + argv
+        return argv
     argv = [args.train, "--dataset=fashion_mnist", f"--model={MODEL}", f"--sync={run['sync']}",
             f"--comm={run['comm']}", f"--epochs={args.epochs}", f"--lr={LR}",
             f"--batch_size={BATCH}", f"--seed={SEED}", "--sampler_seed=0", "--set_epoch=true",
@@ -102,6 +135,8 @@ def command(run, args, run_dir):
         argv.append(f"--avg_period={run['avg_period']}")
     if run["overlap"] is not None:
         argv.append(f"--overlap={'true' if run['overlap'] else 'false'}")
+    if run.get("link"):
+        argv += ["--hosts=2", f"--link={run['link']}"]
     if run["comm"] == "mpi":
         return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
                 str(run["ranks"])] + argv
@@ -191,7 +226,7 @@ def progress(index, total, run):
 
 
 def run_all(args, out):
-    runs = plan(args.quick)
+    runs = plan(args.quick, args.links)
     torch_version, torch_missing = probe_torch()
     have_mpi = shutil.which("mpirun") is not None
     cpu_model, cores = machine()
@@ -219,6 +254,8 @@ def run_all(args, out):
             run["status"], run["wall_s"] = "skipped: torch does not import", None
         elif run["comm"] == "mpi" and not have_mpi:
             run["status"], run["wall_s"] = "skipped: no mpirun", None
+        elif run.get("link") and run["framework"] == "pytorch" and not args.on_hosts:
+            run["status"], run["wall_s"] = "skipped: no --on_hosts binary", None
         else:
             cpu_before = children_cpu_s()
             run["status"], run["wall_s"] = execute(argv, deadline,
@@ -258,6 +295,11 @@ def main(argv=None):
                         help=f"the IDX .gz files (default {DEFAULT_DATA_DIR})")
     parser.add_argument("--timeout", type=float, default=120,
                         help="seconds any wait between ranks may take")
+    parser.add_argument("--links", default="",
+                        help="comma-separated link rates (e.g. unlimited,10gbit,1gbit): PyTorch "
+                             "DDP and ringlab's " + ", ".join(LINK_SYNCS) + " also run at 2 "
+                             "emulated hosts on each (needs root or user namespaces)")
+    parser.add_argument("--on_hosts", help="path to the //comm/job:on_hosts binary")
     parser.add_argument("--report_only", action="store_true",
                         help="rewrite the report from the runs already in --out_dir")
     parser.add_argument("--dry_run", action="store_true", help="print the commands and stop")
@@ -269,9 +311,13 @@ def main(argv=None):
     if not 0 < args.timeout <= 86400:
         fail("--timeout must be in (0, 86400] seconds")
     out = os.path.abspath(args.out_dir)
+    args.links = [link for link in args.links.split(",") if link]
+    for link in args.links:
+        if link != "unlimited" and not re.fullmatch(r"[0-9]+(\.[0-9]+)?[kmgt]bit", link):
+            fail(f"--links: '{link}' is not unlimited or a rate such as 1gbit or 2.5gbit")
 
     if args.dry_run:
-        for run in plan(args.quick):
+        for run in plan(args.quick, args.links):
             print(" ".join(shlex.quote(a) for a in command(
                 run, args, os.path.join(out, "runs", run["name"]))))
         return 0

@@ -259,6 +259,50 @@ class PlanTest(unittest.TestCase):
         self.assertEqual(sum("--avg_period=64" in l for l in full), 3)
 
 
+class LinksTest(unittest.TestCase):
+    def test_links_plan(self):
+        result = run_driver("--dry_run", "--quick", "--train=/t", "--on_hosts=/o",
+                            "--links=unlimited,1gbit")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()[4:]  # after the quick plan's 4
+        # Per link: PyTorch DDP through on_hosts, then allreduce, param_avg K=16 and none.
+        self.assertEqual(len(lines), 8)
+        self.assertTrue(lines[0].startswith("/o --nprocs=2 --hosts=2 --link=unlimited -- "))
+        self.assertTrue(all("--hosts=2 --link=1gbit" in l for l in lines[4:]))
+        self.assertTrue(all("--comm=gloo" in l for l in lines[5:]))
+        bad = run_driver("--dry_run", "--train=/t", "--links=fast")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--links: 'fast'", bad.stderr)
+
+    def test_report_names_the_fastest_on_each_link(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="fashion_mnist_links."), "out")
+        make_fixture(out)
+        for order, (name, variant, walls) in enumerate(
+                [("link_1gbit_pytorch_ddp", "pytorch_ddp", [40.0, 80.0]),
+                 ("link_1gbit_param_avg_k16", "param_avg_k16", [10.0, 20.0])], start=10):
+            run_dir = make_run(out, order, name, f"{variant} @ 1gbit", "ringlab",
+                               comm="gloo", losses=(PT_LOSSES, RL_MS, 4000000),
+                               evals=([0.80, 0.851], walls, 4000000))
+            with open(os.path.join(run_dir, "run.json")) as f:
+                run = json.load(f)
+            run.update(link="1gbit", variant=variant)
+            with open(os.path.join(run_dir, "run.json"), "w") as f:
+                json.dump(run, f)
+            with open(os.path.join(run_dir, "summary.json"), "w") as f:
+                json.dump({"links": [{"host": 0, "link_bytes_sent_per_step": 2e6},
+                                     {"host": 1, "link_bytes_sent_per_step": 4e6}]}, f)
+        result = run_driver("--report_only", f"--out_dir={out}")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(os.path.join(out, "report.md")) as f:
+            text = f.read()
+        self.assertIn("### 1gbit", text)
+        self.assertIn("| 1gbit | param_avg_k16 @ 1gbit | 20.0 |", text)
+        self.assertIn("3.00 MB", text)  # the hosts' mean
+        for png in ("accuracy_vs_time_per_link.png", "step_vs_link.png"):
+            with open(os.path.join(out, png), "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+
 class IdxTest(unittest.TestCase):
     def write(self, name, payload):
         path = os.path.join(tempfile.mkdtemp(), name)

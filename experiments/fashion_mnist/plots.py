@@ -40,6 +40,8 @@ def _panels(runs):
     """{communicator: [(variant key, run)]} of the 2-rank ringlab runs, and the reference runs."""
     panels, references = {}, []
     for run in _finished(runs):
+        if run.get("link"):
+            continue  # across emulated links: links.py draws those
         if run["name"] in REFERENCE_STYLE:
             references.append(run)
         elif run["framework"] == "ringlab":

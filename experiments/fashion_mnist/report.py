@@ -11,6 +11,7 @@ import math
 import os
 
 import analysis
+import links
 
 # Targets from issue 13, item 6.
 ACCURACY_POINTS_TARGET = 0.5
@@ -265,11 +266,17 @@ def write_markdown(path, invocation, runs, rows, plot_notes):
         "- load after: the machine's 1-minute load average when the run ended (2 ranks of a run "
         "make about 2): well above that, the run's times are stretched by other work.", ""]
     lines += _fidelity_lines(runs) + _speed_lines(runs, inv.get("cores"))
+    lines += links.link_lines(runs)
     lines += ["## Plots", ""]
-    for title, name in (("Test accuracy against epochs", "accuracy_vs_epoch.png"),
-                        ("Test accuracy against bytes sent", "accuracy_vs_bytes.png"),
-                        ("Test accuracy against wall-clock time", "accuracy_vs_time.png"),
-                        ("Step time breakdown", "step_breakdown.png")):
+    figures = [("Test accuracy against epochs", "accuracy_vs_epoch.png"),
+               ("Test accuracy against bytes sent", "accuracy_vs_bytes.png"),
+               ("Test accuracy against wall-clock time", "accuracy_vs_time.png"),
+               ("Step time breakdown", "step_breakdown.png")]
+    if links.by_link(runs):
+        figures += [("Test accuracy against wall-clock time, per link",
+                     "accuracy_vs_time_per_link.png"),
+                    ("Step time against the link, per synchroniser", "step_vs_link.png")]
+    for title, name in figures:
         note = plot_notes.get(name)
         lines += [f"{title}: {note}" if note else f"![{title}]({name})", ""]
     with open(path, "w") as f:
@@ -284,5 +291,10 @@ def build(out_dir):
     rows = result_rows(runs)
     write_csv(os.path.join(out_dir, "results.csv"), rows)
     plot_notes = plots.write_all(out_dir, runs)
+    try:
+        plot_notes.update(links.write_plots(out_dir, runs, plots._pyplot))
+    except ImportError:
+        plot_notes.update({n: "matplotlib is not installed: no plot" for n in (
+            "accuracy_vs_time_per_link.png", "step_vs_link.png")})
     write_markdown(os.path.join(out_dir, "report.md"), invocation, runs, rows, plot_notes)
     return runs

@@ -1,0 +1,160 @@
+"""The fashion_mnist report across emulated links (--links): per link, each run's time to 85%
+test accuracy (or its best accuracy), its step time and exposed communication, and the bytes
+that crossed each host's link per step; which synchroniser reached 85% first on each link; and
+two plots, test accuracy against wall-clock per link and step time against the link per
+synchroniser.
+"""
+
+import math
+import os
+
+import analysis
+
+LINK_STYLE = {
+    "pytorch_ddp": ("black", "PyTorch DDP (gloo)"),
+    "allreduce_overlap": ("C0", "ringlab allreduce, overlap"),
+    "param_avg_k16": ("C3", "ringlab param_avg K=16"),
+    "none": ("C5", "ringlab none"),
+}
+
+
+def by_link(runs):
+    """{link: [its finished or failed runs]} in plan order."""
+    links = {}
+    for run in runs:
+        if run.get("link"):
+            links.setdefault(run["link"], []).append(run)
+    return links
+
+
+def _fmt(value, spec):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return format(value, spec)
+
+
+def _mb(value):
+    return "n/a (not reported)" if value is None else f"{value / 1e6:.2f} MB"
+
+
+def _best(run):
+    """(best test accuracy, wall seconds when reached) of a finished run."""
+    evals = run["stats"]["evals"]
+    best = max(evals, key=lambda e: e["test_accuracy"])
+    return best["test_accuracy"], best["wall_s"]
+
+
+def _link_table(runs):
+    header = ["run", "seconds to 85%", "best test accuracy (at s)", "median step (ms)",
+              "exposed comm/step (ms)", "link bytes sent/step and host"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for run in runs:
+        s = run.get("stats")
+        if not s:
+            lines.append(f"| {run['label']} | {run['status']} |" + " |" * (len(header) - 2))
+            continue
+        best, at = _best(run)
+        trace = s["trace"] or {}
+        lines.append("| " + " | ".join([
+            run["label"],
+            _fmt(s["reach_seconds"], ".1f") if s["reach_seconds"] is not None else "not reached",
+            f"{100 * best:.2f}% ({at:.1f} s)", _fmt(s["median_step_ms"], ".2f"),
+            _fmt(trace.get("exposed_ms"), ".2f") if trace else "n/a (no trace)",
+            _mb(s.get("link_bytes_per_step"))]) + " |")
+    return lines
+
+
+def _fastest(runs):
+    """The run that reached 85% first, else the one with the best accuracy: (run, reached)."""
+    done = [r for r in runs if r.get("stats")]
+    reached = [r for r in done if r["stats"]["reach_seconds"] is not None]
+    if reached:
+        return min(reached, key=lambda r: r["stats"]["reach_seconds"]), True
+    if done:
+        return max(done, key=lambda r: _best(r)[0]), False
+    return None, False
+
+
+def link_lines(runs):
+    """The report's section across links; [] when the invocation ran none."""
+    links = by_link(runs)
+    if not links:
+        return []
+    lines = ["## Across emulated links", "",
+             "2 ranks on 2 emulated hosts (`--hosts=2`, one rank each: comm/cluster), every "
+             "host's link to the switch shaped to the rate named, in both directions. ringlab "
+             "runs over gloo. Link bytes: what each host's eth0 sent per training step (ringlab's "
+             "summary.json; PyTorch does not report them).", ""]
+    fastest = ["| link | fastest to 85% | seconds |", "|---|---|---|"]
+    for link, link_runs in links.items():
+        lines += [f"### {link}", ""] + _link_table(link_runs) + [""]
+        run, reached = _fastest(link_runs)
+        if run is None:
+            fastest.append(f"| {link} | no run finished | |")
+        elif reached:
+            fastest.append(f"| {link} | {run['label']} | "
+                           f"{run['stats']['reach_seconds']:.1f} |")
+        else:
+            best, at = _best(run)
+            fastest.append(f"| {link} | none reached 85%; best {100 * best:.2f}%: "
+                           f"{run['label']} | {at:.1f} |")
+    return lines + ["### Fastest to 85% on each link", ""] + fastest + [""]
+
+
+def _accuracy_vs_time(plt, links, path):
+    fig, axes = plt.subplots(1, len(links), figsize=(5.2 * len(links), 4.4), sharey=True,
+                             squeeze=False)
+    for ax, (link, runs) in zip(axes[0], links.items()):
+        for run in runs:
+            if not run.get("stats"):
+                continue
+            color, label = LINK_STYLE.get(run.get("variant"), ("grey", run["label"]))
+            evals = run["stats"]["evals"]
+            ax.plot([e["wall_s"] for e in evals], [100 * e["test_accuracy"] for e in evals],
+                    marker="o", color=color, label=label)
+        ax.axhline(100 * analysis.TARGET_ACCURACY, color="grey", lw=0.8, ls=":")
+        ax.set_title(f"link {link}")
+        ax.set_xlabel("training wall-clock of rank 0 (s)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test accuracy (%)")
+    axes[0][-1].legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _step_vs_link(plt, links, path):
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    names = list(links)
+    for variant, (color, label) in LINK_STYLE.items():
+        xs, ys = [], []
+        for i, link in enumerate(names):
+            for run in links[link]:
+                if run.get("variant") == variant and run.get("stats"):
+                    xs.append(i)
+                    ys.append(run["stats"]["median_step_ms"])
+        if xs:
+            ax.plot(xs, ys, marker="o", color=color, label=label)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_xlabel("link rate (each host's, both directions)")
+    ax.set_ylabel("median step (ms, log scale)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_plots(out_dir, runs, pyplot):
+    """The two PNGs across links; {name: why missing}; nothing when no run had a link."""
+    links = {k: v for k, v in by_link(runs).items() if any(r.get("stats") for r in v)}
+    if not by_link(runs):
+        return {}
+    if not links:
+        return {name: "no run across links finished" for name in (
+            "accuracy_vs_time_per_link.png", "step_vs_link.png")}
+    plt = pyplot()
+    _accuracy_vs_time(plt, links, os.path.join(out_dir, "accuracy_vs_time_per_link.png"))
+    _step_vs_link(plt, links, os.path.join(out_dir, "step_vs_link.png"))
+    return {}
