@@ -35,9 +35,9 @@ std::string AgentScript(const EmulatedCluster& hosts) {
       "#!/bin/sh\n# mpirun's rsh agent for ringlab's emulated hosts\n"
       "host=$1; shift\ncase $host in\n";
   for (int h = 0; h < hosts.hosts(); ++h) {
-    script += "  " + EmulatedCluster::Address(h) + ") net=" +
-              hosts.NetworkPath(h) + " uts=" + hosts.UtsPath(h) + " index=" +
-              std::to_string(h) + " ;;\n";
+    script += "  " + EmulatedCluster::Address(h) +
+              ") net=" + hosts.NetworkPath(h) + " uts=" + hosts.UtsPath(h) +
+              " index=" + std::to_string(h) + " ;;\n";
   }
   script +=
       "  *) echo \"unknown emulated host $host\" >&2; exit 1 ;;\nesac\n"
@@ -65,15 +65,28 @@ std::vector<std::string> MpirunArgv(int nprocs, const std::string& agent,
     slots += (h ? "," : "") + EmulatedCluster::Address(h) + ":" +
              std::to_string(nprocs / hosts);
   }
-  std::vector<std::string> out = {
-      "mpirun", "--allow-run-as-root", "-np", std::to_string(nprocs),
-      "--host", slots, "--map-by", "slot", "--mca", "plm_rsh_agent", agent,
-      "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include",
-      EmulatedCluster::Subnet(), "--mca", "oob_tcp_if_include",
-      EmulatedCluster::Subnet()};
-  for (const char* name :
-       {launch::kMasterAddr, launch::kMasterPort, launch::kJobSecret,
-        launch::kStoreHosted}) {
+  std::vector<std::string> out = {"mpirun",
+                                  "--allow-run-as-root",
+                                  "-np",
+                                  std::to_string(nprocs),
+                                  "--host",
+                                  slots,
+                                  "--map-by",
+                                  "slot",
+                                  "--mca",
+                                  "plm_rsh_agent",
+                                  agent,
+                                  "--mca",
+                                  "btl",
+                                  "self,vader,tcp",
+                                  "--mca",
+                                  "btl_tcp_if_include",
+                                  EmulatedCluster::Subnet(),
+                                  "--mca",
+                                  "oob_tcp_if_include",
+                                  EmulatedCluster::Subnet()};
+  for (const char* name : {launch::kMasterAddr, launch::kMasterPort,
+                           launch::kJobSecret, launch::kStoreHosted}) {
     out.insert(out.end(), {"-x", name});
   }
   out.push_back(ThisBinary());
@@ -108,10 +121,10 @@ int RunOnHostZero(const EmulatedCluster& hosts, std::vector<std::string> args,
 int LaunchMpirunOnHosts(int nprocs, const std::vector<std::string>& argv,
                         const EmulatedCluster& hosts) {
   for (const char* tool : {"mpirun", "nsenter"}) {
-    if (std::system(("command -v " + std::string(tool) + " >/dev/null")
-                        .c_str()) != 0) {
-      throw std::runtime_error(std::string("--comm=mpi --hosts needs ") +
-                               tool + ", which is not installed");
+    if (std::system(
+            ("command -v " + std::string(tool) + " >/dev/null").c_str()) != 0) {
+      throw std::runtime_error(std::string("--comm=mpi --hosts needs ") + tool +
+                               ", which is not installed");
     }
   }
   std::unique_ptr<TcpStoreServer> server;
