@@ -286,7 +286,16 @@ TEST(CheckpointCliTest, ASecondJobOnALockedOutDirTouchesNothing) {
     std::sort(entries.begin(), entries.end());
     return entries;
   };
-  const std::vector<std::string> before = listing();
+  // After its lock the first job probes its outputs (a file it writes and
+  // removes): the snapshot is taken once the directory holds still.
+  std::vector<std::string> before = listing();
+  for (int i = 0; i < 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::vector<std::string> now = listing();
+    const bool probing = fs::exists(out + "/.ringlab-write-probe");
+    if (now == before && !probing) break;
+    before = now;
+  }
   for (const char* second : {"--epochs=1", "--epochs=1 --checkpoint_every=1",
                              "--epochs=1 --resume"}) {
     SCOPED_TRACE(second);

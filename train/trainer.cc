@@ -230,6 +230,10 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
 
   if (config.resume) {
     CheckResumable(config, world_size, data.train.size, /*every_part=*/false);
+    // Every rank has read what it resumes from before rank 0 promotes a
+    // staged checkpoint (PrepareCheckpoints renames the directory the
+    // others may still be reading: CI saw rank 1 find it gone).
+    comm.Barrier();
   }
   // Before the agreement check, a collective no rank passes before rank 0.
   if (rank == 0 && !config.out_dir.empty()) {

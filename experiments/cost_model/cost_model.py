@@ -1,0 +1,234 @@
+#!/usr/bin/python3
+"""A cost model of gradient synchronisation that reaches past this machine.
+
+From allreduce_bench's tables across an emulated link (`--hosts=H --link=RATE`), it fits each
+backend's latency and bandwidth terms (alpha-beta, as Hockney's model and NCCL's tuner use):
+an allreduce of S bytes over a ring of N ranks takes
+
+    T(S) = 2(N-1) * alpha + 2(N-1)/N * S / B_eff
+
+where every one of the ring's 2(N-1) steps pays alpha, and each host's link carries 2(N-1)/N
+of the buffer at B_eff, the rate the backend reached on that link (the link's nominal rate
+times an efficiency, fitted). With the trainer's compute per step it predicts the step time
+of each synchroniser for N ranks on H hosts:
+
+    flat ring        T_flat = 2(N-1) alpha + 2(N-1)/N S / B_eff
+    hierarchical     T_hier = T_intra + 2(H-1) alpha + 2(H-1)/H S / B_eff,
+                     T_intra = 3(G-1)/G S / B_intra (an allreduce and an allgather among the G
+                     ranks of a host over shared memory, as ringlab's hier does)
+    allreduce        step = compute + max(0, T - overlap * compute): DDP hides communication
+                     behind backward, at most the backward share of compute
+    param_avg K      step = compute + T / K (the average is not overlapped)
+    none             step = compute
+
+Assumptions, stated once: alpha is software latency and does not change with the link; the
+efficiency B_eff / B measured here holds on faster links (a real NIC may do better or worse:
+it is CPU-bound here); the link is each host's bottleneck (a non-blocking switch); ranks are
+placed contiguously, G per host; compute per step does not change with N (weak scaling, the
+same per-rank batch); backward is 2/3 of compute (two GEMMs per layer against forward's one).
+
+    /usr/bin/python3 experiments/cost_model/cost_model.py \\
+        --bench=bench/results/links/2026-12-01-allreduce-2hosts-x2-1gbit.txt [--plot=out.png]
+
+It prints the fit, the prediction beside every measured row (the fit's own check), and the
+extrapolation to N = 8 ... 1024 ranks at 8 per host on 25, 100 and 400 Gbit/s links.
+"""
+
+import argparse
+import math
+import re
+import sys
+
+import numpy as np
+
+# Fashion-MNIST MLP 784,1024,1024,10: its gradients, float32.
+DEFAULT_BUFFER_BYTES = 1863690 * 4
+BACKWARD_SHARE = 2 / 3
+EXTRAPOLATE_RANKS = (8, 16, 32, 64, 128, 256, 512, 1024)
+EXTRAPOLATE_LINKS_GBIT = (25, 100, 400)
+RANKS_PER_HOST = 8
+
+
+class ModelError(Exception):
+    """Input the model cannot use: one error line, exit status 2."""
+
+
+def parse_bench(text):
+    """{row: [(bytes, seconds)]} and (ranks, link bits/s) from allreduce_bench's output."""
+    rows, current = {}, None
+    ranks = link_bits = None
+    for raw in text.splitlines():
+        line = re.sub(r"^\[rank \d+\] ", "", raw).strip()
+        if m := re.match(r"# nccl-tests style: allreduce, float, sum, (\d+) ranks", line):
+            ranks = int(m.group(1))
+        elif m := re.search(r"through links of ([0-9.]+) Gbit/s", line):
+            link_bits = float(m.group(1)) * 1e9
+        elif m := re.match(r"# (allreduce(?:_registered)?/\S+)$", line):
+            current = m.group(1)
+            rows[current] = []
+        elif current and re.match(r"^\d+\s+\d+\s+[0-9.]+", line):
+            fields = line.split()
+            rows[current].append((int(fields[0]), float(fields[2]) * 1e-6))
+        elif not line:
+            current = None
+    if not rows or ranks is None or link_bits is None:
+        raise ModelError("not allreduce_bench output across a link (no tables, no rank "
+                         "count or no 'link floor' line)")
+    return rows, ranks, link_bits
+
+
+def fit(points, ranks, hosts, hierarchical):
+    """(alpha seconds, B_eff bytes/s) by least squares on T(S) = steps * alpha + share * S / B."""
+    if len(points) < 2:
+        raise ModelError("a fit needs at least two sizes")
+    steps, share = ((2 * (hosts - 1), 2 * (hosts - 1) / hosts) if hierarchical
+                    else (2 * (ranks - 1), 2 * (ranks - 1) / ranks))
+    sizes = np.array([p[0] for p in points], dtype=float)
+    times = np.array([p[1] for p in points])
+    design = np.stack([np.full_like(sizes, steps), share * sizes], axis=1)
+    # Relative errors (each row divided by its time): the small sizes fix alpha, the large
+    # ones B_eff, rather than the largest size deciding both.
+    (alpha, inv_b), *_ = np.linalg.lstsq(design / times[:, None], np.ones_like(times),
+                                         rcond=None)
+    return max(alpha, 0.0), (1 / inv_b if inv_b > 0 else math.inf)
+
+
+def allreduce_s(size, ranks, hosts, alpha, b_eff, hierarchical, b_intra):
+    g = ranks // hosts
+    if not hierarchical:
+        return 2 * (ranks - 1) * alpha + 2 * (ranks - 1) / ranks * size / b_eff
+    intra = 3 * (g - 1) / g * size / b_intra if g > 1 else 0.0
+    return intra + 2 * (hosts - 1) * alpha + 2 * (hosts - 1) / hosts * size / b_eff
+
+
+def step_ms(sync, compute_ms, comm_s, k=16):
+    comm_ms = comm_s * 1e3
+    if sync == "allreduce":
+        return compute_ms + max(0.0, comm_ms - BACKWARD_SHARE * compute_ms)
+    if sync == "param_avg":
+        return compute_ms + comm_ms / k
+    return compute_ms
+
+
+def fits_of(rows, ranks, hosts, link_bits):
+    """{row: (alpha, B_eff, efficiency, hierarchical)} for every table of the bench."""
+    out = {}
+    for row, points in rows.items():
+        hierarchical = "/hier" in row
+        alpha, b_eff = fit(points, ranks, hosts, hierarchical)
+        out[row] = (alpha, b_eff, b_eff * 8 / link_bits, hierarchical)
+    return out
+
+
+def report_fit(fits, rows, ranks, hosts, b_intra, link_bits):
+    lines = [f"# fit: {ranks} ranks on {hosts} hosts, links of {link_bits / 1e9:g} Gbit/s; "
+             f"T(S) = steps * alpha + share * S / B_eff (hier: + 3(G-1)/G S / B_intra, "
+             f"B_intra {b_intra / 1e9:g} GB/s)",
+             f"{'row':34} {'alpha(us)':>10} {'B_eff(GB/s)':>12} {'efficiency':>11}"]
+    for row, (alpha, b_eff, eff, _) in fits.items():
+        lines.append(f"{row:34} {alpha * 1e6:10.1f} {b_eff / 1e9:12.4f} {eff:11.2f}")
+    lines += ["", "# prediction beside measurement (the bench's own rows)",
+              f"{'row':34} {'size(B)':>10} {'measured(us)':>13} {'predicted(us)':>14} "
+              f"{'ratio':>6}"]
+    for row, points in rows.items():
+        alpha, b_eff, _, hier = fits[row]
+        for size, seconds in points:
+            predicted = allreduce_s(size, ranks, hosts, alpha, b_eff, hier, b_intra)
+            lines.append(f"{row:34} {size:10d} {seconds * 1e6:13.1f} {predicted * 1e6:14.1f} "
+                         f"{predicted / seconds:6.2f}")
+    return lines
+
+
+def extrapolate(fits, flat_row, hier_row, compute_ms, size, b_intra):
+    """{(gbit, sync, algorithm): [step ms per N in EXTRAPOLATE_RANKS]} and the table's lines."""
+    alpha_f, _, eff_f, _ = fits[flat_row]
+    alpha_h, _, eff_h, _ = fits[hier_row] if hier_row else fits[flat_row]
+    table, lines = {}, [
+        "", f"# extrapolation: step time (ms) at {RANKS_PER_HOST} ranks per host, "
+        f"compute {compute_ms:g} ms per step, {size / 1e6:.2f} MB of gradients",
+        f"{'link':>6} {'sync':>12} {'algorithm':>10} " +
+        " ".join(f"{n:>8}" for n in EXTRAPOLATE_RANKS)]
+    for gbit in EXTRAPOLATE_LINKS_GBIT:
+        for sync in ("allreduce", "param_avg"):
+            for name, hier, alpha, eff in (("flat", False, alpha_f, eff_f),
+                                           ("hier", True, alpha_h, eff_h)):
+                steps = []
+                for n in EXTRAPOLATE_RANKS:
+                    t = allreduce_s(size, n, n // RANKS_PER_HOST, alpha, eff * gbit * 1e9 / 8,
+                                    hier, b_intra)
+                    steps.append(step_ms(sync, compute_ms, t))
+                table[(gbit, sync, name)] = steps
+                lines.append(f"{gbit:>4}G {sync:>12} {name:>10} " +
+                             " ".join(f"{s:8.2f}" for s in steps))
+    return table, lines
+
+
+def plot(table, path, compute_ms):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(EXTRAPOLATE_LINKS_GBIT), figsize=(15, 4.4), sharey=True)
+    for ax, gbit in zip(axes, EXTRAPOLATE_LINKS_GBIT):
+        for (g, sync, name), steps in table.items():
+            if g != gbit:
+                continue
+            ax.plot(EXTRAPOLATE_RANKS, steps, marker="o", ls="-" if name == "flat" else "--",
+                    color="C0" if sync == "allreduce" else "C3", label=f"{sync}, {name}")
+        ax.axhline(compute_ms, color="grey", ls=":", label="compute alone")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{gbit} Gbit/s links, {RANKS_PER_HOST} ranks per host (model)")
+        ax.set_xlabel("ranks")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("predicted step (ms)")
+    axes[-1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--bench", required=True, help="allreduce_bench output across a link")
+    parser.add_argument("--hosts", type=int, default=2, help="the bench's hosts")
+    parser.add_argument("--compute_ms", type=float, default=28.8,
+                        help="compute per step (default: the Fashion-MNIST MLP's 'none' run at "
+                             "2 ranks on this 2-core machine, 28.8 ms)")
+    parser.add_argument("--buffer_bytes", type=int, default=DEFAULT_BUFFER_BYTES)
+    parser.add_argument("--intra_gbs", type=float, default=7.7,
+                        help="shared-memory bus bandwidth inside a host, GB/s (shm_ring at 64 "
+                             "MiB, bench/results/cpu)")
+    parser.add_argument("--plot", help="write the extrapolation's PNG here")
+    args = parser.parse_args(argv)
+    try:
+        if args.hosts < 2 or args.compute_ms <= 0 or args.buffer_bytes <= 0 or \
+                args.intra_gbs <= 0:
+            raise ModelError("need --hosts >= 2 and positive --compute_ms, --buffer_bytes, "
+                             "--intra_gbs")
+        try:
+            with open(args.bench) as f:
+                rows, ranks, link_bits = parse_bench(f.read())
+        except OSError as e:
+            raise ModelError(f"cannot read {args.bench}: {e.strerror}") from None
+        if ranks % args.hosts:
+            raise ModelError(f"{ranks} ranks do not spread over --hosts={args.hosts}")
+        b_intra = args.intra_gbs * 1e9
+        fits = fits_of(rows, ranks, args.hosts, link_bits)
+        flat = next((r for r in fits if r.startswith("allreduce/") and "/hier" not in r), None)
+        hier = next((r for r in fits if r == "allreduce/hier"), None)
+        if flat is None:
+            raise ModelError("the bench has no flat allreduce row to fit")
+        lines = report_fit(fits, rows, ranks, args.hosts, b_intra, link_bits)
+        table, more = extrapolate(fits, flat, hier, args.compute_ms, args.buffer_bytes,
+                                  b_intra)
+        print("\n".join(lines + more))
+        if args.plot:
+            plot(table, args.plot, args.compute_ms)
+    except ModelError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""The cost model on synthetic bench output whose terms are known: the fit recovers them, the
+predictions follow the formulas, and bad input is one error line with exit status 2."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import cost_model  # noqa: E402
+
+ALPHA, B_EFF = 50e-6, 0.1e9  # 50 us a step, 0.1 GB/s on a 1 Gbit/s link
+SIZES = [4 ** k for k in range(1, 13)]
+
+
+def bench_text(ranks=4, hosts=2):
+    lines = [f"[rank 0] # nccl-tests style: allreduce, float, sum, {ranks} ranks; time", ""]
+    for row, hier in (("allreduce/gloo", False), ("allreduce/hier", True)):
+        lines += [f"[rank 0] # {row}", "[rank 0]      size(B) count time(us) ..."]
+        for size in SIZES:
+            t = cost_model.allreduce_s(size, ranks, hosts, ALPHA, B_EFF, hier, 7.7e9)
+            lines.append(f"[rank 0] {size:12d} {size // 4:12d} {t * 1e6:10.2f} 0 0 0 0 0 0")
+        lines.append("[rank 0] ")
+    lines.append("[rank 0] # link floor: one TCP stream between two hosts carried 0.119 GB/s "
+                 "(0.953 Gbit/s) through links of 1.000 Gbit/s; xlink = busbw / 0.125 GB/s")
+    return "\n".join(lines) + "\n"
+
+
+class FitTest(unittest.TestCase):
+    def test_recovers_alpha_and_bandwidth(self):
+        rows, ranks, link_bits = cost_model.parse_bench(bench_text())
+        self.assertEqual((ranks, link_bits), (4, 1e9))
+        alpha, b_eff = cost_model.fit(rows["allreduce/gloo"], ranks, 2, False)
+        # Within 1%: the times are printed to 0.01 us.
+        self.assertAlmostEqual(alpha / ALPHA, 1, delta=0.01)
+        self.assertAlmostEqual(b_eff / B_EFF, 1, delta=0.01)
+
+    def test_hier_beats_a_flat_ring_when_the_link_binds(self):
+        size = 7.45e6
+        flat = cost_model.allreduce_s(size, 64, 8, ALPHA, B_EFF, False, 7.7e9)
+        hier = cost_model.allreduce_s(size, 64, 8, ALPHA, B_EFF, True, 7.7e9)
+        # 2(N-1)/N against 2(H-1)/H of the buffer through each link, fewer slow steps.
+        self.assertLess(hier, flat)
+        self.assertAlmostEqual(
+            flat, 126 * ALPHA + 126 / 64 * size / B_EFF, delta=1e-12)
+
+    def test_step_time(self):
+        self.assertEqual(cost_model.step_ms("none", 30.0, 1.0), 30.0)
+        self.assertEqual(cost_model.step_ms("allreduce", 30.0, 0.010), 30.0)  # hidden
+        self.assertAlmostEqual(cost_model.step_ms("allreduce", 30.0, 0.050), 60.0)
+        self.assertAlmostEqual(cost_model.step_ms("param_avg", 30.0, 0.160, k=16), 40.0)
+
+
+class CliTest(unittest.TestCase):
+    def run_model(self, *args):
+        return subprocess.run([sys.executable, os.path.join(HERE, "cost_model.py")] +
+                              list(args), capture_output=True, text=True, timeout=60)
+
+    def test_prints_fit_predictions_and_extrapolation(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(bench_text())
+        result = self.run_model(f"--bench={f.name}")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("# prediction beside measurement", result.stdout)
+        self.assertIn("1024", result.stdout)
+        self.assertEqual(result.stdout.count(" hier "), 6)  # 3 links x 2 synchronisers
+
+    def test_bad_input_is_one_error_line(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write("not a bench\n")
+        for args in ([f"--bench={f.name}"], ["--bench=/nonexistent"],
+                     [f"--bench={f.name}", "--compute_ms=0"]):
+            result = self.run_model(*args)
+            self.assertEqual(result.returncode, 2, args)
+            self.assertTrue(result.stderr.startswith("error: "), result.stderr)
+            self.assertEqual(len(result.stderr.splitlines()), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
