@@ -78,19 +78,23 @@ def parse_bench(text):
 
 
 def fit(points, ranks, hosts, hierarchical):
-    """(alpha seconds, B_eff bytes/s) by least squares on T(S) = steps * alpha + share * S / B."""
-    if len(points) < 2:
-        raise ModelError("a fit needs at least two sizes")
+    """(alpha seconds, B_eff bytes/s) of T(S) = steps * alpha + share * S / B_eff: alpha from
+    the small sizes (up to 64 KiB, the median: their times scatter), B_eff by least squares
+    on the large ones (1 MiB and up), each corrected for the other's term, twice."""
     steps, share = ((2 * (hosts - 1), 2 * (hosts - 1) / hosts) if hierarchical
                     else (2 * (ranks - 1), 2 * (ranks - 1) / ranks))
-    sizes = np.array([p[0] for p in points], dtype=float)
-    times = np.array([p[1] for p in points])
-    design = np.stack([np.full_like(sizes, steps), share * sizes], axis=1)
-    # Relative errors (each row divided by its time): the small sizes fix alpha, the large
-    # ones B_eff, rather than the largest size deciding both.
-    (alpha, inv_b), *_ = np.linalg.lstsq(design / times[:, None], np.ones_like(times),
-                                         rcond=None)
-    return max(alpha, 0.0), (1 / inv_b if inv_b > 0 else math.inf)
+    small = [(s, t) for s, t in points if s <= 64 << 10]
+    large = [(s, t) for s, t in points if s >= 1 << 20]
+    if not small or not large:
+        raise ModelError("a fit needs sizes up to 64 KiB and from 1 MiB (the bench's "
+                         "--min_bytes and --max_bytes)")
+    alpha, inv_b = 0.0, 0.0
+    for _ in range(2):
+        alpha = max(0.0, float(np.median([(t - share * s * inv_b) / steps for s, t in small])))
+        x = np.array([share * s for s, _ in large])
+        y = np.array([t - steps * alpha for _, t in large])
+        inv_b = max(float(x @ y / (x @ x)), 1e-15)
+    return alpha, 1 / inv_b
 
 
 def allreduce_s(size, ranks, hosts, alpha, b_eff, hierarchical, b_intra):
@@ -198,6 +202,10 @@ def main(argv=None):
     parser.add_argument("--intra_gbs", type=float, default=7.7,
                         help="shared-memory bus bandwidth inside a host, GB/s (shm_ring at 64 "
                              "MiB, bench/results/cpu)")
+    parser.add_argument("--alpha_us", type=float,
+                        help="the latency per ring step to extrapolate with, instead of the "
+                             "fitted one (on a machine whose ranks share cores the fit "
+                             "measures the scheduler more than the network)")
     parser.add_argument("--plot", help="write the extrapolation's PNG here")
     args = parser.parse_args(argv)
     try:
@@ -219,6 +227,12 @@ def main(argv=None):
         if flat is None:
             raise ModelError("the bench has no flat allreduce row to fit")
         lines = report_fit(fits, rows, ranks, args.hosts, b_intra, link_bits)
+        if args.alpha_us is not None:
+            if args.alpha_us < 0:
+                raise ModelError("--alpha_us must be >= 0")
+            fits = {row: (args.alpha_us * 1e-6,) + terms[1:] for row, terms in fits.items()}
+            lines += ["", f"# extrapolating with alpha = {args.alpha_us:g} us per ring step "
+                      "(--alpha_us), the fitted B_eff"]
         table, more = extrapolate(fits, flat, hier, args.compute_ms, args.buffer_bytes,
                                   b_intra)
         print("\n".join(lines + more))
