@@ -359,25 +359,6 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
   return 1;
 }
 
-// `--comm=mpi --hosts=H`: mpirun places the ranks on the emulated hosts
-// (comm/job/mpirun_on_hosts.h), after the launcher's own checks.
-int LaunchMpiOnHosts(const TrainConfig& config, int argc, char** argv) {
-  const std::optional<io::DirectoryLock> lock = LockOutDir(config);
-  ValidateConfig(config, FLAGS_nprocs);
-  comm::TuningFromEnvironment();
-  ValidateFaultInjection(Faults(), FLAGS_nprocs);
-  const std::unique_ptr<comm::cluster::EmulatedCluster> cluster =
-      comm::cluster::CreateJobCluster(FLAGS_nprocs,
-                                      comm::cluster::ClusterRequestFromFlags());
-  if (cluster == nullptr) {
-    throw std::invalid_argument(
-        "--comm=mpi on one host takes its ranks from mpirun; --hosts=2 or "
-        "more places them on emulated hosts");
-  }
-  return comm::LaunchMpirunOnHosts(
-      FLAGS_nprocs, std::vector<std::string>(argv, argv + argc), *cluster);
-}
-
 // Emulated hosts are this launcher's: for ranks it does not start, --hosts
 // and --link cannot take effect, and are refused rather than ignored.
 void RefuseEmulatedHosts(const std::string& why) {
@@ -416,11 +397,9 @@ int Main(int argc, char** argv) {
   const comm::RankLaunch launch = Backend(config.comm)->launch;
   try {
     if (!is_rank) {
+      // On one host mpirun starts the ranks; on emulated hosts this does.
       if (launch == comm::RankLaunch::kMpirun &&
-          comm::cluster::ClusterRequested()) {
-        return LaunchMpiOnHosts(config, argc, argv);
-      }
-      if (launch == comm::RankLaunch::kMpirun) {
+          !comm::cluster::ClusterRequested()) {
         throw std::invalid_argument("--comm=" + config.comm +
                                     " takes its ranks from mpirun: mpirun -np "
                                     "2 " +
@@ -444,10 +423,15 @@ int Main(int argc, char** argv) {
       const std::unique_ptr<comm::cluster::EmulatedCluster> cluster =
           comm::cluster::CreateJobCluster(
               FLAGS_nprocs, comm::cluster::ClusterRequestFromFlags());
-      comm::LaunchOptions launch;
-      launch.cluster = cluster.get();
+      if (launch == comm::RankLaunch::kMpirun) {
+        return comm::LaunchMpirunOnHosts(
+            FLAGS_nprocs, std::vector<std::string>(argv, argv + argc),
+            *cluster);
+      }
+      comm::LaunchOptions options;
+      options.cluster = cluster.get();
       return comm::LaunchRanks(
-          FLAGS_nprocs, std::vector<std::string>(argv, argv + argc), launch);
+          FLAGS_nprocs, std::vector<std::string>(argv, argv + argc), options);
     }
     // Our launcher's ranks run with its flags; another's cannot be moved.
     if (!comm::JobEnvironment::Read().store_hosted) {

@@ -223,12 +223,16 @@ std::string EmulatedCluster::Address(int host) {
 
 std::string EmulatedCluster::Subnet() { return "10.78.0.0/24"; }
 
-EmulatedCluster::EmulatedCluster(int hosts, const Link& link) : link_(link) {
+void EmulatedCluster::CheckHostCount(int hosts) {
   if (hosts < 1 || hosts > kMaxHosts) {
     throw std::invalid_argument("--hosts must be in [1, " +
                                 std::to_string(kMaxHosts) + "], got " +
                                 std::to_string(hosts));
   }
+}
+
+EmulatedCluster::EmulatedCluster(int hosts, const Link& link) : link_(link) {
+  CheckHostCount(hosts);
   hosts_.resize(hosts);
   try {
     Build();
@@ -252,10 +256,12 @@ void EmulatedCluster::Release() {
 }
 
 void EmulatedCluster::Build() {
-  const std::string ip = FindTool("ip");
+  // The tools, found once (tc only where a link is shaped).
+  ip_ = FindTool("ip");
+  if (!link_.unlimited() || link_.latency_us > 0) tc_ = FindTool("tc");
   NewNamespaces("ringlab-switch", &switch_.net, &switch_.uts);
-  RunIn(switch_.net, {ip, "link", "add", "name", "br0", "type", "bridge"});
-  RunIn(switch_.net, {ip, "link", "set", "dev", "br0", "up"});
+  RunIn(switch_.net, {ip_, "link", "add", "name", "br0", "type", "bridge"});
+  RunIn(switch_.net, {ip_, "link", "set", "dev", "br0", "up"});
   for (int h = 0; h < hosts(); ++h) {
     NewNamespaces(HostName(h), &hosts_[h].net, &hosts_[h].uts);
     ConnectHost(h);
@@ -265,17 +271,16 @@ void EmulatedCluster::Build() {
 // Host h's veth pair: eth0 in the host, port p<h> on the switch's bridge;
 // its address, and both ends shaped.
 void EmulatedCluster::ConnectHost(int h) {
-  const std::string ip = FindTool("ip");
   const std::string port = "p" + std::to_string(h);
   RunIn(switch_.net,
-        {ip, "link", "add", "name", port, "type", "veth", "peer", "name",
+        {ip_, "link", "add", "name", port, "type", "veth", "peer", "name",
          kInterface, "netns", "/proc/self/fd/3"},
         hosts_[h].net);
-  RunIn(switch_.net, {ip, "link", "set", "dev", port, "master", "br0", "up"});
+  RunIn(switch_.net, {ip_, "link", "set", "dev", port, "master", "br0", "up"});
   RunIn(hosts_[h].net,
-        {ip, "address", "add", Address(h) + "/24", "dev", kInterface});
-  RunIn(hosts_[h].net, {ip, "link", "set", "dev", kInterface, "up"});
-  RunIn(hosts_[h].net, {ip, "link", "set", "dev", "lo", "up"});
+        {ip_, "address", "add", Address(h) + "/24", "dev", kInterface});
+  RunIn(hosts_[h].net, {ip_, "link", "set", "dev", kInterface, "up"});
+  RunIn(hosts_[h].net, {ip_, "link", "set", "dev", "lo", "up"});
   Shape(hosts_[h], kInterface);  // what the host sends
   Shape(switch_, port);          // what it receives
 }
@@ -283,14 +288,13 @@ void EmulatedCluster::ConnectHost(int h) {
 // A device's egress: netem's delay beneath a token bucket at the link's
 // rate (the bucket alone without a delay; nothing when unlimited).
 void EmulatedCluster::Shape(const Namespaces& where, const std::string& dev) {
-  if (link_.unlimited() && link_.latency_us == 0) return;
-  const std::string tc = FindTool("tc");
+  if (tc_.empty()) return;  // unlimited, no delay: nothing to shape
   std::vector<std::string> parent = {"root"};
   if (link_.latency_us > 0) {
     try {
       // A queue deep enough for a second at 100 Gbit/s of full frames.
       RunIn(where.net,
-            {tc, "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem",
+            {tc_, "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem",
              "delay", std::to_string(link_.latency_us) + "us", "limit",
              "10000000"});
     } catch (const ClusterError& e) {
@@ -302,7 +306,7 @@ void EmulatedCluster::Shape(const Namespaces& where, const std::string& dev) {
     parent = {"parent", "1:", "handle", "2:"};
   }
   if (link_.unlimited()) return;
-  std::vector<std::string> args = {tc, "qdisc", "add", "dev", dev};
+  std::vector<std::string> args = {tc_, "qdisc", "add", "dev", dev};
   args.insert(args.end(), parent.begin(), parent.end());
   for (const std::string& a :
        {std::string("tbf"), std::string("rate"),

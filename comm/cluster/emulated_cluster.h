@@ -51,6 +51,8 @@ class EmulatedCluster {
   // (having removed what it made), std::invalid_argument for hosts outside
   // [1, kMaxHosts].
   EmulatedCluster(int hosts, const Link& link);
+  // std::invalid_argument for a count outside [1, kMaxHosts].
+  static void CheckHostCount(int hosts);
   ~EmulatedCluster();
   EmulatedCluster(const EmulatedCluster&) = delete;
   EmulatedCluster& operator=(const EmulatedCluster&) = delete;
@@ -95,6 +97,7 @@ class EmulatedCluster {
   void Shape(const Namespaces& where, const std::string& device);
 
   Link link_;
+  std::string ip_, tc_;  // iproute2's tools; tc_ empty when nothing is shaped
   Namespaces switch_;
   std::vector<Namespaces> hosts_;
 };

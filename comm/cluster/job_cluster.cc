@@ -9,11 +9,7 @@ namespace ringlab::comm::cluster {
 std::unique_ptr<EmulatedCluster> CreateJobCluster(
     int ranks, const ClusterRequest& request) {
   const int hosts = request.hosts;
-  if (hosts < 1 || hosts > EmulatedCluster::kMaxHosts) {
-    throw std::invalid_argument("--hosts must be in [1, " +
-                                std::to_string(EmulatedCluster::kMaxHosts) +
-                                "], got " + std::to_string(hosts));
-  }
+  EmulatedCluster::CheckHostCount(hosts);
   const Link link = ParseLink(request.link, request.link_latency);
   if (hosts == 1) {
     if (!link.unlimited() || link.latency_us > 0) {

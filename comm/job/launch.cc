@@ -443,6 +443,27 @@ void DrainOutput(std::vector<Stream>& streams) {
 
 }  // namespace
 
+std::string LauncherStoreAddress(const cluster::EmulatedCluster* hosts) {
+  return hosts != nullptr ? cluster::EmulatedCluster::Address(0) : "127.0.0.1";
+}
+
+std::unique_ptr<TcpStoreServer> StartLauncherStore(
+    const cluster::EmulatedCluster* hosts) {
+  // The job's secret: the store admits only the ranks, which get it in
+  // their environment (readable by this user only, /proc/<pid>/environ).
+  std::unique_ptr<TcpStoreServer> server;
+  const auto start = [&] {
+    server = std::make_unique<TcpStoreServer>(LauncherStoreAddress(hosts), 0,
+                                              GenerateJobSecret());
+  };
+  if (hosts != nullptr) {
+    hosts->InNetworkOf(0, start);  // its socket in host 0's namespace
+  } else {
+    start();
+  }
+  return server;
+}
+
 int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
                 const LaunchOptions& options) {
   if (nprocs < 1) {
@@ -457,26 +478,14 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
                                 " ranks do not spread evenly over " +
                                 std::to_string(host_count) + " hosts");
   }
-  // The job's secret: the store admits only the ranks, which get it in
-  // their environment (readable by this user only, /proc/<pid>/environ).
-  // On emulated hosts the store listens on host 0, as on a real cluster.
-  const std::string store_address =
-      hosts != nullptr ? cluster::EmulatedCluster::Address(0) : "127.0.0.1";
+  const std::string store_address = LauncherStoreAddress(hosts);
   std::unique_ptr<TcpStoreServer> server;
-  const auto start_store = [&] {
-    server =
-        std::make_unique<TcpStoreServer>(store_address, 0, GenerateJobSecret());
-  };
   int port = 0;
   std::string secret_hex;
   if (!options.host_store) {
     port = hosts != nullptr ? kForeignStorePort : FreeLoopbackPort();
   } else {
-    if (hosts != nullptr) {
-      hosts->InNetworkOf(0, start_store);
-    } else {
-      start_store();
-    }
+    server = StartLauncherStore(hosts);
     port = server->port();
     secret_hex = JobSecretToHex(server->secret());
   }

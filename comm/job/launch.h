@@ -15,6 +15,7 @@
 #define RINGLAB_COMM_JOB_LAUNCH_H_
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ namespace ringlab::comm {
 namespace cluster {
 class EmulatedCluster;
 }
+class TcpStoreServer;
 
 struct LaunchOptions {
   // Between SIGTERM and SIGKILL for the ranks still running after a failure.
@@ -60,6 +62,13 @@ struct LaunchOptions {
 // stopping and reaping those already started).
 int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
                 const LaunchOptions& options = {});
+
+// The store a launcher hosts for its ranks, with a fresh job secret: on host
+// 0's address of `hosts`, as on a real cluster, or on loopback without
+// emulated hosts (LauncherStoreAddress).
+std::string LauncherStoreAddress(const cluster::EmulatedCluster* hosts);
+std::unique_ptr<TcpStoreServer> StartLauncherStore(
+    const cluster::EmulatedCluster* hosts);
 
 }  // namespace ringlab::comm
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/cluster/job_cluster.h"
+#include "comm/job/launch.h"
 #include "comm/job/launch_variables.h"
 #include "comm/store/job_secret.h"
 #include "comm/store/tcp_store.h"
@@ -127,11 +128,7 @@ int LaunchMpirunOnHosts(int nprocs, const std::vector<std::string>& argv,
                                ", which is not installed");
     }
   }
-  std::unique_ptr<TcpStoreServer> server;
-  hosts.InNetworkOf(0, [&] {
-    server = std::make_unique<TcpStoreServer>(EmulatedCluster::Address(0), 0,
-                                              GenerateJobSecret());
-  });
+  const std::unique_ptr<TcpStoreServer> server = StartLauncherStore(&hosts);
   char dir_template[] = "/tmp/ringlab-mpirun-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     throw std::runtime_error("cannot make a temporary directory");
@@ -145,7 +142,7 @@ int LaunchMpirunOnHosts(int nprocs, const std::vector<std::string>& argv,
     // memory files in the private directory.
     status = RunOnHostZero(
         hosts, MpirunArgv(nprocs, agent, argv, hosts.hosts()),
-        {std::string(launch::kMasterAddr) + "=" + EmulatedCluster::Address(0),
+        {std::string(launch::kMasterAddr) + "=" + LauncherStoreAddress(&hosts),
          std::string(launch::kMasterPort) + "=" +
              std::to_string(server->port()),
          std::string(launch::kJobSecret) + "=" +

@@ -123,6 +123,13 @@ def read_trace(path, pid=0):
     return totals
 
 
+def fmt(value, spec, missing="n/a"):
+    """value formatted for the report, `missing` where it was not measured (None or nan)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return missing
+    return format(value, spec)
+
+
 def _nan_mean(values):
     values = [v for v in values if not math.isnan(v)]
     return statistics.fmean(values) if values else math.nan

@@ -60,6 +60,12 @@ SYNCS = (("allreduce_overlap", "allreduce", None, True),
 LINK_SYNCS = ("allreduce_overlap", "param_avg_k16", "none")
 
 
+def detail(sync, k, overlap):
+    """A synchroniser variant as the labels name it: "allreduce, overlap", "param_avg K=16"."""
+    return {"allreduce": "allreduce, " + ("overlap" if overlap else "no overlap"),
+            "param_avg": f"param_avg K={k}", "none": "none"}[sync]
+
+
 def link_runs(links):
     """The runs of --links: per link, PyTorch DDP, then each of LINK_SYNCS."""
     runs = []
@@ -71,9 +77,8 @@ def link_runs(links):
         for key, sync, k, overlap in SYNCS:
             if key not in LINK_SYNCS:
                 continue
-            detail = {"allreduce": "allreduce, overlap", "param_avg": f"param_avg K={k}",
-                      "none": "none"}[sync]
-            runs.append(dict(name=f"link_{tag}_{key}", label=f"ringlab {detail} (gloo) @ {link}",
+            runs.append(dict(name=f"link_{tag}_{key}",
+                             label=f"ringlab {detail(sync, k, overlap)} (gloo) @ {link}",
                              framework="ringlab", sync=sync, avg_period=k, overlap=overlap,
                              comm="gloo", ranks=2, link=link, variant=key))
     return runs
@@ -94,9 +99,8 @@ def plan(quick, links=()):
         "allreduce_overlap", "allreduce_no_overlap", "param_avg_k16")]
     for comm in comms:
         for key, sync, k, overlap in syncs:
-            detail = {"allreduce": "allreduce, " + ("overlap" if overlap else "no overlap"),
-                      "param_avg": f"param_avg K={k}", "none": "none"}[sync]
-            runs.append(dict(name=f"{comm}_{key}", label=f"ringlab {detail} ({comm})",
+            runs.append(dict(name=f"{comm}_{key}",
+                             label=f"ringlab {detail(sync, k, overlap)} ({comm})",
                              framework="ringlab", sync=sync, avg_period=k, overlap=overlap,
                              comm=comm, ranks=2))
     if not quick:

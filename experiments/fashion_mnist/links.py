@@ -5,7 +5,6 @@ two plots, test accuracy against wall-clock per link and step time against the l
 synchroniser.
 """
 
-import math
 import os
 
 import analysis
@@ -25,12 +24,6 @@ def by_link(runs):
         if run.get("link"):
             links.setdefault(run["link"], []).append(run)
     return links
-
-
-def _fmt(value, spec):
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return format(value, spec)
 
 
 def _mb(value):
@@ -57,9 +50,9 @@ def _link_table(runs):
         trace = s["trace"] or {}
         lines.append("| " + " | ".join([
             run["label"],
-            _fmt(s["reach_seconds"], ".1f") if s["reach_seconds"] is not None else "not reached",
-            f"{100 * best:.2f}% ({at:.1f} s)", _fmt(s["median_step_ms"], ".2f"),
-            _fmt(trace.get("exposed_ms"), ".2f") if trace else "n/a (no trace)",
+            analysis.fmt(s["reach_seconds"], ".1f") if s["reach_seconds"] is not None else "not reached",
+            f"{100 * best:.2f}% ({at:.1f} s)", analysis.fmt(s["median_step_ms"], ".2f"),
+            analysis.fmt(trace.get("exposed_ms"), ".2f") if trace else "n/a (no trace)",
             _mb(s.get("link_bytes_per_step"))]) + " |")
     return lines
 

@@ -67,10 +67,7 @@ def _stats(runs, name):
     return None
 
 
-def _fmt(value, spec, missing="n/a"):
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return missing
-    return format(value, spec)
+_fmt = analysis.fmt
 
 
 def _bytes(value):
