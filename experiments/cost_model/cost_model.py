@@ -54,7 +54,8 @@ class ModelError(Exception):
 
 
 def parse_bench(text):
-    """{row: [(bytes, seconds)]} and (ranks, link bits/s) from allreduce_bench's output."""
+    """{row: [(bytes, seconds)]} and (ranks, link bits/s) from allreduce_bench's output. An
+    unshaped link's rate is what one TCP stream carried through it (the bench's floor line)."""
     rows, current = {}, None
     ranks = link_bits = None
     for raw in text.splitlines():
@@ -62,6 +63,8 @@ def parse_bench(text):
         if m := re.match(r"# nccl-tests style: allreduce, float, sum, (\d+) ranks", line):
             ranks = int(m.group(1))
         elif m := re.search(r"through links of ([0-9.]+) Gbit/s", line):
+            link_bits = float(m.group(1)) * 1e9
+        elif m := re.search(r"\(([0-9.]+) Gbit/s\) through links of unlimited rate", line):
             link_bits = float(m.group(1)) * 1e9
         elif m := re.match(r"# (allreduce(?:_registered)?/\S+)$", line):
             current = m.group(1)

@@ -38,6 +38,11 @@ class FitTest(unittest.TestCase):
         self.assertAlmostEqual(alpha / ALPHA, 1, delta=0.01)
         self.assertAlmostEqual(b_eff / B_EFF, 1, delta=0.01)
 
+    def test_an_unshaped_link_is_rated_at_its_tcp_floor(self):
+        text = bench_text().replace("through links of 1.000 Gbit/s", "through links of "
+                                    "unlimited rate")
+        self.assertEqual(cost_model.parse_bench(text)[2], 0.953e9)
+
     def test_hier_beats_a_flat_ring_when_the_link_binds(self):
         size = 7.45e6
         flat = cost_model.allreduce_s(size, 64, 8, ALPHA, B_EFF, False, 7.7e9)

@@ -1,25 +1,29 @@
 #!/usr/bin/python3
-"""Fashion-MNIST with ringlab's synchronisers side by side with PyTorch DDP.
+"""Fashion-MNIST: ringlab's synchronisers beside PyTorch DDP, on one host and across links.
 
-Runs PyTorch DDP itself (pytorch_ddp.py; skipped with a note where torch does not import), then
-//train:train with allreduce (overlap on and off), param_avg K in {4, 16, 64} and none over
-shm_ring, mpi and gloo at 2 ranks, plus one ringlab rank and one PyTorch process (the compute
-floor), all on the same MLP, initial parameters, sampler and hyper-parameters. One progress
-line per run. Writes <out_dir>/report.md, results.csv and PNG plots; each run's own files
-(losses.csv, eval.csv, trace.json, log.txt, run.json) stay under <out_dir>/runs/<run>/.
---links=unlimited,10gbit,1gbit adds, per link, PyTorch DDP and ringlab's allreduce, param_avg
-K=16 and none at 2 ranks on 2 emulated hosts (comm/cluster) joined by links of that rate, and a
-report section per link naming the fastest to 85%.
+Runs PyTorch DDP itself (pytorch_ddp.py; skipped with a note where torch does not import) and
+//train:train's synchronisers on the same MLP, initial parameters, sampler and
+hyper-parameters, one progress line per run; across links (comm/cluster: 2 ranks on 2 emulated
+hosts joined by links of the rate named), it first sweeps allreduce_bench over gloo on each
+link, which the report's cost model fits. Writes <out_dir>/report.md, results.csv and PNG
+plots; each run's own files (losses.csv, eval.csv, trace.json, log.txt, run.json) stay under
+<out_dir>/runs/<run>/, the sweeps under <out_dir>/bench/. What each mode runs is MODES below:
 
-    bazel run -c opt //experiments:fashion_mnist -- [--out_dir=DIR] [--quick] [--epochs=N]
+    bazel run -c opt //experiments:fashion_mnist -- [--quick | --full] [--links=L1,L2|none]
+        [--epochs=N] [--out_dir=DIR]
 
-The full run trains FULL_EPOCHS = 3 epochs per run (PyTorch DDP passes 85% test accuracy at the
-third): measured at 7.1 minutes on a 2-core Xeon with little else running and 9.0 with other
-work on it (load 2-4); 4 epochs would not keep 15 minutes under that load. --quick: 1 epoch of
-PyTorch DDP and ringlab allreduce (overlap on and off) and param_avg K=16 over shm_ring,
-measured at 0.6 to 1.0 minute. --report_only: rewrite the report from the runs already in
---out_dir. --dry_run: print the commands and stop. Exit status 0 when every run finished, 1
-when one failed (the report says which), 2 for bad input.
+  (default)  per link (unlimited, 1gbit): PyTorch DDP, ringlab allreduce, param_avg K=16 and
+             none, 3 epochs (PyTorch DDP passes 85% test accuracy in the third), the answer to
+             "which synchroniser reaches 85% first on this link";
+  --full     every synchroniser over shm_ring on one host, allreduce over mpi and gloo, both
+             compute floors, and on links unlimited, 10gbit and 1gbit PyTorch DDP and ringlab's
+             allreduce, param_avg K=16 and none;
+  --quick    1 epoch: PyTorch DDP, ringlab allreduce and param_avg K=16 on one host, the last
+             two on a 1gbit link.
+
+Measured times are in the README, per CPU. --report_only: rewrite the report from the runs
+already in --out_dir. --dry_run: print the commands and stop. Exit status 0 when every run
+finished, 1 when one failed (the report says which), 2 for bad input.
 """
 
 import argparse
@@ -45,19 +49,43 @@ DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 MODEL, LR, BATCH, SEED = "784,1024,1024,10", 0.1, 64, 0
-FULL_EPOCHS = 3
-COMMS = ("shm_ring", "mpi", "gloo")
 SYNCS = (("allreduce_overlap", "allreduce", None, True),
          ("allreduce_no_overlap", "allreduce", None, False),
          ("param_avg_k4", "param_avg", 4, None),
          ("param_avg_k16", "param_avg", 16, None),
          ("param_avg_k64", "param_avg", 64, None),
          ("none", "none", None, None))
-
-
-# Across emulated links (--links): PyTorch DDP and these ringlab synchronisers, 2 ranks on 2
-# hosts (one each) over gloo, whose ranks bind their host's address.
-LINK_SYNCS = ("allreduce_overlap", "param_avg_k16", "none")
+# What each mode runs: its epochs; the 2-rank runs on one host, (communicator, synchroniser
+# keys), after PyTorch DDP when "pytorch_ddp" is set; the compute floors; the links, and on
+# each, PyTorch DDP (when "link_pytorch") and these ringlab synchronisers, 2 ranks on 2
+# emulated hosts (one each) over gloo, whose ranks bind their host's address.
+ALL_SYNCS = tuple(key for key, _, _, _ in SYNCS)
+MODES = {
+    # Under 3 minutes: the headline pair on one host and the two cheapest to compare on a
+    # slow link.
+    "quick": dict(epochs=1, pytorch_ddp=True,
+                  one_host=(("shm_ring", ("allreduce_overlap", "param_avg_k16")),),
+                  floors=False, links=("1gbit",), link_pytorch=False,
+                  link_syncs=("allreduce_overlap", "param_avg_k16")),
+    # The README's first command: the per-link answer, a fast link against a slow one, each
+    # with PyTorch DDP beside every ringlab synchroniser.
+    "standard": dict(epochs=3, pytorch_ddp=False, one_host=(), floors=False,
+                     links=("unlimited", "1gbit"), link_pytorch=True,
+                     link_syncs=("allreduce_overlap", "param_avg_k16", "none")),
+    # Everything: every synchroniser over shm_ring, DDP's overlap on and off over mpi and
+    # gloo too, both compute floors, and every synchroniser on three links.
+    "full": dict(epochs=3, pytorch_ddp=True,
+                 one_host=(("shm_ring", ALL_SYNCS),
+                           ("mpi", ("allreduce_overlap", "allreduce_no_overlap")),
+                           ("gloo", ("allreduce_overlap",))),
+                 floors=True, links=("unlimited", "10gbit", "1gbit"), link_pytorch=True,
+                 link_syncs=("allreduce_overlap", "param_avg_k16", "none")),
+}
+# Across links, the runs that send less than a gradient per step train this many epochs more
+# than the mode's: their steps are cheaper, and what a link run compares is the wall-clock to
+# 85% test accuracy, which allreduce reaches in its third epoch and param_avg K=16 and none
+# in their fourth (85.69% and 85.57%, after 83.51% and 83.21% at the third).
+CHEAP_EXTRA_EPOCHS = 1
 
 
 def detail(sync, k, overlap):
@@ -66,21 +94,25 @@ def detail(sync, k, overlap):
             "param_avg": f"param_avg K={k}", "none": "none"}[sync]
 
 
-def link_runs(links):
-    """The runs of --links: per link, PyTorch DDP, then each of LINK_SYNCS."""
+def link_runs(links, mode, epochs):
+    """The runs across links: per link, PyTorch DDP, then each of the mode's link_syncs."""
     runs = []
     for link in links:
         tag = link.replace(".", "_")
-        runs.append(dict(name=f"link_{tag}_pytorch_ddp", label=f"PyTorch DDP (gloo) @ {link}",
-                         framework="pytorch", sync="allreduce", avg_period=None, overlap=True,
-                         comm="gloo", ranks=2, link=link, variant="pytorch_ddp"))
+        if mode["link_pytorch"]:
+            runs.append(dict(name=f"link_{tag}_pytorch_ddp",
+                             label=f"PyTorch DDP (gloo) @ {link}", framework="pytorch",
+                             sync="allreduce", avg_period=None, overlap=True, comm="gloo",
+                             ranks=2, link=link, variant="pytorch_ddp", epochs=epochs))
         for key, sync, k, overlap in SYNCS:
-            if key not in LINK_SYNCS:
+            if key not in mode["link_syncs"]:
                 continue
             runs.append(dict(name=f"link_{tag}_{key}",
                              label=f"ringlab {detail(sync, k, overlap)} (gloo) @ {link}",
                              framework="ringlab", sync=sync, avg_period=k, overlap=overlap,
-                             comm="gloo", ranks=2, link=link, variant=key))
+                             comm="gloo", ranks=2, link=link, variant=key,
+                             epochs=epochs + (0 if sync == "allreduce" else
+                                              CHEAP_EXTRA_EPOCHS)))
     return runs
 
 
@@ -89,28 +121,34 @@ def fail(message):
     sys.exit(2)
 
 
-def plan(quick, links=()):
+def plan(mode_name, links=None, epochs=None):
     """The runs, in order: dicts with name, label, framework, sync, avg_period, overlap, comm,
-    ranks (and, for the runs across emulated links, link and variant)."""
-    runs = [dict(name="pytorch_ddp", label="PyTorch DDP (gloo, 2 ranks)", framework="pytorch",
-                 sync="allreduce", avg_period=None, overlap=True, comm="gloo", ranks=2)]
-    comms = ("shm_ring",) if quick else COMMS
-    syncs = [s for s in SYNCS if not quick or s[0] in (
-        "allreduce_overlap", "allreduce_no_overlap", "param_avg_k16")]
-    for comm in comms:
-        for key, sync, k, overlap in syncs:
-            runs.append(dict(name=f"{comm}_{key}",
-                             label=f"ringlab {detail(sync, k, overlap)} ({comm})",
-                             framework="ringlab", sync=sync, avg_period=k, overlap=overlap,
-                             comm=comm, ranks=2))
-    if not quick:
+    ranks, epochs (and, for the runs across emulated links, link and variant). links and
+    epochs default to the mode's."""
+    mode = MODES[mode_name]
+    epochs = epochs or mode["epochs"]
+    runs = []
+    if mode["pytorch_ddp"]:
+        runs.append(dict(name="pytorch_ddp", label="PyTorch DDP (gloo, 2 ranks)",
+                         framework="pytorch", sync="allreduce", avg_period=None, overlap=True,
+                         comm="gloo", ranks=2))
+    for comm, keys in mode["one_host"]:
+        for key, sync, k, overlap in SYNCS:
+            if key in keys:
+                runs.append(dict(name=f"{comm}_{key}",
+                                 label=f"ringlab {detail(sync, k, overlap)} ({comm})",
+                                 framework="ringlab", sync=sync, avg_period=k, overlap=overlap,
+                                 comm=comm, ranks=2))
+    if mode["floors"]:
         runs.append(dict(name="ringlab_1rank", label="ringlab 1 rank (compute floor)",
                          framework="ringlab", sync="none", avg_period=None, overlap=None,
                          comm="shm_ring", ranks=1))
         runs.append(dict(name="pytorch_1proc", label="PyTorch 1 process (compute floor)",
                          framework="pytorch", sync="none", avg_period=None, overlap=None,
                          comm=None, ranks=1))
-    runs += link_runs(links)
+    for run in runs:
+        run["epochs"] = epochs
+    runs += link_runs(mode["links"] if links is None else links, mode, epochs)
     for order, run in enumerate(runs):
         run["order"] = order
     return runs
@@ -120,7 +158,7 @@ def command(run, args, run_dir):
     """The argv of one run."""
     if run["framework"] == "pytorch":
         argv = ["/usr/bin/python3", os.path.join(HERE, "pytorch_ddp.py"), f"--out_dir={run_dir}",
-                f"--world_size={run['ranks']}", f"--epochs={args.epochs}", f"--model={MODEL}",
+                f"--world_size={run['ranks']}", f"--epochs={run['epochs']}", f"--model={MODEL}",
                 f"--lr={LR}", f"--batch_size={BATCH}", f"--seed={SEED}", "--sampler_seed=0",
                 "--set_epoch=true", "--eval_every=1", "--quiet", f"--timeout={args.timeout}"]
         argv += [f"--data_dir={args.data_dir}"] if args.data_dir else []
@@ -129,7 +167,7 @@ def command(run, args, run_dir):
                     "--"] + argv
         return argv
     argv = [args.train, "--dataset=fashion_mnist", f"--model={MODEL}", f"--sync={run['sync']}",
-            f"--comm={run['comm']}", f"--epochs={args.epochs}", f"--lr={LR}",
+            f"--comm={run['comm']}", f"--epochs={run['epochs']}", f"--lr={LR}",
             f"--batch_size={BATCH}", f"--seed={SEED}", "--sampler_seed=0", "--set_epoch=true",
             "--eval_every=1", f"--trace={run_dir}/trace.json", f"--out_dir={run_dir}", "--quiet",
             f"--timeout={args.timeout}"]
@@ -229,14 +267,45 @@ def progress(index, total, run):
             f"({run['wall_s']:.0f} s)")
 
 
+def probe_hosts(on_hosts):
+    """None when emulated hosts can be made here, else why not (one line)."""
+    if not on_hosts or not os.access(on_hosts, os.X_OK):
+        return "no --on_hosts binary"
+    result = subprocess.run([on_hosts, "--nprocs=2", "--hosts=2", "--link=1gbit", "--",
+                             "/bin/true"], capture_output=True, text=True, timeout=60)
+    if result.returncode == 0:
+        return None
+    lines = (result.stderr.strip() or f"exit status {result.returncode}").splitlines()
+    return lines[-1].split("error:", 1)[-1].strip()[:160]
+
+
+def bench_links(args, links, out, hosts_missing):
+    """allreduce_bench over gloo at 2 ranks on 2 emulated hosts, per link (64 B to 16 MiB,
+    seconds each): the sweeps the report's cost model fits. Writes <out>/bench/<link>.txt."""
+    bench_dir = os.path.join(out, "bench")
+    shutil.rmtree(bench_dir, ignore_errors=True)
+    if not links or hosts_missing or not args.bench:
+        return
+    os.makedirs(bench_dir)
+    for link in links:
+        argv = [args.bench, "--nprocs=2", "--hosts=2", f"--link={link}", "--backends=gloo",
+                "--min_bytes=64", f"--max_bytes={16 << 20}", "--samples=10",
+                "--max_iters=200", f"--timeout_s={args.timeout}"]
+        status, wall = execute(argv, 300, os.path.join(bench_dir, f"{link}.txt"))
+        print(f"[bench] allreduce over gloo @ {link}: {status} ({wall:.0f} s)", flush=True)
+
+
 def run_all(args, out):
-    runs = plan(args.quick, args.links)
+    runs = plan(args.mode, args.links, args.epochs)
+    links = list(dict.fromkeys(r["link"] for r in runs if r.get("link")))
     torch_version, torch_missing = probe_torch()
+    hosts_missing = probe_hosts(args.on_hosts) if links else None
     have_mpi = shutil.which("mpirun") is not None
     cpu_model, cores = machine()
     started = time.monotonic()
     invocation = {
-        "mode": "quick" if args.quick else "full", "epochs": args.epochs,
+        "mode": args.mode, "epochs": args.epochs or MODES[args.mode]["epochs"],
+        "links": links,
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "cpu_model": cpu_model, "cores": cores, "torch_version": torch_version,
         "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
@@ -246,10 +315,14 @@ def run_all(args, out):
                                    f"/usr/bin/python3 ({torch_missing})")
     if not have_mpi:
         invocation["notes"].append("mpi runs skipped: no mpirun on PATH")
+    if hosts_missing:
+        invocation["notes"].append(f"runs across links skipped: no emulated hosts here "
+                                   f"({hosts_missing})")
     runs_dir = os.path.join(out, "runs")
     shutil.rmtree(runs_dir, ignore_errors=True)  # only this invocation's runs in the report
-    deadline = 120 + 240 * args.epochs
+    bench_links(args, links, out, hosts_missing)
     for index, run in enumerate(runs, start=1):
+        deadline = 120 + 240 * run["epochs"]
         run_dir = os.path.join(runs_dir, run["name"])
         os.makedirs(run_dir)
         argv = command(run, args, run_dir)
@@ -258,8 +331,8 @@ def run_all(args, out):
             run["status"], run["wall_s"] = "skipped: torch does not import", None
         elif run["comm"] == "mpi" and not have_mpi:
             run["status"], run["wall_s"] = "skipped: no mpirun", None
-        elif run.get("link") and run["framework"] == "pytorch" and not args.on_hosts:
-            run["status"], run["wall_s"] = "skipped: no --on_hosts binary", None
+        elif run.get("link") and hosts_missing:
+            run["status"], run["wall_s"] = f"skipped: {hosts_missing}", None
         else:
             cpu_before = children_cpu_s()
             run["status"], run["wall_s"] = execute(argv, deadline,
@@ -293,35 +366,49 @@ def main(argv=None):
                                "out", "fashion_mnist")
     parser.add_argument("--out_dir", default=default_out)
     parser.add_argument("--train", help="path to the //train:train binary")
-    parser.add_argument("--quick", action="store_true", help="a subset: 1 epoch, shm_ring")
-    parser.add_argument("--epochs", type=int, help=f"default {FULL_EPOCHS}, 1 with --quick")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument("--quick", action="store_const", dest="mode", const="quick",
+                       help="1 epoch: PyTorch DDP, ringlab allreduce and param_avg K=16 on one "
+                            "host, the last two on a 1gbit link too")
+    modes.add_argument("--full", action="store_const", dest="mode", const="full",
+                       help="every run: all synchronisers and communicators on one host, both "
+                            "compute floors, and every synchroniser on links unlimited, "
+                            "10gbit and 1gbit")
+    parser.add_argument("--epochs", type=int,
+                        help="epochs per run (param_avg and none across links: "
+                             f"{CHEAP_EXTRA_EPOCHS} more); default "
+                             f"{MODES['standard']['epochs']}, 1 with --quick")
     parser.add_argument("--data_dir", default="",
                         help=f"the IDX .gz files (default {DEFAULT_DATA_DIR})")
     parser.add_argument("--timeout", type=float, default=120,
                         help="seconds any wait between ranks may take")
-    parser.add_argument("--links", default="",
-                        help="comma-separated link rates (e.g. unlimited,10gbit,1gbit): PyTorch "
-                             "DDP and ringlab's " + ", ".join(LINK_SYNCS) + " also run at 2 "
-                             "emulated hosts on each (needs root or user namespaces)")
+    parser.add_argument("--links",
+                        help="comma-separated link rates (e.g. unlimited,10gbit,1gbit), or "
+                             "none: PyTorch DDP and ringlab's synchronisers at 2 emulated hosts "
+                             "on each (needs root or user namespaces); default the mode's: "
+                             + "; ".join(f"{name} {','.join(m['links'])}"
+                                         for name, m in MODES.items()))
+    parser.add_argument("--bench", help="path to the //bench:allreduce_bench binary (the "
+                                        "sweeps across each link that the cost model fits)")
     parser.add_argument("--on_hosts", help="path to the //comm/job:on_hosts binary")
     parser.add_argument("--report_only", action="store_true",
                         help="rewrite the report from the runs already in --out_dir")
     parser.add_argument("--dry_run", action="store_true", help="print the commands and stop")
     args = parser.parse_args(argv)
-    if args.epochs is None:
-        args.epochs = 1 if args.quick else FULL_EPOCHS
-    if not 1 <= args.epochs <= 1000:
+    args.mode = args.mode or "standard"
+    if args.epochs is not None and not 1 <= args.epochs <= 1000:
         fail("--epochs must be in [1, 1000]")
     if not 0 < args.timeout <= 86400:
         fail("--timeout must be in (0, 86400] seconds")
     out = os.path.abspath(args.out_dir)
-    args.links = [link for link in args.links.split(",") if link]
-    for link in args.links:
+    if args.links is not None:
+        args.links = [link for link in args.links.split(",") if link and link != "none"]
+    for link in args.links or ():
         if link != "unlimited" and not re.fullmatch(r"[0-9]+(\.[0-9]+)?[kmgt]bit", link):
             fail(f"--links: '{link}' is not unlimited or a rate such as 1gbit or 2.5gbit")
 
     if args.dry_run:
-        for run in plan(args.quick, args.links):
+        for run in plan(args.mode, args.links, args.epochs):
             print(" ".join(shlex.quote(a) for a in command(
                 run, args, os.path.join(out, "runs", run["name"]))))
         return 0

@@ -5,4 +5,5 @@ set -euo pipefail
 runfiles="${RUNFILES_DIR:-$0.runfiles}"
 if [[ -d "$runfiles/ringlab" ]]; then cd "$runfiles/ringlab"; fi
 exec /usr/bin/python3 experiments/fashion_mnist/fashion_mnist.py --train="$PWD/train/train" \
-  --on_hosts="$PWD/comm/job/on_hosts" "$@"
+  --on_hosts="$PWD/comm/job/on_hosts" \
+  --bench="$PWD/bench/allreduce_bench" "$@"

@@ -241,61 +241,102 @@ class UlpTest(unittest.TestCase):
 
 
 class PlanTest(unittest.TestCase):
-    def test_quick_and_full_plans(self):
-        quick = run_driver("--dry_run", "--quick", "--train=/t")
-        self.assertEqual(quick.returncode, 0, quick.stderr)
-        lines = quick.stdout.splitlines()
-        self.assertEqual(len(lines), 4)  # PyTorch DDP, overlap on/off, param_avg K=16
-        self.assertIn("--epochs=1", lines[0])
-        self.assertTrue(all("--comm=shm_ring" in l for l in lines[1:]))
-        full = run_driver("--dry_run", "--train=/t").stdout.splitlines()
-        # PyTorch DDP, 6 synchronisers x 3 communicators, ringlab 1 rank, PyTorch 1 process.
-        self.assertEqual(len(full), 21)
-        mpi = [l for l in full if "--comm=mpi" in l]
-        self.assertEqual(len(mpi), 6)
-        self.assertTrue(all(l.startswith("mpirun --allow-run-as-root") for l in mpi))
-        self.assertTrue(all("--nprocs" not in l for l in mpi))
-        self.assertEqual(sum("--overlap=false" in l for l in full), 3)
-        self.assertEqual(sum("--avg_period=64" in l for l in full), 3)
-
-
-class LinksTest(unittest.TestCase):
-    def test_links_plan(self):
-        result = run_driver("--dry_run", "--quick", "--train=/t", "--on_hosts=/o",
-                            "--links=unlimited,1gbit")
+    def plan(self, *args):
+        result = run_driver("--dry_run", "--train=/t", "--on_hosts=/o", *args)
         self.assertEqual(result.returncode, 0, result.stderr)
-        lines = result.stdout.splitlines()[4:]  # after the quick plan's 4
-        # Per link: PyTorch DDP through on_hosts, then allreduce, param_avg K=16 and none.
+        return result.stdout.splitlines()
+
+    def test_quick_plan(self):
+        lines = self.plan("--quick")
+        # PyTorch DDP, allreduce and param_avg K=16 on one host; those two at 1gbit.
+        self.assertEqual(len(lines), 5)
+        self.assertTrue(all("--epochs=1" in l for l in lines[:4]))
+        self.assertTrue(all("--comm=shm_ring" in l for l in lines[1:3]))
+        self.assertTrue(all("--hosts=2 --link=1gbit" in l for l in lines[3:]))
+        self.assertIn("--epochs=2", lines[4])  # param_avg across a link: one epoch more
+
+    def test_standard_plan_is_the_per_link_answer(self):
+        lines = self.plan()
+        # Per link (unlimited, 1gbit): PyTorch DDP through on_hosts, allreduce, param_avg K=16,
+        # none.
         self.assertEqual(len(lines), 8)
         self.assertTrue(lines[0].startswith("/o --nprocs=2 --hosts=2 --link=unlimited -- "))
-        self.assertTrue(all("--hosts=2 --link=1gbit" in l for l in lines[4:]))
-        self.assertTrue(all("--comm=gloo" in l for l in lines[5:]))
+        self.assertTrue(all("--link=1gbit" in l for l in lines[4:]))
+        self.assertTrue(all("--comm=gloo" in l for l in lines[1:4] + lines[5:]))
+        self.assertEqual([l.count("--epochs=3") for l in lines[:2]], [1, 1])
+        self.assertTrue(all("--epochs=4" in l for l in lines[2:4]))
+
+    def test_full_plan(self):
+        full = self.plan("--full")
+        # PyTorch DDP; 6 synchronisers over shm_ring, allreduce with and without overlap over
+        # mpi, with overlap over gloo; both floors; per link (3) PyTorch DDP and 3 syncs.
+        self.assertEqual(len(full), 12 + 12)
+        mpi = [l for l in full if "--comm=mpi" in l]
+        self.assertEqual(len(mpi), 2)
+        self.assertTrue(all(l.startswith("mpirun --allow-run-as-root") for l in mpi))
+        self.assertTrue(all("--nprocs" not in l for l in mpi))
+        self.assertEqual(sum("--overlap=false" in l for l in full), 2)
+        self.assertEqual(sum("--link=10gbit" in l for l in full), 4)
+        self.assertEqual(len(self.plan("--full", "--links=none")), 12)
+
+    def test_links_and_epochs_override_the_mode(self):
+        lines = self.plan("--quick", "--links=unlimited,2.5gbit", "--epochs=2")
+        self.assertEqual(len(lines), 3 + 4)
+        self.assertTrue(all("--link=2.5gbit" in l for l in lines[5:]))
+        self.assertIn("--epochs=3", lines[-1])
         bad = run_driver("--dry_run", "--train=/t", "--links=fast")
         self.assertEqual(bad.returncode, 2)
         self.assertIn("--links: 'fast'", bad.stderr)
+        both = run_driver("--dry_run", "--train=/t", "--quick", "--full")
+        self.assertEqual(both.returncode, 2)
 
+
+# allreduce_bench's output across a link, as the cost model reads it: 2 ranks, 1 Gbit/s; every
+# size takes 100 us per ring step (alpha) plus S / 0.1 GB/s (2(N-1)/N = 1 at 2 ranks).
+BENCH_SWEEP = "\n".join(
+    ["[rank 0] # nccl-tests style: allreduce, float, sum, 2 ranks; time = ...", "",
+     "[rank 0] # allreduce/gloo",
+     "[rank 0]      size(B)        count   time(us)    p50(us)    p90(us)    algbw    busbw"] +
+    [f"[rank 0] {size:12d} {size // 4:12d} {2 * 100 + size / 0.1e3:10.2f} 0 0 0 0 0 0"
+     for size in (64, 4096, 65536, 1 << 20, 4 << 20, 16 << 20)] +
+    ["", "[rank 0] # link floor: one TCP stream between two hosts carried 0.120 GB/s (0.957 "
+     "Gbit/s) through links of 1.000 Gbit/s; xlink = busbw / 0.125 GB/s"]) + "\n"
+
+
+class LinksTest(unittest.TestCase):
     def test_report_names_the_fastest_on_each_link(self):
         out = os.path.join(tempfile.mkdtemp(prefix="fashion_mnist_links."), "out")
         make_fixture(out)
-        for order, (name, variant, walls) in enumerate(
-                [("link_1gbit_pytorch_ddp", "pytorch_ddp", [40.0, 80.0]),
-                 ("link_1gbit_param_avg_k16", "param_avg_k16", [10.0, 20.0])], start=10):
+        for order, (name, variant, sync, walls) in enumerate(
+                [("link_1gbit_pytorch_ddp", "pytorch_ddp", "allreduce", [40.0, 80.0]),
+                 ("link_1gbit_param_avg_k16", "param_avg_k16", "param_avg", [10.0, 20.0])],
+                start=10):
+            traced = {"wait_us": 300} if sync == "param_avg" else {}
             run_dir = make_run(out, order, name, f"{variant} @ 1gbit", "ringlab",
                                comm="gloo", losses=(PT_LOSSES, RL_MS, 4000000),
-                               evals=([0.80, 0.851], walls, 4000000))
+                               evals=([0.80, 0.851], walls, 4000000), **traced)
             with open(os.path.join(run_dir, "run.json")) as f:
                 run = json.load(f)
-            run.update(link="1gbit", variant=variant)
+            run.update(link="1gbit", variant=variant, sync=sync,
+                       avg_period=16 if sync == "param_avg" else None)
             with open(os.path.join(run_dir, "run.json"), "w") as f:
                 json.dump(run, f)
             with open(os.path.join(run_dir, "summary.json"), "w") as f:
                 json.dump({"links": [{"host": 0, "link_bytes_sent_per_step": 2e6},
                                      {"host": 1, "link_bytes_sent_per_step": 4e6}]}, f)
+        os.makedirs(os.path.join(out, "bench"))
+        with open(os.path.join(out, "bench", "1gbit.txt"), "w") as f:
+            f.write(BENCH_SWEEP)
         result = run_driver("--report_only", f"--out_dir={out}")
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(os.path.join(out, "report.md")) as f:
             text = f.read()
         self.assertIn("### 1gbit", text)
+        self.assertIn("alpha 100 us per ring step, B_eff 0.100 GB/s", text)
+        # The trace's step: compute 4 ms (forward 1, backward 3), a wait, SGD 0.5 ms; the
+        # model's allreduce of the MLP's 7.45 MB: 2 * 0.1 ms + 74.5 ms; param_avg K=16 adds
+        # 1/16 of it: 4.5 + 74.7 / 16 = 9.17 ms, measured 7 ms (the median): 0.76.
+        self.assertIn("| 4.0 / 0.3 / 0.5 | 9.2 (0.76) |", text)
         self.assertIn("| 1gbit | param_avg_k16 @ 1gbit | 20.0 |", text)
         self.assertIn("3.00 MB", text)  # the hosts' mean
         for png in ("accuracy_vs_time_per_link.png", "step_vs_link.png"):

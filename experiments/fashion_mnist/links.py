@@ -1,13 +1,18 @@
 """The fashion_mnist report across emulated links (--links): per link, each run's time to 85%
-test accuracy (or its best accuracy), its step time and exposed communication, and the bytes
-that crossed each host's link per step; which synchroniser reached 85% first on each link; and
-two plots, test accuracy against wall-clock per link and step time against the link per
-synchroniser.
+test accuracy (or its best accuracy), its step time split into compute, exposed communication
+and optimiser (from its trace), the step the cost model predicts (experiments/cost_model,
+fitted to the allreduce bench the driver ran on that link), and the bytes that crossed each
+host's link per step; which synchroniser reached 85% first on each link; and two plots, test
+accuracy against wall-clock per link and step time against the link per synchroniser.
 """
 
 import os
+import sys
 
 import analysis
+
+COST_MODEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cost_model")
+HOSTS = 2  # every run across links: 2 ranks on 2 emulated hosts
 
 LINK_STYLE = {
     "pytorch_ddp": ("black", "PyTorch DDP (gloo)"),
@@ -37,9 +42,74 @@ def _best(run):
     return best["test_accuracy"], best["wall_s"]
 
 
-def _link_table(runs):
+def _cost_model():
+    if COST_MODEL_DIR not in sys.path:
+        sys.path.insert(0, COST_MODEL_DIR)
+    import cost_model
+    return cost_model
+
+
+def link_fit(out_dir, link):
+    """(alpha s, B_eff bytes/s) of the gloo allreduce across `link`, fitted to the sweep in
+    <out_dir>/bench/<link>.txt, or a string saying why there is none."""
+    cm = _cost_model()
+    path = os.path.join(out_dir, "bench", f"{link}.txt")
+    try:
+        with open(path) as f:
+            rows, ranks, _ = cm.parse_bench(f.read())
+        if "allreduce/gloo" not in rows:
+            raise cm.ModelError("no allreduce/gloo table")
+        return cm.fit(rows["allreduce/gloo"], ranks, HOSTS, False)
+    except OSError:
+        return f"no bench sweep ({path})"
+    except cm.ModelError as e:
+        return f"bench sweep unusable: {e}"
+
+
+def _compute_ms(run):
+    """Compute and optimiser per step from a run's trace, or None."""
+    trace = (run.get("stats") or {}).get("trace")
+    return trace["compute_ms"] + trace["optimiser_ms"] if trace else None
+
+
+def predicted_step_ms(run, fit, compute_ms):
+    """The cost model's step for this run: its synchroniser's formula, the link's fit, the
+    MLP's gradient bytes, and compute_ms of compute and optimiser."""
+    cm = _cost_model()
+    alpha, b_eff = fit
+    seconds = cm.allreduce_s(cm.DEFAULT_BUFFER_BYTES, run["ranks"], HOSTS, alpha, b_eff,
+                             False, 1.0)
+    return cm.step_ms(run["sync"], compute_ms, seconds, run.get("avg_period") or 1)
+
+
+def _prediction(run, fit, runs):
+    """"predicted (measured / predicted)" for the table; PyTorch's compute is taken from
+    ringlab's allreduce run on the same link (torch writes no trace)."""
+    if isinstance(fit, str) or not run.get("stats"):
+        return "n/a"
+    compute = _compute_ms(run)
+    note = ""
+    if compute is None:
+        twin = next((r for r in runs if r.get("variant") == "allreduce_overlap"), None)
+        compute = _compute_ms(twin) if twin else None
+        note = "†"
+    if compute is None:
+        return "n/a (no trace)"
+    predicted = predicted_step_ms(run, fit, compute)
+    return f"{predicted:.1f}{note} ({run['stats']['median_step_ms'] / predicted:.2f})"
+
+
+def _split(trace):
+    if not trace:
+        return "n/a (no trace)"
+    return " / ".join(analysis.fmt(trace.get(k), ".1f")
+                      for k in ("compute_ms", "exposed_ms", "optimiser_ms"))
+
+
+def _link_table(runs, fit):
     header = ["run", "seconds to 85%", "best test accuracy (at s)", "median step (ms)",
-              "exposed comm/step (ms)", "link bytes sent/step and host"]
+              "compute / exposed comm / optimiser per step (ms)",
+              "model's step, ms (measured ÷ model)", "link bytes sent/step and host"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for run in runs:
         s = run.get("stats")
@@ -47,14 +117,25 @@ def _link_table(runs):
             lines.append(f"| {run['label']} | {run['status']} |" + " |" * (len(header) - 2))
             continue
         best, at = _best(run)
-        trace = s["trace"] or {}
         lines.append("| " + " | ".join([
             run["label"],
-            analysis.fmt(s["reach_seconds"], ".1f") if s["reach_seconds"] is not None else "not reached",
-            f"{100 * best:.2f}% ({at:.1f} s)", analysis.fmt(s["median_step_ms"], ".2f"),
-            analysis.fmt(trace.get("exposed_ms"), ".2f") if trace else "n/a (no trace)",
-            _mb(s.get("link_bytes_per_step"))]) + " |")
+            analysis.fmt(s["reach_seconds"], ".1f") if s["reach_seconds"] is not None
+            else "not reached", f"{100 * best:.2f}% ({at:.1f} s)",
+            analysis.fmt(s["median_step_ms"], ".2f"), _split(s["trace"]),
+            _prediction(run, fit, runs), _mb(s.get("link_bytes_per_step"))]) + " |")
     return lines
+
+
+def _fit_line(fit):
+    if isinstance(fit, str):
+        return f"Cost model: not fitted: {fit}."
+    alpha, b_eff = fit
+    return (f"Cost model (experiments/cost_model) fitted to the allreduce bench over gloo on "
+            f"this link, 2 ranks on 2 hosts: alpha {alpha * 1e6:.0f} us per ring step, B_eff "
+            f"{b_eff / 1e9:.3f} GB/s; its step = compute + optimiser (the run's trace) + "
+            f"communication (allreduce: what exceeds 2/3 of compute, hidden behind backward; "
+            f"param_avg: one allreduce per K steps; none: nothing). † PyTorch writes no trace: "
+            f"its compute is ringlab's allreduce run's on the same link.")
 
 
 def _fastest(runs):
@@ -68,7 +149,7 @@ def _fastest(runs):
     return None, False
 
 
-def link_lines(runs):
+def link_lines(runs, out_dir):
     """The report's section across links; [] when the invocation ran none."""
     links = by_link(runs)
     if not links:
@@ -77,10 +158,13 @@ def link_lines(runs):
              "2 ranks on 2 emulated hosts (`--hosts=2`, one rank each: comm/cluster), every "
              "host's link to the switch shaped to the rate named, in both directions. ringlab "
              "runs over gloo. Link bytes: what each host's eth0 sent per training step (ringlab's "
-             "summary.json; PyTorch does not report them).", ""]
+             "summary.json; PyTorch does not report them). param_avg and none train an epoch more "
+             "than allreduce (their steps are cheaper; what counts here is the wall-clock to "
+             "85%).", ""]
     fastest = ["| link | fastest to 85% | seconds |", "|---|---|---|"]
     for link, link_runs in links.items():
-        lines += [f"### {link}", ""] + _link_table(link_runs) + [""]
+        fit = link_fit(out_dir, link)
+        lines += [f"### {link}", ""] + _link_table(link_runs, fit) + ["", _fit_line(fit), ""]
         run, reached = _fastest(link_runs)
         if run is None:
             fastest.append(f"| {link} | no run finished | |")

@@ -70,6 +70,26 @@ def _stats(runs, name):
 _fmt = analysis.fmt
 
 
+def _ddp_of(runs, run):
+    """The PyTorch DDP run a 2-rank run compares with: the one on the same link, or on one
+    host; its stats or None."""
+    if run.get("link"):
+        return _stats(runs, f"link_{run['link'].replace('.', '_')}_pytorch_ddp")
+    return _stats(runs, PYTORCH_DDP)
+
+
+def _headline(runs):
+    """(ringlab allreduce run, PyTorch DDP stats) compared in the fidelity and speed sections:
+    over shm_ring on one host, else on the first link that ran both; (None, None) if none."""
+    candidates = [r for r in runs if r["name"] == HEADLINE]
+    candidates += [r for r in runs if r.get("variant") == "allreduce_overlap"]
+    for run in candidates:
+        ddp = _ddp_of(runs, run)
+        if run.get("stats") and ddp:
+            return run, ddp
+    return None, None
+
+
 def _bytes(value):
     if value is None or math.isnan(value):
         return "n/a"
@@ -81,10 +101,10 @@ def _bytes(value):
 
 def result_rows(runs):
     """One dict per run with RESULT_COLUMNS (numbers unformatted, None where not measured)."""
-    ddp = _stats(runs, PYTORCH_DDP)
     rows = []
     for run in runs:
         s = run.get("stats")
+        ddp = _ddp_of(runs, run) if run.get("ranks") == 2 else _stats(runs, PYTORCH_DDP)
         row = {c: run.get(c) for c in RESULT_COLUMNS}
         row["run"], row["run_wall_s"] = run["name"], run.get("wall_s")
         if s:
@@ -152,16 +172,17 @@ def _ulp_line(ours, reference):
 
 
 def _fidelity_lines(runs):
-    ddp, one = _stats(runs, PYTORCH_DDP), _stats(runs, PYTORCH_ONE)
-    head = next((r for r in runs if r["name"] == HEADLINE), None)
+    one = _stats(runs, PYTORCH_ONE)
+    head, ddp = _headline(runs)
     lines = ["## Fidelity: ringlab against PyTorch", ""]
-    if not ddp or not head or not head.get("stats"):
-        missing = "PyTorch DDP" if not ddp else "ringlab allreduce over shm_ring with overlap"
-        return lines + [f"Not measured: no finished {missing} run in this invocation.", ""]
+    if not head:
+        return lines + ["Not measured: no finished pair of ringlab allreduce (overlap) and "
+                        "PyTorch DDP runs in this invocation.", ""]
     acc, rel, epochs, steps = analysis.fidelity(head["stats"], ddp)
     lines += [
         f"Same initial parameters (torch.manual_seed), sampler and hyper-parameters; "
-        f"{head['label']} against PyTorch DDP:", "",
+        f"{head['label']} against PyTorch DDP"
+        f"{' on the same link' if head.get('link') else ''}:", "",
         f"- max |Δ per-epoch test accuracy|: **{_fmt(acc, '.3f')} points** over {epochs} "
         f"epoch(s) (target ≤ {ACCURACY_POINTS_TARGET}): "
         f"**{_verdict(acc, ACCURACY_POINTS_TARGET)}**",
@@ -175,8 +196,9 @@ def _fidelity_lines(runs):
         s = run.get("stats")
         if not s or run["framework"] != "ringlab":
             continue
-        if run.get("sync") == "allreduce" and run.get("ranks") == 2 and ddp:
-            ref, ref_label = ddp, "PyTorch DDP"
+        if run.get("sync") == "allreduce" and run.get("ranks") == 2 and _ddp_of(runs, run):
+            ref = _ddp_of(runs, run)
+            ref_label = "PyTorch DDP" + (f" @ {run['link']}" if run.get("link") else "")
         elif run["name"] == RINGLAB_ONE and one:
             ref, ref_label = one, "PyTorch 1 process"
         else:
@@ -187,15 +209,18 @@ def _fidelity_lines(runs):
 
 
 def _speed_lines(runs, cores=None):
-    ddp = _stats(runs, PYTORCH_DDP)
-    head = _stats(runs, HEADLINE)
     lines = ["## Speed", ""]
-    if ddp and head:
-        ratio = head["median_step_ms"] / ddp["median_step_ms"]
-        lines.append(f"- median step at 2 ranks, ringlab allreduce (shm_ring, overlap) "
-                     f"{head['median_step_ms']:.2f} ms against PyTorch DDP "
-                     f"{ddp['median_step_ms']:.2f} ms: **{ratio:.2f}×** (target ≤ "
-                     f"{STEP_RATIO_TARGET}×): **{_verdict(ratio, STEP_RATIO_TARGET)}**")
+    for run in runs:  # ringlab's allreduce against PyTorch DDP, on one host and on each link
+        ddp = _ddp_of(runs, run) if run.get("stats") else None
+        if not ddp or not (run["name"] == HEADLINE or run.get("variant") == "allreduce_overlap"):
+            continue
+        ratio = run["stats"]["median_step_ms"] / ddp["median_step_ms"]
+        target = "" if run.get("link") else (f" (target ≤ {STEP_RATIO_TARGET}×): "
+                                             f"**{_verdict(ratio, STEP_RATIO_TARGET)}**")
+        where = f"over gloo @ {run['link']}" if run.get("link") else "shm_ring, overlap"
+        lines.append(f"- median step at 2 ranks, ringlab allreduce ({where}) "
+                     f"{run['stats']['median_step_ms']:.2f} ms against PyTorch DDP "
+                     f"{ddp['median_step_ms']:.2f} ms: **{ratio:.2f}×**{target}")
     for floor in (PYTORCH_ONE, RINGLAB_ONE):
         s = _stats(runs, floor)
         if s:
@@ -223,7 +248,18 @@ def _speed_lines(runs, cores=None):
     return lines + [""]
 
 
+def _more_epochs(invocation, runs):
+    """", param_avg and none across links 4" when some runs trained other epochs than the
+    invocation's (runs.json records each run's)."""
+    other = sorted({r["epochs"] for r in runs if r.get("epochs") not in (None,
+                                                                       invocation.get("epochs"))})
+    if not other:
+        return ""
+    return f" (param_avg and none across links: {', '.join(map(str, other))})"
+
+
 def write_markdown(path, invocation, runs, rows, plot_notes):
+    out_dir = os.path.dirname(path)
     inv = invocation
     minutes = inv["duration_s"] / 60 if isinstance(inv.get("duration_s"), (int, float)) else None
     lines = [
@@ -238,7 +274,8 @@ def write_markdown(path, invocation, runs, rows, plot_notes):
         f"- every run: MLP {inv.get('model', '784,1024,1024,10')}, SGD lr {inv.get('lr', 0.1)} "
         f"without momentum, batch {inv.get('batch_size', 64)} per rank, DistributedSampler seed 0 "
         f"with set_epoch, torch.manual_seed(0) initial parameters, {inv.get('epochs', '?')} "
-        f"epoch(s), one thread per rank, test set evaluated by rank 0 after every epoch"]
+        f"epoch(s){_more_epochs(inv, runs)}, one thread per rank, test set evaluated by rank 0 "
+        f"after every epoch"]
     timed = [r for r in runs if isinstance(r.get("cpu_s"), (int, float))]
     if timed:
         cpu = [r["cpu_s"] / r["ranks"] for r in timed]
@@ -263,7 +300,7 @@ def write_markdown(path, invocation, runs, rows, plot_notes):
         "- load after: the machine's 1-minute load average when the run ended (2 ranks of a run "
         "make about 2): well above that, the run's times are stretched by other work.", ""]
     lines += _fidelity_lines(runs) + _speed_lines(runs, inv.get("cores"))
-    lines += links.link_lines(runs)
+    lines += links.link_lines(runs, out_dir)
     lines += ["## Plots", ""]
     figures = [("Test accuracy against epochs", "accuracy_vs_epoch.png"),
                ("Test accuracy against bytes sent", "accuracy_vs_bytes.png"),
