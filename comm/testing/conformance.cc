@@ -428,6 +428,23 @@ BackendTraits TraitsOf(const std::string& backend) {
   return t;
 }
 
+std::string MustNameMissing(const ConformanceCase& c,
+                            const std::vector<RankResult>& results) {
+  if (c.must_name.empty()) return "";
+  for (const RankResult& r : results) {
+    bool all = true;
+    for (const std::string& s : c.must_name) {
+      all = all && r.output.find(s) != std::string::npos;
+    }
+    if (all) return "";
+  }
+  std::string names;
+  for (const std::string& s : c.must_name) {
+    names += (names.empty() ? "'" : " and '") + s + "'";
+  }
+  return "no rank's error names " + names + "\n" + Describe(results);
+}
+
 int MaxProcessRanks() {
   const char* text = std::getenv("RINGLAB_TEST_MAX_PROCESS_RANKS");
   if (text == nullptr || *text == '\0') return 4;

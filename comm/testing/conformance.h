@@ -4,9 +4,10 @@
 // runs on every rank of a job and throws on failure; drivers run the cases in
 // forked processes (RunRanks), in threads of one process for backends whose
 // ranks are threads (RunThreadRanks: ipc_ring_threads, host_threads), both in
-// conformance_test.cc over every registered backend, or under mpirun
-// (conformance_mpi_main.cc). Inputs are nccl-tests' exact-sum integers, so
-// results are checked to 0 ulp.
+// conformance_test.cc over every registered backend, with gloo's and hier's
+// ranks on real emulated hosts (RunRanksOnHosts, conformance_hosts_test.cc),
+// or under mpirun, on one host or on emulated ones (conformance_mpi_main.cc).
+// Inputs are nccl-tests' exact-sum integers, so results are checked to 0 ulp.
 #ifndef RINGLAB_COMM_TESTING_CONFORMANCE_H_
 #define RINGLAB_COMM_TESTING_CONFORMANCE_H_
 
@@ -17,6 +18,7 @@
 
 #include "comm/backend.h"
 #include "comm/communicator.h"
+#include "comm/testing/multi_process.h"
 
 namespace ringlab::comm::testing {
 
@@ -106,6 +108,12 @@ std::vector<ConformanceCase> AllGatherMismatchCases();
 void ExpectMismatchError(Communicator& comm, const std::function<void()>& call);
 // Both lists.
 std::vector<ConformanceCase> AllCases();
+
+// "" when some rank's output names every string of c.must_name (or it names
+// none); else which are missing, with every rank's output. Every driver
+// checks a mismatch case's job with it.
+std::string MustNameMissing(const ConformanceCase& c,
+                            const std::vector<RankResult>& results);
 
 }  // namespace ringlab::comm::testing
 

@@ -3,44 +3,93 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 
+#include "comm/cluster/job_cluster.h"
 #include "comm/job/job_environment.h"
+#include "comm/job/launch_variables.h"
 #include "comm/store/tcp_store.h"
 
 namespace ringlab::comm::testing {
 
 namespace {
 
+// Where a job's ranks run: contiguously on `hosts` hosts, which are real
+// emulated hosts when `cluster` is set and only identities otherwise.
+struct Placement {
+  int hosts = 1;
+  const cluster::EmulatedCluster* cluster = nullptr;
+};
+
+// Joins rank r's emulated host (before anything else, so that its sockets,
+// its host name and its link are the host's); throws unless the kernel let
+// it and its host name is the host's, which its host identity then names.
+void EnterHost(int r, int world_size, const cluster::EmulatedCluster& hosts) {
+  // A rank holds its host's namespaces: it must not outlive a test killed
+  // mid-job, as a launcher's ranks do not.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const int h = cluster::HostOfRank(r, world_size, hosts.hosts());
+  if (!hosts.Enter(h)) {
+    throw std::runtime_error("cannot enter " +
+                             cluster::EmulatedCluster::HostName(h) + ": " +
+                             std::strerror(errno));
+  }
+  char name[256] = "";
+  gethostname(name, sizeof(name) - 1);
+  if (name != cluster::EmulatedCluster::HostName(h)) {
+    throw std::runtime_error("on " + cluster::EmulatedCluster::HostName(h) +
+                             " the host name is " + name);
+  }
+  // A host identity given by the environment would hide the host's own.
+  unsetenv(launch::kHostId);
+}
+
 // A forked rank: runs body with a store client of its own, reports an
 // exception on stderr, exits 0 or 1. Only async-signal-safe work until exec
 // would be the rule, but the body needs the full runtime; the parent's other
 // threads (the store server) are simply absent here and never touched.
 [[noreturn]] void RunChild(
-    int r, int world_size, int hosts, const TcpStoreServer& server,
+    int r, int world_size, const Placement& placement,
+    const TcpStoreServer& server,
     const std::function<void(const RankContext&)>& body) {
   int code = 0;
   try {
-    TcpStore store("127.0.0.1", server.port(), std::chrono::seconds(30),
+    if (placement.cluster != nullptr) {
+      EnterHost(r, world_size, *placement.cluster);
+    }
+    const std::string store_address = placement.cluster != nullptr
+                                          ? cluster::EmulatedCluster::Address(0)
+                                          : "127.0.0.1";
+    TcpStore store(store_address, server.port(), std::chrono::seconds(30),
                    server.secret());
     RankContext context;
     context.rank = r;
     context.world_size = world_size;
-    context.local_rank = r;
+    // Its index on its host where the hosts are real (as a launcher's
+    // LOCAL_RANK); the suite's host identities alone leave it the rank.
+    context.local_rank =
+        placement.cluster != nullptr ? r % (world_size / placement.hosts) : r;
     context.store = &store;
     context.job_secret = server.secret();
-    // As a job's rendezvous does: every rank's peer information, once.
+    // As a job's rendezvous does: every rank's peer information, once. On
+    // real hosts the address it reached the store from is its host's.
     PeerInfo self = ThisPeer(store.local_address());
-    if (hosts > 1) {
+    if (placement.hosts > 1 && placement.cluster == nullptr) {
       self.host +=
-          " (suite host " + std::to_string(r / (world_size / hosts)) + ")";
+          " (suite host " +
+          std::to_string(cluster::HostOfRank(r, world_size, placement.hosts)) +
+          ")";
     }
     context.peers =
         ExchangePeers(store, r, world_size, self, std::chrono::seconds(30));
@@ -103,16 +152,21 @@ void ReapExited(std::vector<pid_t>& pids, std::vector<RankResult>& results,
   }
 }
 
-}  // namespace
-
-std::vector<RankResult> RunRanks(
+// Forks the ranks, each placed as `placement` says, gathers their output
+// and exit statuses; SIGKILLs the rest at `timeout`.
+std::vector<RankResult> RunPlacedRanks(
     int world_size, const std::function<void(const RankContext&)>& body,
-    std::chrono::milliseconds timeout, int hosts) {
-  if (world_size < 1) throw std::invalid_argument("RunRanks: world_size < 1");
-  if (hosts < 1 || world_size % hosts != 0) {
-    throw std::invalid_argument("RunRanks: hosts must divide world_size");
+    std::chrono::milliseconds timeout, const Placement& placement) {
+  std::unique_ptr<TcpStoreServer> server;
+  if (placement.cluster != nullptr) {
+    // Its socket in host 0's network namespace, on host 0's address.
+    placement.cluster->InNetworkOf(0, [&] {
+      server = std::make_unique<TcpStoreServer>(
+          cluster::EmulatedCluster::Address(0), 0);
+    });
+  } else {
+    server = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
   }
-  TcpStoreServer server("127.0.0.1", 0);
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<RankResult> results(world_size);
@@ -133,7 +187,7 @@ std::vector<RankResult> RunRanks(
       close(fds[0]);
       close(fds[1]);
       for (int q = 0; q < r; ++q) close(out_fds[q]);
-      RunChild(r, world_size, hosts, server, body);
+      RunChild(r, world_size, placement, *server, body);
     }
     close(fds[1]);
     pids[r] = pid;
@@ -160,6 +214,29 @@ std::vector<RankResult> RunRanks(
     if (out_fds[r] >= 0) close(out_fds[r]);
   }
   return results;
+}
+
+}  // namespace
+
+std::vector<RankResult> RunRanks(
+    int world_size, const std::function<void(const RankContext&)>& body,
+    std::chrono::milliseconds timeout, int hosts) {
+  if (world_size < 1) throw std::invalid_argument("RunRanks: world_size < 1");
+  if (hosts < 1 || world_size % hosts != 0) {
+    throw std::invalid_argument("RunRanks: hosts must divide world_size");
+  }
+  return RunPlacedRanks(world_size, body, timeout, {hosts, nullptr});
+}
+
+std::vector<RankResult> RunRanksOnHosts(
+    const cluster::EmulatedCluster& hosts, int world_size,
+    const std::function<void(const RankContext&)>& body,
+    std::chrono::milliseconds timeout) {
+  if (world_size < 1 || world_size % hosts.hosts() != 0) {
+    throw std::invalid_argument(
+        "RunRanksOnHosts: the hosts must divide world_size");
+  }
+  return RunPlacedRanks(world_size, body, timeout, {hosts.hosts(), &hosts});
 }
 
 std::string Describe(const std::vector<RankResult>& results) {

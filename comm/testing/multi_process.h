@@ -1,5 +1,6 @@
 // Runs a test body in world_size real processes that find each other through
-// a TcpStore, as ranks of a job do (RunRanks), or in world_size threads of
+// a TcpStore, as ranks of a job do (RunRanks; RunRanksOnHosts with the
+// processes on emulated hosts of comm/cluster), or in world_size threads of
 // one forked process sharing a LocalStore, as ranks-as-threads jobs do
 // (RunThreadRanks). Used by the comm tests (CPU and GPU) to exercise
 // collectives, faults and kills. Either way bodies run in a forked child, so
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/cluster/emulated_cluster.h"
 #include "comm/communicator.h"
 
 namespace ringlab::comm::testing {
@@ -39,6 +41,21 @@ struct RankResult {
 std::vector<RankResult> RunRanks(
     int world_size, const std::function<void(const RankContext&)>& body,
     std::chrono::milliseconds timeout, int hosts = 1);
+
+// RunRanks with the ranks on `hosts`' emulated hosts for real, contiguously
+// (host h holds ranks hG ... hG+G-1, G = world_size / hosts.hosts(), as
+// cluster::HostOfRank places them): the store listens on host 0's address,
+// inside its network namespace, and each child joins its host's network and
+// UTS namespaces (EmulatedCluster::Enter) before it does anything else, so
+// that its host name, its host identity in the peers, the address it
+// reaches the store from (where gloo then listens) and the link its bytes
+// cross are that host's. local_rank is the rank's index on its host. A rank
+// that cannot enter its host fails, saying so. std::invalid_argument unless
+// the hosts divide world_size.
+std::vector<RankResult> RunRanksOnHosts(
+    const cluster::EmulatedCluster& hosts, int world_size,
+    const std::function<void(const RankContext&)>& body,
+    std::chrono::milliseconds timeout);
 
 // The same job with the ranks as threads of one forked child
 // (comm::RunRankThreads, after comm::PrepareProcessForRankThreads). A rank's
