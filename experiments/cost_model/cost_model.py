@@ -108,10 +108,13 @@ def allreduce_s(size, ranks, hosts, alpha, b_eff, hierarchical, b_intra):
     return intra + 2 * (hosts - 1) * alpha + 2 * (hosts - 1) / hosts * size / b_eff
 
 
-def step_ms(sync, compute_ms, comm_s, k=16):
+def step_ms(sync, compute_ms, comm_s, k=16, hidden_share=BACKWARD_SHARE):
+    """A step of `sync`: compute, plus the allreduce's time beyond what hides behind
+    hidden_share of compute (backward, where communication has resources of its own: a NIC's
+    DMA, a core, a stream; 0 where it shares the compute's core), or 1/K of it."""
     comm_ms = comm_s * 1e3
     if sync == "allreduce":
-        return compute_ms + max(0.0, comm_ms - BACKWARD_SHARE * compute_ms)
+        return compute_ms + max(0.0, comm_ms - hidden_share * compute_ms)
     if sync == "param_avg":
         return compute_ms + comm_ms / k
     return compute_ms

@@ -162,6 +162,9 @@ def summarise_run(run_dir):
         "epochs": evals[-1]["epoch"],
         "median_step_ms": statistics.median(r["step_ms"] for r in timed),
         "mean_step_ms": statistics.fmean(r["step_ms"] for r in rank0),
+        # After the warm-up, every step counted: param_avg's averaging steps, 1 in K, are
+        # outside its median but inside this.
+        "mean_timed_step_ms": statistics.fmean(r["step_ms"] for r in timed),
         "bytes_per_step": _nan_mean([r["bytes_sent"] for r in rank0]),
         "comm_ms_csv": _nan_mean([r["comm_ms"] for r in rank0]),
         "warmup_excluded": len(rank0) > WARMUP_STEPS,

@@ -9,17 +9,18 @@ link, which the report's cost model fits. Writes <out_dir>/report.md, results.cs
 plots; each run's own files (losses.csv, eval.csv, trace.json, log.txt, run.json) stay under
 <out_dir>/runs/<run>/, the sweeps under <out_dir>/bench/. What each mode runs is MODES below:
 
-    bazel run -c opt //experiments:fashion_mnist -- [--quick | --full] [--links=L1,L2|none]
-        [--epochs=N] [--out_dir=DIR]
+    bazel run -c opt //experiments:fashion_mnist -- [--quick | --full | --one_host]
+        [--links=L1,L2|none] [--epochs=N] [--out_dir=DIR]
 
-  (default)  per link (unlimited, 1gbit): PyTorch DDP, ringlab allreduce, param_avg K=16 and
-             none, 3 epochs (PyTorch DDP passes 85% test accuracy in the third), the answer to
-             "which synchroniser reaches 85% first on this link";
-  --full     every synchroniser over shm_ring on one host, allreduce over mpi and gloo, both
-             compute floors, and on links unlimited, 10gbit and 1gbit PyTorch DDP and ringlab's
-             allreduce, param_avg K=16 and none;
-  --quick    1 epoch: PyTorch DDP, ringlab allreduce and param_avg K=16 on one host, the last
-             two on a 1gbit link.
+  (default)   per link (unlimited, 1gbit): PyTorch DDP, ringlab allreduce and param_avg K=16,
+              3 epochs (PyTorch DDP passes 85% test accuracy in the third; param_avg, which
+              takes an epoch more, 4): which synchroniser reaches 85% first on each link;
+  --full      on one host PyTorch DDP, ringlab allreduce (overlap on and off) and param_avg
+              K=16 over shm_ring, allreduce over mpi, both compute floors; on links unlimited,
+              10gbit and 1gbit PyTorch DDP and ringlab's allreduce, param_avg K=16 and none;
+  --quick     1 epoch: PyTorch DDP and ringlab allreduce on one host, allreduce and param_avg
+              K=16 on a 1gbit link;
+  --one_host  every synchroniser over shm_ring, mpi and gloo on one host, both floors.
 
 Measured times are in the README, per CPU. --report_only: rewrite the report from the runs
 already in --out_dir. --dry_run: print the commands and stop. Exit status 0 when every run
@@ -61,25 +62,29 @@ SYNCS = (("allreduce_overlap", "allreduce", None, True),
 # emulated hosts (one each) over gloo, whose ranks bind their host's address.
 ALL_SYNCS = tuple(key for key, _, _, _ in SYNCS)
 MODES = {
-    # Under 3 minutes: the headline pair on one host and the two cheapest to compare on a
-    # slow link.
-    "quick": dict(epochs=1, pytorch_ddp=True,
-                  one_host=(("shm_ring", ("allreduce_overlap", "param_avg_k16")),),
+    # Under 3 minutes: the headline on one host, and allreduce against param_avg on a slow link.
+    "quick": dict(epochs=1, pytorch_ddp=True, one_host=(("shm_ring", ("allreduce_overlap",)),),
                   floors=False, links=("1gbit",), link_pytorch=False,
                   link_syncs=("allreduce_overlap", "param_avg_k16")),
-    # The README's first command: the per-link answer, a fast link against a slow one, each
-    # with PyTorch DDP beside every ringlab synchroniser.
+    # The README's first command, under 10 minutes: the per-link answer, a fast link against a
+    # slow one, PyTorch DDP beside ringlab's allreduce and param_avg (none, which reaches 85%
+    # in as many epochs as param_avg, only in the full run).
     "standard": dict(epochs=3, pytorch_ddp=False, one_host=(), floors=False,
                      links=("unlimited", "1gbit"), link_pytorch=True,
-                     link_syncs=("allreduce_overlap", "param_avg_k16", "none")),
-    # Everything: every synchroniser over shm_ring, DDP's overlap on and off over mpi and
-    # gloo too, both compute floors, and every synchroniser on three links.
+                     link_syncs=("allreduce_overlap", "param_avg_k16")),
+    # Under 25 minutes: on one host ringlab's allreduce with DDP's overlap and without, over
+    # shm_ring and mpi, param_avg K=16 and both compute floors (1 epoch: they measure a step);
+    # on three links every synchroniser.
     "full": dict(epochs=3, pytorch_ddp=True,
-                 one_host=(("shm_ring", ALL_SYNCS),
-                           ("mpi", ("allreduce_overlap", "allreduce_no_overlap")),
-                           ("gloo", ("allreduce_overlap",))),
-                 floors=True, links=("unlimited", "10gbit", "1gbit"), link_pytorch=True,
-                 link_syncs=("allreduce_overlap", "param_avg_k16", "none")),
+                 one_host=(("shm_ring", ("allreduce_overlap", "allreduce_no_overlap",
+                                         "param_avg_k16")),
+                           ("mpi", ("allreduce_overlap",))),
+                 floors=True, floor_epochs=1, links=("unlimited", "10gbit", "1gbit"),
+                 link_pytorch=True, link_syncs=("allreduce_overlap", "param_avg_k16", "none")),
+    # The one-host matrix of the earlier rounds: every synchroniser over every communicator.
+    "one_host": dict(epochs=3, pytorch_ddp=True,
+                     one_host=tuple((comm, ALL_SYNCS) for comm in ("shm_ring", "mpi", "gloo")),
+                     floors=True, links=(), link_pytorch=False, link_syncs=()),
 }
 # Across links, the runs that send less than a gradient per step train this many epochs more
 # than the mode's: their steps are cheaper, and what a link run compares is the wall-clock to
@@ -147,7 +152,8 @@ def plan(mode_name, links=None, epochs=None):
                          framework="pytorch", sync="none", avg_period=None, overlap=None,
                          comm=None, ranks=1))
     for run in runs:
-        run["epochs"] = epochs
+        floor = run["name"] in ("ringlab_1rank", "pytorch_1proc")
+        run["epochs"] = mode.get("floor_epochs", epochs) if floor else epochs
     runs += link_runs(mode["links"] if links is None else links, mode, epochs)
     for order, run in enumerate(runs):
         run["order"] = order
@@ -374,6 +380,9 @@ def main(argv=None):
                        help="every run: all synchronisers and communicators on one host, both "
                             "compute floors, and every synchroniser on links unlimited, "
                             "10gbit and 1gbit")
+    modes.add_argument("--one_host", action="store_const", dest="mode", const="one_host",
+                       help="the one-host matrix: every synchroniser over shm_ring, mpi and "
+                            "gloo, both compute floors, no links")
     parser.add_argument("--epochs", type=int,
                         help="epochs per run (param_avg and none across links: "
                              f"{CHEAP_EXTRA_EPOCHS} more); default "

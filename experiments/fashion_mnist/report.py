@@ -249,13 +249,19 @@ def _speed_lines(runs, cores=None):
 
 
 def _more_epochs(invocation, runs):
-    """", param_avg and none across links 4" when some runs trained other epochs than the
-    invocation's (runs.json records each run's)."""
-    other = sorted({r["epochs"] for r in runs if r.get("epochs") not in (None,
-                                                                       invocation.get("epochs"))})
+    """" (the compute floors 1, param_avg and none across links 4)": the runs that trained
+    other epochs than the invocation's (run.json records each run's)."""
+    other = {}
+    for run in runs:
+        if run.get("epochs") in (None, invocation.get("epochs")):
+            continue
+        kind = ("the compute floors" if run["name"] in (PYTORCH_ONE, RINGLAB_ONE) else
+                "param_avg and none across links" if run.get("link") else run["label"])
+        other.setdefault(kind, set()).add(run["epochs"])
     if not other:
         return ""
-    return f" (param_avg and none across links: {', '.join(map(str, other))})"
+    return " (" + ", ".join(f"{kind} {', '.join(map(str, sorted(e)))}"
+                            for kind, e in other.items()) + ")"
 
 
 def write_markdown(path, invocation, runs, rows, plot_notes):
