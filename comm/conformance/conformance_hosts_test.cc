@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
-#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -176,16 +175,6 @@ TEST_F(OnHostsTest, RanksAreOnTheirHosts) {
                                 << Describe(results);
     }
   }
-}
-
-// SIGKILL this process after a random 0-`max_ms` ms, from another thread, so
-// that the death lands anywhere in the collective the main thread is in.
-void KillSelfSoon(int max_ms) {
-  const int ms = std::random_device{}() % (max_ms + 1);
-  std::thread([ms] {
-    std::this_thread::sleep_for(milliseconds(ms));
-    kill(getpid(), SIGKILL);
-  }).detach();
 }
 
 // gloo at 2 hosts x 2 ranks: `victim` dies in the middle of an allreduce.

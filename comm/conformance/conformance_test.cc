@@ -19,9 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -152,17 +150,6 @@ const char* FaultName(Fault f) {
       return "rank_killed_mid_collective";
   }
   return "?";
-}
-
-// SIGKILL this process after a random 0-`max_ms` ms, from another thread, so
-// that the death lands anywhere in what the main thread does next; the
-// survivors' checks must hold wherever it lands.
-void KillSelfSoon(int max_ms) {
-  const int ms = std::random_device{}() % (max_ms + 1);
-  std::thread([ms] {
-    std::this_thread::sleep_for(milliseconds(ms));
-    kill(getpid(), SIGKILL);
-  }).detach();
 }
 
 class FaultTest : public BackendTest {

@@ -14,7 +14,9 @@
 #include <exception>
 #include <iostream>
 #include <memory>
+#include <random>
 #include <stdexcept>
+#include <thread>
 
 #include "comm/cluster/job_cluster.h"
 #include "comm/job/job_environment.h"
@@ -237,6 +239,14 @@ std::vector<RankResult> RunRanksOnHosts(
         "RunRanksOnHosts: the hosts must divide world_size");
   }
   return RunPlacedRanks(world_size, body, timeout, {hosts.hosts(), &hosts});
+}
+
+void KillSelfSoon(int max_ms) {
+  const int ms = std::random_device{}() % (max_ms + 1);
+  std::thread([ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    kill(getpid(), SIGKILL);
+  }).detach();
 }
 
 std::string Describe(const std::vector<RankResult>& results) {

@@ -77,6 +77,11 @@ void RankPrint(const std::string& line);
 // "rank 0: exit 0\n<output>..." for failure messages.
 std::string Describe(const std::vector<RankResult>& results);
 
+// SIGKILLs this process after a random 0-`max_ms` ms, from another thread, so
+// that the death lands anywhere in what the calling thread does next: how the
+// fault tests kill a rank in the middle of a collective.
+void KillSelfSoon(int max_ms);
+
 }  // namespace ringlab::comm::testing
 
 #endif  // RINGLAB_COMM_TESTING_MULTI_PROCESS_H_

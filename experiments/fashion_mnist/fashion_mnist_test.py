@@ -269,22 +269,22 @@ class PlanTest(unittest.TestCase):
 
     def test_full_plan(self):
         full = self.plan("--full")
-        # PyTorch DDP; allreduce with and without overlap and param_avg K=16 over shm_ring,
-        # allreduce over mpi; both floors (1 epoch); per link (3) PyTorch DDP and 3 syncs.
-        self.assertEqual(len(full), 7 + 12)
-        mpi = [l for l in full if "--comm=mpi" in l]
-        self.assertEqual(len(mpi), 1)
-        self.assertTrue(mpi[0].startswith("mpirun --allow-run-as-root"))
-        self.assertNotIn("--nprocs", mpi[0])
-        self.assertEqual(sum("--overlap=false" in l for l in full), 1)
+        # PyTorch DDP, allreduce over shm_ring, both floors (1 epoch); per link (3) PyTorch DDP
+        # and 3 syncs.
+        self.assertEqual(len(full), 4 + 12)
+        self.assertIn("--comm=shm_ring", full[1])
+        self.assertTrue(all("--epochs=1" in l for l in full[2:4]))  # the floors
         self.assertEqual(sum("--link=10gbit" in l for l in full), 4)
-        self.assertTrue(all("--epochs=1" in l for l in full[5:7]))  # the floors
-        self.assertEqual(len(self.plan("--full", "--links=none")), 7)
+        self.assertEqual(len(self.plan("--full", "--links=none")), 4)
 
     def test_one_host_plan(self):
         lines = self.plan("--one_host")
         # PyTorch DDP, 6 synchronisers x 3 communicators, ringlab 1 rank, PyTorch 1 process.
         self.assertEqual(len(lines), 21)
+        mpi = [l for l in lines if "--comm=mpi" in l]
+        self.assertEqual(len(mpi), 6)
+        self.assertTrue(all(l.startswith("mpirun --allow-run-as-root") for l in mpi))
+        self.assertTrue(all("--nprocs" not in l for l in mpi))
         self.assertEqual(sum("--avg_period=64" in l for l in lines), 3)
         self.assertFalse(any("--link=" in l for l in lines))
         self.assertTrue(all("--epochs=3" in l for l in lines))
