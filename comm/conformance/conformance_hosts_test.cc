@@ -55,18 +55,6 @@ void Check(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
 }
 
-std::unique_ptr<Communicator> Make(const std::string& backend,
-                                   const RankContext& c, milliseconds timeout,
-                                   milliseconds join_timeout) {
-  CommOptions options;
-  options.timeout = timeout;
-  options.join_timeout = join_timeout;
-  auto comm = CreateCommunicator(backend, c, options);
-  Check(comm->rank() == c.rank && comm->world_size() == c.world_size,
-        "rank/world_size differ from the context's");
-  return comm;
-}
-
 class OnHostsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -131,8 +119,8 @@ class CaseOnHostsTest : public OnHostsTest {
     auto results = RunOnHosts(
         world_,
         [&](const RankContext& c) {
-          auto comm =
-              Make(backend_, c, milliseconds(60000), milliseconds(60000));
+          auto comm = MakeRankCommunicator(backend_, c, milliseconds(60000),
+                                           milliseconds(60000));
           case_.run(*comm, traits);
         },
         milliseconds(300000));
@@ -196,7 +184,7 @@ class KilledMidCollectiveTest : public OnHostsTest {
     auto results = RunOnHosts(
         world,
         [&](const RankContext& c) {
-          auto comm = Make("gloo", c, op, join);
+          auto comm = MakeRankCommunicator("gloo", c, op, join);
           std::vector<float> buffer(1 << 20, 1.0f);
           comm->Barrier();
           comm->AllReduce(buffer.data(), buffer.size(), ReduceOp::kSum);

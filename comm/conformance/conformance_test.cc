@@ -38,18 +38,6 @@ void Check(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
 }
 
-std::unique_ptr<Communicator> Make(const std::string& backend,
-                                   const RankContext& c, milliseconds timeout,
-                                   milliseconds join_timeout) {
-  CommOptions options;
-  options.timeout = timeout;
-  options.join_timeout = join_timeout;
-  auto comm = CreateCommunicator(backend, c, options);
-  Check(comm->rank() == c.rank && comm->world_size() == c.world_size,
-        "rank/world_size differ from the context's");
-  return comm;
-}
-
 void ExpectNoLeftovers() {
   for (const std::string& leftover : Leftovers()) {
     ADD_FAILURE() << "left behind: " << leftover;
@@ -118,8 +106,8 @@ class CaseTest : public BackendTest {
       auto results = Run(
           world,
           [&](const RankContext& c) {
-            auto comm =
-                Make(backend_, c, milliseconds(60000), milliseconds(60000));
+            auto comm = MakeRankCommunicator(backend_, c, milliseconds(60000),
+                                             milliseconds(60000));
             case_.run(*comm, traits_);
           },
           milliseconds(300000));
@@ -183,7 +171,7 @@ class FaultTest : public BackendTest {
           const bool is_victim = c.rank == victim;
           if (is_victim && fault_ == Fault::kBeforeJoin) _exit(3);
           if (is_victim && fault_ == Fault::kDuringJoin) KillSelfSoon(3);
-          auto comm = Make(backend_, c, op, join);
+          auto comm = MakeRankCommunicator(backend_, c, op, join);
           auto buffer =
               MakeBuffer(comm->memory(), std::vector<float>((4 << 20), 1.0f));
           comm->Barrier();
@@ -240,7 +228,7 @@ class RankLeavesTest : public BackendTest {
         world,
         [&](const RankContext& c) {
           if (c.rank == victim && when_ == Fault::kBeforeJoin) return;
-          auto comm = Make(backend_, c, op, join);
+          auto comm = MakeRankCommunicator(backend_, c, op, join);
           auto buffer =
               MakeBuffer(comm->memory(), std::vector<float>((4 << 20), 1.0f));
           comm->Barrier();
@@ -281,8 +269,8 @@ class AbsentRankTest : public BackendTest {
     auto results = Run(
         2,
         [&](const RankContext& c) {
-          auto comm =
-              Make(backend_, c, milliseconds(1000), milliseconds(60000));
+          auto comm = MakeRankCommunicator(backend_, c, milliseconds(1000),
+                                           milliseconds(60000));
           if (c.rank == 1) {
             // Alive, never calling: wait for the survivor's word.
             c.store->Get("absent/released", milliseconds(60000));

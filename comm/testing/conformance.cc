@@ -445,6 +445,18 @@ std::string MustNameMissing(const ConformanceCase& c,
   return "no rank's error names " + names + "\n" + Describe(results);
 }
 
+std::unique_ptr<Communicator> MakeRankCommunicator(
+    const std::string& backend, const RankContext& c,
+    std::chrono::milliseconds timeout, std::chrono::milliseconds join_timeout) {
+  CommOptions options;
+  options.timeout = timeout;
+  options.join_timeout = join_timeout;
+  auto comm = CreateCommunicator(backend, c, options);
+  Check(comm->rank() == c.rank && comm->world_size() == c.world_size,
+        "rank/world_size differ from the context's");
+  return comm;
+}
+
 int MaxProcessRanks() {
   const char* text = std::getenv("RINGLAB_TEST_MAX_PROCESS_RANKS");
   if (text == nullptr || *text == '\0') return 4;

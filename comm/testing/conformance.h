@@ -11,6 +11,7 @@
 #ifndef RINGLAB_COMM_TESTING_CONFORMANCE_H_
 #define RINGLAB_COMM_TESTING_CONFORMANCE_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -114,6 +115,12 @@ std::vector<ConformanceCase> AllCases();
 // checks a mismatch case's job with it.
 std::string MustNameMissing(const ConformanceCase& c,
                             const std::vector<RankResult>& results);
+
+// A rank's communicator for a driver's job: CreateCommunicator with these
+// deadlines, throwing unless its rank and world size are the context's.
+std::unique_ptr<Communicator> MakeRankCommunicator(
+    const std::string& backend, const RankContext& c,
+    std::chrono::milliseconds timeout, std::chrono::milliseconds join_timeout);
 
 }  // namespace ringlab::comm::testing
 

@@ -143,7 +143,8 @@ class ReportTest(unittest.TestCase):
         # 5e-5 relative is hundreds of float32 ulps from step 0 on.
         self.assertIn("0 of rank 0's first 30 losses are bitwise identical; the first difference "
                       "is at step 0; the first 0 steps are within 1 ulp", self.report)
-        self.assertIn("**0.35×** (target ≤ 0.4×): **PASS**", self.report)
+        self.assertIn("ms against PyTorch DDP 20.00 ms: **0.35×**\n", self.report)
+        self.assertIn("allreduce against none on one host: not measured", self.report)
         # No overlap: 0.35 points below PyTorch at epoch 1... 1.1 at epoch 2; losses equal.
         self.assertIn("| ringlab allreduce, no overlap (shm_ring) | PyTorch DDP | 1.100 | "
                       "0.00e+00 |", self.report)
@@ -152,6 +153,24 @@ class ReportTest(unittest.TestCase):
         # The fixture's machine has 2 cores for 2 ranks: the report says what overlap can do.
         self.assertIn("2 core(s) for 2 ranks: a rank's communication thread gets its core only "
                       "while the compute thread waits", self.report)
+
+    def test_allreduce_against_none_and_where_the_difference_went(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="fashion_mnist_none."), "out")
+        make_fixture(out)
+        # none: 6.5 ms after the warm-up (median and mean), the same trace without the wait.
+        make_run(out, 4, "shm_ring_none", "ringlab none (shm_ring)", "ringlab", sync="none",
+                 losses=(PT_LOSSES, [100.0] * 20 + [6.5] * 10, 0),
+                 evals=([0.79, 0.83], [14.0, 29.0], 0), wait_us=0)
+        result = run_driver("--report_only", f"--out_dir={out}")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(os.path.join(out, "report.md")) as f:
+            text = f.read()
+        # Medians 7 against 6.5 ms; means 16.2 (the 100 ms step) against 6.5: of the 9.7 ms,
+        # the trace's 0.3 ms wait is exposed communication, 9.4 untimed.
+        self.assertIn("7.00 ms against ringlab none 6.50 ms: **1.08×** (target ≤ 1.06×): "
+                      "**FAIL**", text)
+        self.assertIn("compute +0.00 ms, exposed communication +0.30 ms, optimiser +0.00 ms, "
+                      "the rest (the trace's untimed gaps) +9.40 ms", text)
 
     def test_header_names_machine_and_torch(self):
         self.assertIn("Fixture CPU, 2 core(s)", self.report)
@@ -269,13 +288,13 @@ class PlanTest(unittest.TestCase):
 
     def test_full_plan(self):
         full = self.plan("--full")
-        # PyTorch DDP, allreduce over shm_ring, both floors (1 epoch); per link (3) PyTorch DDP
-        # and 3 syncs.
-        self.assertEqual(len(full), 4 + 12)
-        self.assertIn("--comm=shm_ring", full[1])
-        self.assertTrue(all("--epochs=1" in l for l in full[2:4]))  # the floors
+        # PyTorch DDP, allreduce and none over shm_ring, both floors (1 epoch); per link (3)
+        # PyTorch DDP and 3 syncs.
+        self.assertEqual(len(full), 5 + 12)
+        self.assertTrue(all("--comm=shm_ring" in l for l in full[1:3]))
+        self.assertTrue(all("--epochs=1" in l for l in full[3:5]))  # the floors
         self.assertEqual(sum("--link=10gbit" in l for l in full), 4)
-        self.assertEqual(len(self.plan("--full", "--links=none")), 4)
+        self.assertEqual(len(self.plan("--full", "--links=none")), 5)
 
     def test_one_host_plan(self):
         lines = self.plan("--one_host")
