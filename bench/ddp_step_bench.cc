@@ -66,17 +66,19 @@ void RunSteps(benchmark::State& state, const char* sync_name, int period) {
     options.avg_period = period;
     synchronizer =
         train::CreateSynchronizer(sync_name, *g_comm, *job.model, options);
+    synchronizer->Start(*job.model, /*resumed=*/false);
   }
   train::Synchronizer* sync = synchronizer.get();
-  nn::BackwardObserver* observer = sync ? sync->backward_observer() : nullptr;
   const nn::SgdOptions sgd{0.01f};
   int64_t step = 0;
   for (auto _ : state) {
+    nn::BackwardObserver* observer =
+        sync ? sync->backward_observer(step) : nullptr;
     if (g_comm != nullptr && sync != nullptr) g_comm->Barrier();
     const auto start = std::chrono::steady_clock::now();
     job.model->ForwardBackward(job.data.x.data(), job.data.y.data(), 50,
                                observer);
-    if (sync != nullptr) sync->AfterBackward(*job.model);
+    if (sync != nullptr) sync->AfterBackward(*job.model, step);
     job.model->SgdStep(sgd);
     if (sync != nullptr) sync->AfterStep(*job.model, step);
     ++step;

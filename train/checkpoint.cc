@@ -69,6 +69,11 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
   try {
     // Each file is fsynced as it is written (io::WriteFileAtomically).
     nn::SaveParams(temporary, layout, checkpoint.params.data());
+    for (const SyncTensor& tensor : checkpoint.sync_state) {
+      io::WriteNpyFloat32(temporary + "/sync." + tensor.name + ".npy",
+                          {static_cast<int64_t>(tensor.values->size())},
+                          tensor.values->data());
+    }
     io::WriteFileAtomically(temporary + "/history.csv",
                             StepRecordsToCsv(checkpoint.history, rank, true));
     io::WriteFileAtomically(temporary + "/next_step",
@@ -185,7 +190,8 @@ std::string ResumableCheckpointDir(const std::string& dir) {
 
 RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
                                   const nn::MlpLayout& layout,
-                                  int64_t next_step) {
+                                  int64_t next_step,
+                                  const std::vector<SyncTensor>& sync_state) {
   const std::string rank_dir =
       StepDir(dir, next_step) + "/rank" + std::to_string(rank);
   if (!fs::is_directory(rank_dir)) {
@@ -206,6 +212,18 @@ RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
   checkpoint.params.resize(layout.num_params());
   try {
     nn::LoadParams(rank_dir, layout, checkpoint.params.data());
+    for (const SyncTensor& tensor : sync_state) {
+      const std::string path = rank_dir + "/sync." + tensor.name + ".npy";
+      std::vector<int64_t> shape;
+      std::vector<float> values = io::ReadNpyFloat32(path, &shape);
+      if (values.size() != tensor.values->size() || shape.size() != 1) {
+        throw std::invalid_argument(
+            path + " holds shape " + io::ShapeToString(shape) + ", expected (" +
+            std::to_string(tensor.values->size()) + ",)");
+      }
+      *tensor.values = std::move(values);
+    }
+    checkpoint.sync_state = sync_state;
   } catch (const io::NpyError& e) {
     throw std::invalid_argument(e.what());
   }

@@ -1,6 +1,7 @@
 // Checkpoints that make a killed run resumable bit for bit, taken
 // collectively: each rank writes its part (its parameters, one .npy per
-// state_dict tensor, its per-step history and the step it reached) into
+// state_dict tensor, its synchroniser's state, one sync.<name>.npy per
+// tensor, its per-step history and the step it reached) into
 // <dir>/step_<N>/rank<r>/ through a temporary directory renamed into place,
 // with the SHA-256 of every file (SHA256SUMS, io/checksums.h, checked when
 // it is read back), every file and directory fsynced before the rename; once
@@ -22,12 +23,16 @@
 
 #include "nn/mlp.h"
 #include "train/step_record.h"
+#include "train/synchronizer.h"
 
 namespace ringlab::train {
 
 struct RankCheckpoint {
   int64_t next_step = 0;  // steps already taken
   std::vector<float> params;
+  // The synchroniser's tensors (Synchronizer::state()): written from, and
+  // read back into, the vectors they point to.
+  std::vector<SyncTensor> sync_state;
   std::vector<StepRecord> history;
 };
 
@@ -67,12 +72,13 @@ void PromoteStagedCheckpoints(const std::string& dir);
 // The directory a --resume reads: <dir>.next where a crash left it holding a
 // complete checkpoint (it is promoted before the ranks read it), else <dir>.
 std::string ResumableCheckpointDir(const std::string& dir);
-// Reads this rank's part; throws std::invalid_argument naming what is wrong
-// (a missing part: "the checkpoint of step N in <dir> is incomplete: rank
-// R's part ... is missing").
-RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
-                                  const nn::MlpLayout& layout,
-                                  int64_t next_step);
+// Reads this rank's part, the synchroniser's tensors into sync_state's
+// vectors (each of the size it has); throws std::invalid_argument naming what
+// is wrong (a missing part: "the checkpoint of step N in <dir> is incomplete:
+// rank R's part ... is missing"; a tensor of another size).
+RankCheckpoint ReadRankCheckpoint(
+    const std::string& dir, int rank, const nn::MlpLayout& layout,
+    int64_t next_step, const std::vector<SyncTensor>& sync_state = {});
 
 }  // namespace ringlab::train
 

@@ -49,6 +49,7 @@ void PrepareCheckpoints(const TrainConfig& config, int world_size,
 // then rank 0 moves latest to it, then removes the steps before it.
 void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
                     const nn::MlpLayout& layout, const nn::Mlp& model,
+                    const std::vector<SyncTensor>& sync_state,
                     const std::vector<StepRecord>& history, int64_t step,
                     comm::Communicator& comm, bool* staged) {
   const std::string main = config.out_dir + "/checkpoints";
@@ -58,6 +59,7 @@ void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
   checkpoint.next_step = step + 1;
   checkpoint.params.resize(layout.num_params());
   model.GetParams(checkpoint.params.data());
+  checkpoint.sync_state = sync_state;
   checkpoint.history = history;
   WriteRankCheckpoint(dir, rank, layout, checkpoint,
                       [&] { MaybeFault(faults, rank, step, "part_written"); });
@@ -85,6 +87,7 @@ void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
 int64_t StartingPoint(const TrainConfig& config, const nn::MlpLayout& layout,
                       const std::vector<float>& params,
                       comm::Communicator& comm, nn::Mlp& model,
+                      const std::vector<SyncTensor>& sync_state,
                       std::vector<StepRecord>* history) {
   const std::string dir = config.out_dir + "/checkpoints";
   const std::optional<int64_t> latest =
@@ -95,7 +98,7 @@ int64_t StartingPoint(const TrainConfig& config, const nn::MlpLayout& layout,
     return 0;
   }
   RankCheckpoint checkpoint =
-      ReadRankCheckpoint(dir, comm.rank(), layout, *latest);
+      ReadRankCheckpoint(dir, comm.rank(), layout, *latest, sync_state);
   model.SetParams(checkpoint.params.data());
   *history = std::move(checkpoint.history);
   return *latest;

@@ -32,15 +32,18 @@ void PrepareCheckpoints(const TrainConfig& config, int world_size,
 // before any rank goes on; it is false afterwards.
 void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
                     const nn::MlpLayout& layout, const nn::Mlp& model,
+                    const std::vector<SyncTensor>& sync_state,
                     const std::vector<StepRecord>& history, int64_t step,
                     comm::Communicator& comm, bool* staged);
 
-// Where training starts: the latest checkpoint's parameters and history
-// when resuming, else `params`, rank 0's broadcast to all (as DDP's
-// constructor does). Returns the first step to take.
+// Where training starts: the latest checkpoint's parameters, synchroniser
+// state (read into sync_state's vectors) and history when resuming, else
+// `params`, rank 0's broadcast to all (as DDP's constructor does). Returns
+// the first step to take.
 int64_t StartingPoint(const TrainConfig& config, const nn::MlpLayout& layout,
                       const std::vector<float>& params,
                       comm::Communicator& comm, nn::Mlp& model,
+                      const std::vector<SyncTensor>& sync_state,
                       std::vector<StepRecord>* history);
 
 }  // namespace ringlab::train

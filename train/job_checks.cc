@@ -53,6 +53,10 @@ Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
           {"--set_epoch", std::to_string(c.set_epoch)},
           {"--avg_period", std::to_string(c.sync_options.avg_period)},
           {"--avg_warmup", std::to_string(c.sync_options.avg_warmup)},
+          {"--inner_steps", std::to_string(c.sync_options.inner_steps)},
+          {"--outer_lr", FloatText(c.sync_options.outer_lr)},
+          {"--outer_momentum", FloatText(c.sync_options.outer_momentum)},
+          {"--train_subset", std::to_string(c.train_subset)},
           {"--dataset", DatasetKind(c)},
           {"the first bucket's cap",
            std::to_string(c.sync_options.first_bucket_bytes)},
@@ -142,7 +146,9 @@ int64_t DatasetSize(const TrainConfig& config, int world_size,
       throw std::invalid_argument(DataDir(config) +
                                   ": the training images hold no samples");
     }
-    return shape.train_count;
+    return config.train_subset > 0
+               ? std::min(config.train_subset, shape.train_count)
+               : shape.train_count;
   }
   // A shared data.npy is one file for all ranks: its header is read once.
   const bool per_rank = fs::exists(config.data_dir + "/data_rank0.npy");
@@ -223,6 +229,7 @@ void CheckBounds(const TrainConfig& c, int world_size) {
   CheckRange("--epochs", c.epochs, 0, kMaxEpochs);
   CheckRange("--batch_size", c.batch_size, 1, kMaxSamples);
   if (c.data_dir.empty()) CheckRange("--samples", c.samples, 1, kMaxSamples);
+  CheckRange("--train_subset", c.train_subset, 0, kMaxSamples);
   CheckRange("--checkpoint_every", c.checkpoint_every, 0, kMaxSteps);
   // Seeds are uint64, as torch.manual_seed's: the rank (--per_rank_data) and
   // the epoch (--set_epoch) added to them must not wrap around.
@@ -249,6 +256,10 @@ void CheckDataFlags(const TrainConfig& c) {
   if (kind != "synthetic" && kind != "npy" && kind != "fashion_mnist") {
     throw std::invalid_argument("unknown --dataset=" + kind +
                                 " (expected synthetic, npy or fashion_mnist)");
+  }
+  if (kind != "fashion_mnist" && c.train_subset != 0) {
+    throw std::invalid_argument(
+        "--train_subset is for --dataset=fashion_mnist");
   }
   if (kind == "npy" && c.data_dir.empty()) {
     throw std::invalid_argument("--dataset=npy needs --data_dir");

@@ -1,8 +1,13 @@
 #include "train/synchronizer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
+
+#include "train/diloco.h"
 
 namespace ringlab::train {
 namespace {
@@ -29,8 +34,10 @@ class AllReduceSynchronizer : public Synchronizer {
     }
   }
   const char* name() const override { return "allreduce"; }
-  nn::BackwardObserver* backward_observer() override { return reducer_.get(); }
-  void AfterBackward(nn::Mlp& model) override {
+  nn::BackwardObserver* backward_observer(int64_t) override {
+    return reducer_.get();
+  }
+  void AfterBackward(nn::Mlp& model, int64_t) override {
     ScopedSpan wait(tracer_, Track::kCompute, "wait for allreduce",
                     kExposedCommCategory);
     if (reducer_) {
@@ -58,7 +65,7 @@ class ParamAvgSynchronizer : public Synchronizer {
                        Tracer& tracer)
       : comm_(comm), options_(options), tracer_(tracer) {}
   const char* name() const override { return "param_avg"; }
-  void AfterBackward(nn::Mlp&) override {}
+  void AfterBackward(nn::Mlp&, int64_t) override {}
   void AfterStep(nn::Mlp& model, int64_t step) override {
     if (!IsAveragingStep(step, options_)) return;
     ScopedSpan wait(tracer_, Track::kCompute, "wait for allreduce",
@@ -76,14 +83,63 @@ class ParamAvgSynchronizer : public Synchronizer {
   Tracer& tracer_;
 };
 
+// Post-local SGD: DDP's allreduce for the first avg_warmup steps, then each
+// rank's gradients stay its own (post_localSGD_hook with one-rank subgroups)
+// and the parameters are averaged every K steps (PeriodicModelAverager with
+// the same warm-up).
+class PostLocalSgdSynchronizer : public Synchronizer {
+ public:
+  PostLocalSgdSynchronizer(comm::Communicator& comm, nn::Mlp& model,
+                           const SyncOptions& options, Tracer& tracer)
+      : warmup_(options.avg_warmup),
+        allreduce_(comm, model, options, tracer),
+        average_(comm, options, tracer) {}
+  const char* name() const override { return "post_local_sgd"; }
+  nn::BackwardObserver* backward_observer(int64_t step) override {
+    return step < warmup_ ? allreduce_.backward_observer(step) : nullptr;
+  }
+  void AfterBackward(nn::Mlp& model, int64_t step) override {
+    if (step < warmup_) allreduce_.AfterBackward(model, step);
+  }
+  void AfterStep(nn::Mlp& model, int64_t step) override {
+    average_.AfterStep(model, step);
+  }
+
+ private:
+  const int64_t warmup_;
+  AllReduceSynchronizer allreduce_;
+  ParamAvgSynchronizer average_;
+};
+
 class NoSynchronizer : public Synchronizer {
  public:
   const char* name() const override { return "none"; }
-  void AfterBackward(nn::Mlp&) override {}
+  void AfterBackward(nn::Mlp&, int64_t) override {}
   void AfterStep(nn::Mlp&, int64_t) override {}
 };
 
+void CheckStepRange(const char* flag, int64_t value, int64_t lo) {
+  if (value < lo || value > kMaxSteps) {
+    throw std::invalid_argument(
+        std::string(flag) + " must be in [" + std::to_string(lo) + ", " +
+        std::to_string(kMaxSteps) + "], not " + std::to_string(value));
+  }
+}
+
 }  // namespace
+
+const std::vector<std::string>& SynchronizerNames() {
+  static const std::vector<std::string> names = {
+      "allreduce", "param_avg", "post_local_sgd", "diloco", "none"};
+  return names;
+}
+
+ReducedBuffers BuffersReducedBy(const std::string& name) {
+  ReducedBuffers buffers;
+  buffers.grads = name == "allreduce" || name == "post_local_sgd";
+  buffers.params = name == "param_avg" || name == "post_local_sgd";
+  return buffers;
+}
 
 bool IsAveragingStep(int64_t step, const SyncOptions& options) {
   return step >= options.avg_warmup &&
@@ -91,22 +147,26 @@ bool IsAveragingStep(int64_t step, const SyncOptions& options) {
 }
 
 void ValidateSync(const std::string& name, const SyncOptions& options) {
-  if (name != "allreduce" && name != "param_avg" && name != "none") {
+  const auto& names = SynchronizerNames();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    std::string known;
+    for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
     throw std::invalid_argument("unknown --sync=" + name +
-                                " (expected allreduce, param_avg or none)");
+                                " (expected one of " + known + ")");
   }
-  if (options.avg_period < 1 || options.avg_period > kMaxSteps) {
-    throw std::invalid_argument("--avg_period must be in [1, " +
-                                std::to_string(kMaxSteps) + "], not " +
-                                std::to_string(options.avg_period));
-  }
+  CheckStepRange("--avg_period", options.avg_period, 1);
+  CheckStepRange("--avg_warmup", options.avg_warmup, 0);
+  CheckStepRange("--inner_steps", options.inner_steps, 1);
   if (options.first_bucket_bytes == 0 || options.bucket_cap_bytes == 0) {
     throw std::invalid_argument("bucket caps must be positive");
   }
-  if (options.avg_warmup < 0 || options.avg_warmup > kMaxSteps) {
-    throw std::invalid_argument("--avg_warmup must be in [0, " +
-                                std::to_string(kMaxSteps) + "], not " +
-                                std::to_string(options.avg_warmup));
+  if (!(options.outer_lr >= 0) || !std::isfinite(options.outer_lr)) {
+    throw std::invalid_argument("--outer_lr must be finite and >= 0, not " +
+                                std::to_string(options.outer_lr));
+  }
+  if (!(options.outer_momentum >= 0 && options.outer_momentum < 1)) {
+    throw std::invalid_argument("--outer_momentum must be in [0, 1), not " +
+                                std::to_string(options.outer_momentum));
   }
 }
 
@@ -122,6 +182,13 @@ std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
   }
   if (name == "param_avg") {
     return std::make_unique<ParamAvgSynchronizer>(comm, options, trace);
+  }
+  if (name == "post_local_sgd") {
+    return std::make_unique<PostLocalSgdSynchronizer>(comm, model, options,
+                                                      trace);
+  }
+  if (name == "diloco") {
+    return CreateDiLoCoSynchronizer(comm, model, options, trace);
   }
   if (name == "none") return std::make_unique<NoSynchronizer>();
   throw std::invalid_argument("unknown synchroniser " + name);

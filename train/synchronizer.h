@@ -1,10 +1,15 @@
 // Gradient synchronisers, the thing a user swaps with --sync: `allreduce`
 // averages gradients after every backward (PyTorch DDP), `param_avg` exchanges
 // no gradients and averages parameters every K steps after a warm-up (local
-// SGD, as torch.distributed's PeriodicModelAverager), `none` lets ranks train
-// independently (a baseline). They work over any Communicator; where the
-// communicator's memory differs from the model's (a CUDA model over shm_ring),
-// buffers are staged through host memory.
+// SGD, as torch.distributed's PeriodicModelAverager; the ranks train apart
+// during the warm-up), `post_local_sgd` is DDP during the warm-up and then
+// param_avg (PyTorch's post_localSGD_hook with one-rank subgroups plus
+// PeriodicModelAverager), `diloco` averages every H steps the change of the
+// parameters and applies it with an outer SGD with Nesterov momentum
+// (train/diloco.h), `none` lets ranks train independently (a baseline). They
+// work over any Communicator; where the communicator's memory differs from
+// the model's (a CUDA model over shm_ring), buffers are staged through host
+// memory.
 #ifndef RINGLAB_TRAIN_SYNCHRONIZER_H_
 #define RINGLAB_TRAIN_SYNCHRONIZER_H_
 
@@ -20,17 +25,38 @@
 
 namespace ringlab::train {
 
+// A part of a synchroniser's state that a resumed run needs besides the
+// model's parameters (DiLoCo's outer parameters and momentum): checkpoints
+// write and read it by name.
+struct SyncTensor {
+  std::string name;
+  std::vector<float>* values;
+};
+
+// Every method is called on every rank in the same order; step counts from
+// 0 on each rank.
 class Synchronizer {
  public:
   virtual ~Synchronizer() = default;
   virtual const char* name() const = 0;
-  // What to pass to the model's ForwardBackward (null: nothing to observe):
-  // allreduce's bucket reducer, which starts reducing during backward.
-  virtual nn::BackwardObserver* backward_observer() { return nullptr; }
+  // Once the model holds the run's starting parameters (rank 0's broadcast,
+  // or a checkpoint's, in which case state() was read back from it first).
+  virtual void Start(const nn::Mlp& model, bool resumed) {}
+  // What to pass to the model's ForwardBackward in this step (null: nothing
+  // to observe): DDP's bucket reducer, which reduces during backward.
+  virtual nn::BackwardObserver* backward_observer(int64_t step) {
+    return nullptr;
+  }
   // Between backward and the optimiser step: DDP's gradient averaging.
-  virtual void AfterBackward(nn::Mlp& model) = 0;
-  // After the optimiser step; step counts from 0 on each rank.
+  virtual void AfterBackward(nn::Mlp& model, int64_t step) = 0;
+  // After the optimiser step.
   virtual void AfterStep(nn::Mlp& model, int64_t step) = 0;
+  // Its state for checkpoints (pointers into this object; sizes fixed at
+  // construction); empty for the stateless ones.
+  virtual std::vector<SyncTensor> state() { return {}; }
+  // The parameters evaluation and the run's final output use where they are
+  // not the model's own (DiLoCo's outer parameters); null: the model's.
+  virtual const std::vector<float>* evaluated_params() const { return nullptr; }
 };
 
 // The most steps a run may take (1e9 epochs of at most 1e9 steps): step
@@ -38,8 +64,15 @@ class Synchronizer {
 inline constexpr int64_t kMaxSteps = 1'000'000'000'000'000'000;
 
 struct SyncOptions {
-  int64_t avg_period = 4;  // param_avg: K
-  int64_t avg_warmup = 0;  // param_avg: steps before the first average
+  int64_t avg_period = 4;  // param_avg, post_local_sgd: K
+  // param_avg, post_local_sgd: steps before the first average (of DDP
+  // allreduce for post_local_sgd).
+  int64_t avg_warmup = 0;
+  // diloco: inner steps between outer steps (H), the outer SGD's learning
+  // rate and Nesterov momentum.
+  int64_t inner_steps = 16;
+  float outer_lr = 0.7f;
+  float outer_momentum = 0.9f;
   // allreduce: DDP's buckets (bucket_reducer.h) and whether their allreduces
   // overlap backward.
   size_t first_bucket_bytes = kFirstBucketBytes;
@@ -47,8 +80,12 @@ struct SyncOptions {
   bool overlap = true;
 };
 
-// Throws std::invalid_argument unless name is "allreduce", "param_avg" or
-// "none", the period in [1, kMaxSteps], the warm-up in [0, kMaxSteps] and
+// The names --sync takes.
+const std::vector<std::string>& SynchronizerNames();
+
+// Throws std::invalid_argument unless name is one of SynchronizerNames(), the
+// period and inner steps in [1, kMaxSteps], the warm-up in [0, kMaxSteps],
+// the outer learning rate and momentum finite and >= 0 (momentum < 1) and
 // both bucket caps positive.
 void ValidateSync(const std::string& name, const SyncOptions& options);
 
@@ -66,6 +103,14 @@ std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
 
 // True where PeriodicModelAverager.average_parameters() averages at this step.
 bool IsAveragingStep(int64_t step, const SyncOptions& options);
+
+// Which of the model's buffers the synchroniser `name` reduces in place every
+// so often (so that a CPU model can keep them in the communicator's
+// registered memory).
+struct ReducedBuffers {
+  bool grads = false, params = false;
+};
+ReducedBuffers BuffersReducedBy(const std::string& name);
 
 enum class ModelBuffer { kParams, kGrads };
 

@@ -70,9 +70,9 @@ TEST(SynchronizerTest, AllReduceAveragesGradientsOnly) {
 
   PeerCommunicator comm(std::vector<float>(6, 1.0f));
   auto sync = CreateSynchronizer("allreduce", *comm.comm, *model, {});
-  ASSERT_NE(sync->backward_observer(), nullptr);
-  model->ForwardBackward(x, y, 1, sync->backward_observer());
-  sync->AfterBackward(*model);
+  ASSERT_NE(sync->backward_observer(0), nullptr);
+  model->ForwardBackward(x, y, 1, sync->backward_observer(0));
+  sync->AfterBackward(*model, 0);
   std::vector<float> averaged(6);
   model->GetGrads(averaged.data());
   // (g + 1) / 2 in float: exact here, both operations are exact or correctly
@@ -92,7 +92,7 @@ TEST(SynchronizerTest, ParamAvgAveragesParametersOnSchedule) {
   model->SetParams(params.data());
   PeerCommunicator comm(std::vector<float>(6, 3.0f));
   auto sync = CreateSynchronizer("param_avg", *comm.comm, *model, {2, 1});
-  sync->AfterBackward(*model);
+  sync->AfterBackward(*model, 0);
   sync->AfterStep(*model, 0);  // warm-up: nothing
   EXPECT_EQ(comm.backend->allreduce_calls, 0);
   sync->AfterStep(*model, 1);  // (1 - 1) % 2 == 0: average
@@ -110,10 +110,81 @@ TEST(SynchronizerTest, NoneNeverCommunicates) {
   PeerCommunicator comm(std::vector<float>(6, 3.0f));
   auto sync = CreateSynchronizer("none", *comm.comm, *model, {});
   for (int step = 0; step < 5; ++step) {
-    sync->AfterBackward(*model);
+    sync->AfterBackward(*model, 0);
     sync->AfterStep(*model, step);
   }
   EXPECT_EQ(comm.backend->allreduce_calls, 0);
+}
+
+TEST(SynchronizerTest, PostLocalSgdIsDdpDuringWarmupThenParamAvg) {
+  const nn::MlpLayout layout({2, 2});
+  auto model = nn::CreateMlp(nn::Device::kCpu, layout);
+  const std::vector<float> params = {1, 2, 3, 4, 5, 6};
+  model->SetParams(params.data());
+  const float x[2] = {1.0f, -1.0f};
+  const int64_t y[1] = {1};
+  PeerCommunicator comm(std::vector<float>(6, 3.0f));
+  SyncOptions options{2, 1};  // warm-up 1 step, then every 2nd
+  auto sync = CreateSynchronizer("post_local_sgd", *comm.comm, *model, options);
+  // Step 0 (warm-up): the gradients are allreduced, the parameters not.
+  ASSERT_NE(sync->backward_observer(0), nullptr);
+  model->ForwardBackward(x, y, 1, sync->backward_observer(0));
+  sync->AfterBackward(*model, 0);
+  sync->AfterStep(*model, 0);
+  EXPECT_EQ(comm.backend->allreduce_calls, 1);
+  // Step 1: local gradients, then the parameters averaged ((1-1) % 2 == 0).
+  EXPECT_EQ(sync->backward_observer(1), nullptr);
+  model->ForwardBackward(x, y, 1, sync->backward_observer(1));
+  std::vector<float> local(6), after(6);
+  model->GetGrads(local.data());
+  sync->AfterBackward(*model, 1);
+  model->GetGrads(after.data());
+  EXPECT_EQ(after, local);
+  EXPECT_EQ(comm.backend->allreduce_calls, 1);
+  sync->AfterStep(*model, 1);
+  EXPECT_EQ(comm.backend->allreduce_calls, 2);
+  model->GetParams(after.data());
+  EXPECT_EQ(after, (std::vector<float>{2, 2.5, 3, 3.5, 4, 4.5}));
+  sync->AfterStep(*model, 2);  // (2-1) % 2 != 0
+  EXPECT_EQ(comm.backend->allreduce_calls, 2);
+}
+
+// DiLoCo's outer step on values where every operation is exact (momentum
+// and learning rate 0.5), so the expected numbers are worked out by hand:
+// the first outer step's buffer is the averaged change itself, the second's
+// b * mu + delta.
+TEST(SynchronizerTest, DiLoCoAppliesTheAveragedChangeWithNesterov) {
+  const nn::MlpLayout layout({1, 1});  // 2 parameters
+  auto model = nn::CreateMlp(nn::Device::kCpu, layout);
+  std::vector<float> params = {1.0f, 1.0f};
+  model->SetParams(params.data());
+  // The peer's change, already divided by the world size: 0.75.
+  PeerCommunicator comm(std::vector<float>(2, 0.75f));
+  SyncOptions options;
+  options.inner_steps = 2;
+  options.outer_lr = 0.5f;
+  options.outer_momentum = 0.5f;
+  auto sync = CreateSynchronizer("diloco", *comm.comm, *model, options);
+  sync->Start(*model, /*resumed=*/false);
+  ASSERT_EQ(sync->state().size(), 2u);
+  EXPECT_EQ(sync->state()[0].name, "outer_params");
+  std::vector<float> local = {0.5f, 0.5f};  // after step 0's inner update
+  model->SetParams(local.data());
+  sync->AfterStep(*model, 0);
+  EXPECT_EQ(comm.backend->allreduce_calls, 0);
+  sync->AfterStep(*model, 1);  // delta = (1 - 0.5) / 2 + 0.75 = 1
+  EXPECT_EQ(comm.backend->allreduce_calls, 1);
+  // b = 1, d = 1 + 0.5 * 1 = 1.5, theta = 1 - 0.5 * 1.5 = 0.25.
+  model->GetParams(params.data());
+  EXPECT_EQ(params, (std::vector<float>{0.25f, 0.25f}));
+  EXPECT_EQ(*sync->evaluated_params(), params);
+  sync->AfterStep(*model, 2);
+  sync->AfterStep(*model, 3);  // delta = 0 + 0.75
+  // b = 1 * 0.5 + 0.75 = 1.25, d = 0.75 + 0.5 * 1.25 = 1.375,
+  // theta = 0.25 - 0.5 * 1.375 = -0.4375.
+  model->GetParams(params.data());
+  EXPECT_EQ(params, (std::vector<float>{-0.4375f, -0.4375f}));
+  EXPECT_EQ(*sync->state()[1].values, (std::vector<float>{1.25f, 1.25f}));
 }
 
 TEST(SynchronizerTest, RejectsBadNamesAndOptions) {
@@ -127,6 +198,18 @@ TEST(SynchronizerTest, RejectsBadNamesAndOptions) {
   SyncOptions no_cap;
   no_cap.bucket_cap_bytes = 0;
   EXPECT_THROW(ValidateSync("allreduce", no_cap), std::invalid_argument);
+  SyncOptions bad;
+  bad.inner_steps = 0;
+  EXPECT_THROW(ValidateSync("diloco", bad), std::invalid_argument);
+  bad = {};
+  bad.outer_momentum = 1.0f;
+  EXPECT_THROW(ValidateSync("diloco", bad), std::invalid_argument);
+  bad = {};
+  bad.outer_lr = -0.1f;
+  EXPECT_THROW(ValidateSync("diloco", bad), std::invalid_argument);
+  for (const std::string& name : SynchronizerNames()) {
+    EXPECT_NO_THROW(ValidateSync(name, {})) << name;
+  }
 }
 
 }  // namespace

@@ -40,6 +40,8 @@ struct TrainConfig {
   // synthetic.
   std::string dataset;
   std::string data_dir;
+  // fashion_mnist: the first train_subset training images only (0: all).
+  int64_t train_subset = 0;
   // Epochs between test-set evaluations into eval.csv (0: none); only data
   // sets with a test split (fashion_mnist) have one.
   int64_t eval_every = 1;

@@ -49,7 +49,12 @@ DEFINE_int32(nprocs, 2,
              "or mpirun)");
 DEFINE_string(model, "10,5,2", "MLP widths: input, hidden..., classes");
 DEFINE_string(sync, "allreduce",
-              "allreduce (DDP) | param_avg (local SGD) | none");
+              "allreduce (DDP) | param_avg (local SGD: the ranks train apart "
+              "during --avg_warmup) | post_local_sgd (DDP for --avg_warmup "
+              "steps, then param_avg: PyTorch's post_localSGD_hook and "
+              "PeriodicModelAverager) | diloco (every --inner_steps steps "
+              "the averaged change of the parameters, by an outer SGD with "
+              "Nesterov momentum) | none");
 DEFINE_string(comm, "shm_ring",
               "the collective backend: one of those this binary has (listed "
               "above, with their settings)");
@@ -102,8 +107,18 @@ DEFINE_string(init_dir, "",
 DEFINE_string(
     out_dir, "",
     "where to write losses.csv, final/*.npy, config.json, checkpoints/");
-DEFINE_int64(avg_period, 4, "param_avg: average parameters every K steps");
-DEFINE_int64(avg_warmup, 0, "param_avg: steps before the first average");
+DEFINE_int64(avg_period, 4,
+             "param_avg, post_local_sgd: average parameters every K steps");
+DEFINE_int64(avg_warmup, 0,
+             "param_avg, post_local_sgd: steps before the first average "
+             "(post_local_sgd: of DDP allreduce)");
+DEFINE_int64(inner_steps, 16, "diloco: inner SGD steps per outer step (H)");
+DEFINE_double(outer_lr, 0.7, "diloco: the outer SGD's learning rate");
+DEFINE_double(outer_momentum, 0.9,
+              "diloco: the outer SGD's Nesterov momentum, in [0, 1)");
+DEFINE_int64(train_subset, 0,
+             "fashion_mnist: train on the first N training images only (0: "
+             "all), as pytorch_ddp.py --train_subset");
 DEFINE_int64(checkpoint_every, 0,
              "write a checkpoint every N steps (0: never)");
 DEFINE_bool(resume, false, "resume from the latest checkpoint in --out_dir");
@@ -224,6 +239,10 @@ TrainConfig ConfigFromFlags() {
   c.out_dir = FLAGS_out_dir;
   c.sync_options.avg_period = FLAGS_avg_period;
   c.sync_options.avg_warmup = FLAGS_avg_warmup;
+  c.sync_options.inner_steps = FLAGS_inner_steps;
+  c.sync_options.outer_lr = static_cast<float>(FLAGS_outer_lr);
+  c.sync_options.outer_momentum = static_cast<float>(FLAGS_outer_momentum);
+  c.train_subset = FLAGS_train_subset;
   c.checkpoint_every = FLAGS_checkpoint_every;
   c.resume = FLAGS_resume;
   c.quiet = FLAGS_quiet;

@@ -84,13 +84,13 @@ StepRecord TakeStep(nn::Mlp& model, Synchronizer& synchronizer,
                     Tracer& tracer) {
   const uint64_t bytes_before = comm.bytes_sent();
   const auto start = Clock::now();
-  nn::BackwardObserver* observer = synchronizer.backward_observer();
+  nn::BackwardObserver* observer = synchronizer.backward_observer(step);
   TracingObserver traced(tracer, observer, start);
   const float loss = model.ForwardBackward(
       batch.x.data(), batch.y.data(), static_cast<int>(count),
       tracer.enabled() ? &traced : observer);
   const auto sync_start = Clock::now();
-  synchronizer.AfterBackward(model);
+  synchronizer.AfterBackward(model, step);
   double comm_ms = MillisecondsSince(sync_start);
   {
     ScopedSpan span(tracer, Track::kCompute, "sgd step", "compute");
@@ -117,9 +117,9 @@ std::unique_ptr<nn::Mlp> CreateModel(const TrainConfig& config,
   }
   nn::CpuMlpOptions options;
   options.gemm = nn::DefaultCpuGemmMode();
-  if (config.sync == "allreduce") {
-    options.grads_memory = comm.Allocate(layout.num_params());
-  } else if (config.sync == "param_avg") {
+  const ReducedBuffers reduced = BuffersReducedBy(config.sync);
+  if (reduced.grads) options.grads_memory = comm.Allocate(layout.num_params());
+  if (reduced.params) {
     options.params_memory = comm.Allocate(layout.num_params());
   }
   return nn::CreateCpuMlp(layout, options);
@@ -169,6 +169,19 @@ void PrintEpochLine(const TrainConfig& config, const StepRecord& record,
 
 // Rank 0's test-set evaluation after `epochs` epochs, timed apart from
 // training.
+// Evaluates `model` with `params` in place of its own where given (DiLoCo's
+// outer parameters), its own restored afterwards.
+EvalResult EvaluateWithParams(nn::Mlp& model, const std::vector<float>* params,
+                              const Dataset& test) {
+  if (params == nullptr) return Evaluate(model, test);
+  std::vector<float> own(params->size());
+  model.GetParams(own.data());
+  model.SetParams(params->data());
+  const EvalResult r = Evaluate(model, test);
+  model.SetParams(own.data());
+  return r;
+}
+
 class Evaluator {
  public:
   Evaluator(const TrainConfig& config, const Dataset& test, int rank)
@@ -177,7 +190,10 @@ class Evaluator {
         active_(rank == 0 && every_ > 0 && test.size > 0),
         start_(Clock::now()) {}
 
+  // params: what to evaluate in place of the model's own parameters (null:
+  // its own).
   void AfterEpoch(int64_t epochs, int64_t steps, nn::Mlp& model,
+                  const std::vector<float>* params,
                   const comm::Communicator& comm, Tracer& tracer,
                   std::vector<EvalRecord>* out) {
     if (!active_ || epochs % every_ != 0) return;
@@ -186,7 +202,7 @@ class Evaluator {
     const double wall_s =
         std::chrono::duration<double>(eval_start - start_).count() -
         excluded_s_;
-    const EvalResult r = Evaluate(model, test_);
+    const EvalResult r = EvaluateWithParams(model, params, test_);
     out->push_back(
         {epochs, steps, r.loss, r.accuracy, wall_s, comm.bytes_sent()});
     excluded_s_ +=
@@ -247,7 +263,9 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
                                          config.sync_options, &tracer);
   TrainResult result;
   const int64_t first_step =
-      StartingPoint(config, layout, params, comm, *model, &result.history);
+      StartingPoint(config, layout, params, comm, *model, synchronizer->state(),
+                    &result.history);
+  synchronizer->Start(*model, /*resumed=*/first_step > 0);
 
   const DistributedSampler sampler(
       data.train.size, world_size, rank,
@@ -281,12 +299,13 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
     if (config.checkpoint_every > 0 &&
         (step + 1) % config.checkpoint_every == 0 &&
         step + 1 < schedule.total_steps) {
-      TakeCheckpoint(config, faults, layout, *model, result.history, step, comm,
-                     &staged);
+      TakeCheckpoint(config, faults, layout, *model, synchronizer->state(),
+                     result.history, step, comm, &staged);
     }
     MaybeFault(faults, rank, step, "after_step");
     if (index == schedule.steps_per_epoch - 1) {
-      evaluator.AfterEpoch(epoch + 1, step + 1, *model, comm, tracer,
+      evaluator.AfterEpoch(epoch + 1, step + 1, *model,
+                           synchronizer->evaluated_params(), comm, tracer,
                            &result.evaluations);
       if (rank == 0 && !config.quiet) {
         PrintEpochLine(config, result.history.back(), result.evaluations);
@@ -300,8 +319,12 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
         LinkTraffic{config.emulated_host, link_after->sent - link_before->sent,
                     link_after->received - link_before->received};
   }
-  result.final_params.resize(layout.num_params());
-  model->GetParams(result.final_params.data());
+  if (const std::vector<float>* shared = synchronizer->evaluated_params()) {
+    result.final_params = *shared;
+  } else {
+    result.final_params.resize(layout.num_params());
+    model->GetParams(result.final_params.data());
+  }
   if (tracer.enabled()) result.trace_events = tracer.EventsJson();
   WriteRunOutputs(config, layout, data.train.source, result, comm);
   return result;

@@ -1,0 +1,42 @@
+// DiLoCo (Douillard et al., 2023) as a synchroniser: each rank takes H inner
+// SGD steps on its own shard without communicating, then the ranks average
+// how far their parameters moved from the shared outer parameters and an
+// outer SGD with Nesterov momentum applies that average to them; every rank
+// then continues from the new outer parameters. 1/H of DDP's bytes. The
+// arithmetic is torch 1.13's, element by element, so that a PyTorch program
+// doing the same (experiments/fashion_mnist/pytorch_ddp.py --sync=diloco)
+// trains to the same bits; evaluation and the run's final parameters are the
+// outer ones.
+#ifndef RINGLAB_TRAIN_DILOCO_H_
+#define RINGLAB_TRAIN_DILOCO_H_
+
+#include <cstddef>
+#include <memory>
+
+#include "comm/communicator.h"
+#include "nn/mlp.h"
+#include "train/synchronizer.h"
+#include "train/trace.h"
+
+namespace ringlab::train {
+
+// One outer step of torch.optim.SGD(lr, momentum, nesterov=True) on the
+// outer parameters with gradient `delta` (the averaged change), in place:
+// the momentum buffer is delta at the first step (torch clones it), else
+// momentum * mu + delta; the parameters move by -lr * (delta + mu * buffer).
+// The two multiply-adds that torch 1.13's CPU kernels fuse are fused here
+// (std::fma), the buffer's update is not: both as measured on Debian's
+// build (../shared/pytorch-hooks-facts.md, 1.8).
+void OuterNesterovStep(const float* delta, float* momentum, bool first,
+                       float lr, float mu, float* outer, size_t n);
+
+// The diloco synchroniser (CreateSynchronizer's). Its communicator must reach
+// host memory (the averaged change is reduced in the communicator's
+// registered memory): std::invalid_argument otherwise.
+std::unique_ptr<Synchronizer> CreateDiLoCoSynchronizer(
+    comm::Communicator& comm, nn::Mlp& model, const SyncOptions& options,
+    Tracer& tracer);
+
+}  // namespace ringlab::train
+
+#endif  // RINGLAB_TRAIN_DILOCO_H_
