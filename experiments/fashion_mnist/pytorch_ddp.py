@@ -20,6 +20,16 @@ It writes what ringlab's trainer writes into --out_dir, so one parser reads both
                rank 0's seconds since its first step, evaluation excluded; bytes_sent nan.
   summary.json the configuration, torch's version and the total wall time.
 
+--sync picks how the ranks synchronise, each the way PyTorch itself does it: ddp (DDP's bucketed
+allreduce, the default), post_local_sgd (DDP with post_localSGD_hook, start_localSGD_iter =
+--avg_warmup, over one-rank subgroups made with new_group, since 1.13's new_subgroups needs CUDA,
+and PeriodicModelAverager(--avg_period, --avg_warmup) after each optimiser step) or diloco (no DDP:
+each rank takes --inner_steps SGD steps on its own, then the change of its parameters from the
+outer ones, divided by the world size, is allreduced and applied to the outer parameters by
+torch.optim.SGD(--outer_lr, momentum=--outer_momentum, nesterov=True), which every rank then
+continues from; evaluation uses the outer parameters). ringlab's trainer takes the same --sync
+names (ddp is its allreduce).
+
 --world_size 1 runs one process without DDP or a process group: the compute floor. Under a
 torchrun-style launcher (RANK and WORLD_SIZE set: torchrun, or ringlab's on_hosts, which starts
 the ranks on emulated hosts joined by shaped links) each process is one rank, and the ranks meet
@@ -145,12 +155,71 @@ def evaluate(torch, model, test_x, test_y):
     return total_loss / n, correct / n
 
 
+class DiLoCo:
+    """The outer loop of DiLoCo over a plain (not DDP) model, as described in the docstring."""
+
+    def __init__(self, torch, dist, model, args, world):
+        self.torch, self.dist, self.model, self.world = torch, dist, model, world
+        self.inner_steps = args.inner_steps
+        self.outer = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()]
+        self.optimizer = torch.optim.SGD(self.outer, lr=args.outer_lr,
+                                         momentum=args.outer_momentum, nesterov=True)
+
+    def after_step(self, step):
+        if (step + 1) % self.inner_steps:
+            return
+        torch = self.torch
+        with torch.no_grad():
+            local = list(self.model.parameters())
+            flat = torch.cat([(o - p).reshape(-1) for o, p in zip(self.outer, local)])
+            flat.div_(self.world)  # before the sum, as average_parameters divides
+            self.dist.all_reduce(flat)
+            offset = 0
+            for o in self.outer:
+                o.grad = flat[offset:offset + o.numel()].view_as(o).clone()
+                offset += o.numel()
+        self.optimizer.step()
+        with torch.no_grad():
+            for o, p in zip(self.outer, local):
+                p.copy_(o)
+
+    def swap(self):
+        """Exchanges the model's parameters with the outer ones (twice: back as they were)."""
+        with self.torch.no_grad():
+            for o, p in zip(self.outer, self.model.parameters()):
+                own = p.detach().clone()
+                p.copy_(o)
+                o.copy_(own)
+
+
+def synchronise(torch, dist, model, args, rank, world):
+    """(the network to train, what to call after each optimiser step or None, the DiLoCo loop or
+    None) for --sync."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    if world == 1:
+        return model, None, None
+    if args.sync == "diloco":
+        diloco = DiLoCo(torch, dist, model, args, world)
+        return model, diloco.after_step, diloco
+    net = DDP(model)  # DDP broadcasts rank 0's parameters
+    if args.sync == "ddp":
+        return net, None, None
+    from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_local
+    from torch.distributed.algorithms.model_averaging import averagers
+    groups = [dist.new_group([r]) for r in range(world)]  # every rank makes every group
+    state = post_local.PostLocalSGDState(process_group=None, subgroup=groups[rank],
+                                         start_localSGD_iter=args.avg_warmup)
+    net.register_comm_hook(state, post_local.post_localSGD_hook)
+    averager = averagers.PeriodicModelAverager(period=args.avg_period,
+                                               warmup_steps=args.avg_warmup)
+    return net, lambda step: averager.average_parameters(net.parameters()), None
+
+
 def train_rank(rank, args, scratch):
     """One rank (or the single process when --world_size 1). Writes scratch/losses_rank<r>.csv
     and, on rank 0, scratch/eval.csv."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     torch.set_num_threads(1)
@@ -169,7 +238,7 @@ def train_rank(rank, args, scratch):
             test_x, test_y = torch.from_numpy(test_x), torch.from_numpy(test_y)
         torch.manual_seed(args.seed)
         model = build_model(torch, widths)
-        net = DDP(model) if distributed else model  # DDP broadcasts rank 0's parameters
+        net, after_step, diloco = synchronise(torch, dist, model, args, rank, world)
         dataset = TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y))
         sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True,
                                      seed=args.sampler_seed)
@@ -191,6 +260,8 @@ def train_rank(rank, args, scratch):
                 loss = loss_fn(net(x), y)
                 loss.backward()
                 optimizer.step()
+                if after_step is not None:
+                    after_step(step)
                 dt = time.perf_counter() - t0
                 losses.append(f"{rank},{epoch},{step},{loss.item()!r},{dt * 1e3:.6f},nan,nan")
                 step += 1
@@ -199,7 +270,11 @@ def train_rank(rank, args, scratch):
                 t0 = time.perf_counter()
                 if rank == 0:
                     wall = t0 - start - eval_seconds
+                    if diloco is not None:
+                        diloco.swap()
                     test_loss, accuracy = evaluate(torch, model, test_x, test_y)
+                    if diloco is not None:
+                        diloco.swap()
                     evals.append(f"{done},{step},{test_loss!r},{accuracy!r},{wall:.6f},nan")
                     if not args.quiet:
                         recent = [float(r.split(",")[4]) for r in losses[-200:]]
@@ -265,7 +340,13 @@ def write_outputs(args, scratch, wall, torch_version):
             "framework": "pytorch",
             "torch_version": torch_version,
             "world_size": args.world_size,
-            "ddp": args.world_size > 1,
+            "ddp": args.world_size > 1 and args.sync != "diloco",
+            "sync": args.sync,
+            "avg_period": args.avg_period,
+            "avg_warmup": args.avg_warmup,
+            "inner_steps": args.inner_steps,
+            "outer_lr": args.outer_lr,
+            "outer_momentum": args.outer_momentum,
             "backend": "gloo" if args.world_size > 1 else None,
             "threads_per_rank": 1,
             "model": args.model,
@@ -306,6 +387,13 @@ def parse_args(argv):
                         help="train on the first N images only (0: all; for quick checks)")
     parser.add_argument("--timeout", type=float, default=300,
                         help="seconds any wait between ranks may take")
+    parser.add_argument("--sync", choices=("ddp", "post_local_sgd", "diloco"), default="ddp")
+    parser.add_argument("--avg_period", type=int, default=4, help="post_local_sgd: K")
+    parser.add_argument("--avg_warmup", type=int, default=0,
+                        help="post_local_sgd: steps of DDP allreduce first")
+    parser.add_argument("--inner_steps", type=int, default=16, help="diloco: H")
+    parser.add_argument("--outer_lr", type=float, default=0.7, help="diloco")
+    parser.add_argument("--outer_momentum", type=float, default=0.9, help="diloco (Nesterov)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -314,11 +402,13 @@ def parse_args(argv):
         raise UsageError(f"--model={args.model}: comma-separated integers expected") from None
     if len(widths) < 2 or min(widths) < 1:
         raise UsageError(f"--model={args.model}: at least two positive widths expected")
-    for name in ("world_size", "epochs", "batch_size", "eval_every"):
+    for name in ("world_size", "epochs", "batch_size", "eval_every", "avg_period", "inner_steps"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be at least 1")
-    if args.train_subset < 0 or args.seed < 0 or args.sampler_seed < 0:
-        raise UsageError("--train_subset, --seed and --sampler_seed must be >= 0")
+    if min(args.train_subset, args.seed, args.sampler_seed, args.avg_warmup) < 0:
+        raise UsageError("--train_subset, --seed, --sampler_seed and --avg_warmup must be >= 0")
+    if not (args.outer_lr >= 0) or not (0 <= args.outer_momentum < 1):
+        raise UsageError("--outer_lr must be >= 0 and --outer_momentum in [0, 1)")
     if not (args.lr >= 0) or not (0 < args.timeout <= 86400):
         raise UsageError("--lr must be >= 0 and --timeout in (0, 86400]")
     args.out_dir = os.path.abspath(args.out_dir)

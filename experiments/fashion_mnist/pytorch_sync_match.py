@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""ringlab's synchronisers against PyTorch's own, bit for bit: for each pair below, ringlab's
+trainer (2 ranks over shm_ring) and pytorch_ddp.py (2 gloo ranks, one BLAS thread each) train the
+Fashion-MNIST MLP from the same seed on the same first --train_subset images, and every training
+loss of every rank must be the same float32 value, each evaluation's test accuracy the same. Both
+sides reach the same OpenBLAS at run time, so this holds on any CPU and kernel (the arithmetic
+each side must share is in ../shared/pytorch-hooks-facts.md): 0 ulp is the tolerance. The test
+loss is not computed alike (ringlab sums each sample's loss in double, torch each chunk's in
+float32), so it must agree within 1e-6 relative: seen here, 1 ulp of float32 (6e-8).
+
+    pytorch_sync_match.py --train PATH_TO_TRAIN [--only NAME] [--train_subset N]
+
+Prints one line per pair and exits 0 when all match, 1 when one does not, 77 when torch does not
+import or the data set is not installed (the test then skips).
+"""
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+COMMON = ["--model=784,1024,1024,10", "--lr=0.1", "--batch_size=64", "--seed=0",
+          "--sampler_seed=0", "--set_epoch=true", "--eval_every=1", "--epochs=1", "--quiet"]
+# name: (ringlab's flags, PyTorch's flags). The warm-up and H are short so that the few steps of
+# a subset cross several averages and outer steps.
+PAIRS = {
+    "allreduce": (["--sync=allreduce"], ["--sync=ddp"]),
+    "post_local_sgd": (["--sync=post_local_sgd", "--avg_warmup=10", "--avg_period=4"],
+                       ["--sync=post_local_sgd", "--avg_warmup=10", "--avg_period=4"]),
+    "diloco": (["--sync=diloco", "--inner_steps=8", "--outer_lr=0.7", "--outer_momentum=0.9"],
+               ["--sync=diloco", "--inner_steps=8", "--outer_lr=0.7", "--outer_momentum=0.9"]),
+}
+
+
+def read_run(run_dir):
+    """({(rank, step): loss as float32 bits}, [(test_loss, test_accuracy)])."""
+    import numpy as np
+
+    def bits(text):
+        return int(np.float32(float(text)).view(np.int32))
+
+    with open(os.path.join(run_dir, "losses.csv")) as f:
+        losses = {(int(r["rank"]), int(r["step"])): bits(r["loss"]) for r in csv.DictReader(f)}
+    with open(os.path.join(run_dir, "eval.csv")) as f:
+        evals = [(float(r["test_loss"]), float(r["test_accuracy"])) for r in csv.DictReader(f)]
+    return losses, evals
+
+
+def compare(ours, theirs):
+    """'' when both runs hold the same values, else what differs first."""
+    (a, a_evals), (b, b_evals) = ours, theirs
+    if sorted(a) != sorted(b):
+        return f"different steps: {len(a)} against {len(b)}"
+    differ = sorted(k for k in a if a[k] != b[k])
+    if differ:
+        rank, step = differ[0]
+        return f"{len(differ)} of {len(a)} losses differ, first rank {rank} step {step}"
+    if (not a_evals or len(a_evals) != len(b_evals) or
+            any(x[1] != y[1] or abs(x[0] - y[0]) > 1e-6 * abs(y[0])
+                for x, y in zip(a_evals, b_evals))):
+        return f"evaluations (test loss, accuracy) differ: {a_evals} against {b_evals}"
+    return ""
+
+
+def run(argv, what):
+    result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"{what} exited {result.returncode}: {result.stdout[-2000:]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--train", required=True)
+    parser.add_argument("--only", choices=sorted(PAIRS))
+    parser.add_argument("--train_subset", type=int, default=3200)
+    args = parser.parse_args()
+    if subprocess.run(["/usr/bin/python3", "-c", "import torch"],
+                      stderr=subprocess.DEVNULL).returncode != 0:
+        print("skipped: torch does not import with /usr/bin/python3")
+        return 77
+    if not os.path.isdir(DATA_DIR):
+        print(f"skipped: {DATA_DIR} missing (apt-get install dataset-fashion-mnist)")
+        return 77
+    common = COMMON + [f"--train_subset={args.train_subset}"]
+    failed = 0
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as tmp:
+        for name, (ours, theirs) in PAIRS.items():
+            if args.only and name != args.only:
+                continue
+            ringlab_dir, torch_dir = os.path.join(tmp, name, "ringlab"), os.path.join(tmp, name,
+                                                                                     "pytorch")
+            run([args.train, "--dataset=fashion_mnist", "--comm=shm_ring", "--nprocs=2",
+                 f"--out_dir={ringlab_dir}"] + common + ours, f"ringlab --sync={name}")
+            run(["/usr/bin/python3", os.path.join(HERE, "pytorch_ddp.py"), "--world_size=2",
+                 f"--out_dir={torch_dir}"] + common + theirs, f"pytorch {theirs[0]}")
+            ringlab_run = read_run(ringlab_dir)
+            difference = compare(ringlab_run, read_run(torch_dir))
+            steps = len(ringlab_run[0]) // 2
+            print(f"{name}: {'bit for bit' if not difference else 'FAIL: ' + difference} "
+                  f"({steps} steps per rank, test accuracy {ringlab_run[1][-1][1]:.4f})",
+                  flush=True)
+            failed += bool(difference)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
