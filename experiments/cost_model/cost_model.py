@@ -18,7 +18,8 @@ of each synchroniser for N ranks on H hosts:
                      ranks of a host over shared memory, as ringlab's hier does)
     allreduce        step = compute + max(0, T - overlap * compute): DDP hides communication
                      behind backward, at most the backward share of compute
-    param_avg K      step = compute + T / K (the average is not overlapped)
+    param_avg K      step = compute + T / K (the average is not overlapped; post_local_sgd
+                     after its warm-up, and DiLoCo with H for K, likewise)
     none             step = compute
 
 Assumptions, stated once: alpha is software latency and does not change with the link; the
@@ -115,7 +116,7 @@ def step_ms(sync, compute_ms, comm_s, k=16, hidden_share=BACKWARD_SHARE):
     comm_ms = comm_s * 1e3
     if sync == "allreduce":
         return compute_ms + max(0.0, comm_ms - hidden_share * compute_ms)
-    if sync == "param_avg":
+    if sync in ("param_avg", "post_local_sgd", "diloco"):  # K or H steps per allreduce
         return compute_ms + comm_ms / k
     return compute_ms
 

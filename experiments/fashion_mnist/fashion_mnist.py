@@ -12,14 +12,15 @@ plots; each run's own files (losses.csv, eval.csv, trace.json, log.txt, run.json
     bazel run -c opt //experiments:fashion_mnist -- [--quick | --full | --one_host]
         [--links=L1,L2|none] [--epochs=N] [--out_dir=DIR]
 
-  (default)   per link (unlimited, 1gbit): ringlab allreduce and param_avg K=16, PyTorch DDP
-              on 1gbit, 3 epochs (allreduce passes 85% test accuracy in the third; param_avg,
-              which takes an epoch more, 4): which synchroniser reaches 85% first on each link;
+  (default)   per link (unlimited, 1gbit): ringlab allreduce, param_avg K=16 and DiLoCo H=16,
+              PyTorch DDP on 1gbit, 3 epochs (allreduce passes 85% test accuracy in the third;
+              param_avg, which takes an epoch more, 4; DiLoCo, in its first, 2): which
+              synchroniser reaches 85% first on each link;
   --full      on one host PyTorch DDP, ringlab allreduce and none over shm_ring and both
-              compute floors; on links unlimited, 10gbit and 1gbit PyTorch DDP and ringlab's allreduce,
-              param_avg K=16 and none;
-  --quick     1 epoch: PyTorch DDP and ringlab allreduce on one host, allreduce and param_avg
-              K=16 on a 1gbit link;
+              compute floors; on links unlimited, 10gbit and 1gbit PyTorch DDP and ringlab's
+              allreduce, param_avg K=16, DiLoCo H=16 and none;
+  --quick     1 epoch: PyTorch DDP and ringlab allreduce on one host, allreduce and DiLoCo
+              H=16 on a 1gbit link;
   --one_host  every synchroniser over shm_ring, mpi and gloo on one host, both floors.
 
 Measured times are in the README, per CPU. --report_only: rewrite the report from the runs
@@ -55,7 +56,12 @@ SYNCS = (("allreduce_overlap", "allreduce", None, True),
          ("param_avg_k4", "param_avg", 4, None),
          ("param_avg_k16", "param_avg", 16, None),
          ("param_avg_k64", "param_avg", 64, None),
+         ("post_local_sgd_k16", "post_local_sgd", 16, None),
+         ("diloco_h16", "diloco", 16, None),
          ("none", "none", None, None))
+# post_local_sgd's steps of DDP allreduce before local SGD (PyTorch's examples start local SGD
+# after 100 iterations).
+POST_LOCAL_WARMUP = 100
 # What each mode runs: its epochs; the 2-rank runs on one host, (communicator, synchroniser
 # keys), after PyTorch DDP when "pytorch_ddp" is set; the compute floors; the links, and on
 # each, PyTorch DDP (on the links in "link_pytorch", or "every link") and these ringlab
@@ -66,22 +72,22 @@ MODES = {
     # Under 3 minutes: the headline on one host, and allreduce against param_avg on a slow link.
     "quick": dict(epochs=1, pytorch_ddp=True, one_host=(("shm_ring", ("allreduce_overlap",)),),
                   floors=False, links=("1gbit",), link_pytorch=(),
-                  link_syncs=("allreduce_overlap", "param_avg_k16")),
+                  link_syncs=("allreduce_overlap", "diloco_h16")),
     # The README's first command, under 10 minutes: the per-link answer, a fast link against a
-    # slow one, ringlab's allreduce and param_avg on each, PyTorch DDP beside them on the slow
-    # one (none, which reaches 85% in as many epochs as param_avg, and PyTorch DDP on every
-    # link in the full run; with both, 11 minutes).
+    # slow one, ringlab's allreduce, param_avg and DiLoCo on each, PyTorch DDP beside them on
+    # the slow one (none, which reaches 85% in as many epochs as param_avg, and PyTorch DDP on
+    # every link in the full run).
     "standard": dict(epochs=3, pytorch_ddp=False, one_host=(), floors=False,
                      links=("unlimited", "1gbit"), link_pytorch=("1gbit",),
-                     link_syncs=("allreduce_overlap", "param_avg_k16")),
-    # Under 25 minutes: on one host PyTorch DDP, ringlab's allreduce and none over shm_ring
-    # (what synchronising costs ringlab) and both compute floors (1 epoch: they measure a
-    # step); on three links every synchroniser.
+                     link_syncs=("allreduce_overlap", "param_avg_k16", "diloco_h16")),
+    # On one host PyTorch DDP, ringlab's allreduce and none over shm_ring (what synchronising
+    # costs ringlab) and both compute floors (1 epoch: they measure a step); on three links
+    # every synchroniser but post_local_sgd (param_avg's cost once its warm-up is over).
     "full": dict(epochs=3, pytorch_ddp=True,
                  one_host=(("shm_ring", ("allreduce_overlap", "none")),),
                  floors=True, floor_epochs=1, links=("unlimited", "10gbit", "1gbit"),
                  link_pytorch="every link",
-                 link_syncs=("allreduce_overlap", "param_avg_k16", "none")),
+                 link_syncs=("allreduce_overlap", "param_avg_k16", "diloco_h16", "none")),
     # The one-host matrix of the earlier rounds: every synchroniser over every communicator.
     "one_host": dict(epochs=3, pytorch_ddp=True,
                      one_host=tuple((comm, ALL_SYNCS) for comm in ("shm_ring", "mpi", "gloo")),
@@ -90,14 +96,17 @@ MODES = {
 # Across links, the runs that send less than a gradient per step train this many epochs more
 # than the mode's: their steps are cheaper, and what a link run compares is the wall-clock to
 # 85% test accuracy, which allreduce reaches in its third epoch and param_avg K=16 and none
-# in their fourth (85.69% and 85.57%, after 83.51% and 83.21% at the third).
+# in their fourth (85.69% and 85.57%, after 83.51% and 83.21% at the third). DiLoCo H=16
+# reaches it in its first (85.24%): it trains an epoch less.
 CHEAP_EXTRA_EPOCHS = 1
+EXTRA_EPOCHS = {"allreduce": 0, "diloco": -1}  # the others: CHEAP_EXTRA_EPOCHS
 
 
 def detail(sync, k, overlap):
     """A synchroniser variant as the labels name it: "allreduce, overlap", "param_avg K=16"."""
     return {"allreduce": "allreduce, " + ("overlap" if overlap else "no overlap"),
-            "param_avg": f"param_avg K={k}", "none": "none"}[sync]
+            "param_avg": f"param_avg K={k}", "post_local_sgd": f"post_local_sgd K={k}",
+            "diloco": f"DiLoCo H={k}", "none": "none"}[sync]
 
 
 def link_runs(links, mode, epochs):
@@ -117,8 +126,8 @@ def link_runs(links, mode, epochs):
                              label=f"ringlab {detail(sync, k, overlap)} (gloo) @ {link}",
                              framework="ringlab", sync=sync, avg_period=k, overlap=overlap,
                              comm="gloo", ranks=2, link=link, variant=key,
-                             epochs=epochs + (0 if sync == "allreduce" else
-                                              CHEAP_EXTRA_EPOCHS)))
+                             epochs=max(1, epochs + EXTRA_EPOCHS.get(sync,
+                                                                     CHEAP_EXTRA_EPOCHS))))
     return runs
 
 
@@ -180,8 +189,12 @@ def command(run, args, run_dir):
             f"--timeout={args.timeout}"]
     if args.data_dir:
         argv.append(f"--data_dir={args.data_dir}")
-    if run["avg_period"]:
+    if run["avg_period"] and run["sync"] == "diloco":
+        argv.append(f"--inner_steps={run['avg_period']}")
+    elif run["avg_period"]:
         argv.append(f"--avg_period={run['avg_period']}")
+    if run["sync"] == "post_local_sgd":
+        argv.append(f"--avg_warmup={POST_LOCAL_WARMUP}")
     if run["overlap"] is not None:
         argv.append(f"--overlap={'true' if run['overlap'] else 'false'}")
     if run.get("link"):
@@ -386,7 +399,7 @@ def main(argv=None):
                             "gloo, both compute floors, no links")
     parser.add_argument("--epochs", type=int,
                         help="epochs per run (param_avg and none across links: "
-                             f"{CHEAP_EXTRA_EPOCHS} more); default "
+                             f"{CHEAP_EXTRA_EPOCHS} more, DiLoCo 1 fewer); default "
                              f"{MODES['standard']['epochs']}, 1 with --quick")
     parser.add_argument("--data_dir", default="",
                         help=f"the IDX .gz files (default {DEFAULT_DATA_DIR})")

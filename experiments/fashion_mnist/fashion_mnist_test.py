@@ -267,41 +267,45 @@ class PlanTest(unittest.TestCase):
 
     def test_quick_plan(self):
         lines = self.plan("--quick")
-        # PyTorch DDP and ringlab allreduce on one host; allreduce and param_avg K=16 at 1gbit.
+        # PyTorch DDP and ringlab allreduce on one host; allreduce and DiLoCo H=16 at 1gbit.
         self.assertEqual(len(lines), 4)
-        self.assertTrue(all("--epochs=1" in l for l in lines[:3]))
+        self.assertTrue(all("--epochs=1" in l for l in lines))  # DiLoCo: never below 1
         self.assertIn("--comm=shm_ring", lines[1])
         self.assertTrue(all("--hosts=2 --link=1gbit" in l for l in lines[2:]))
-        self.assertIn("--epochs=2", lines[3])  # param_avg across a link: one epoch more
+        self.assertIn("--sync=diloco", lines[3])
+        self.assertIn("--inner_steps=16", lines[3])
+        self.assertNotIn("--avg_period", lines[3])
 
     def test_standard_plan_is_the_per_link_answer(self):
         lines = self.plan()
-        # Per link (unlimited, 1gbit): allreduce, param_avg K=16; PyTorch DDP (through
-        # on_hosts) first on 1gbit.
-        self.assertEqual(len(lines), 5)
-        self.assertTrue(all("--hosts=2 --link=unlimited" in l for l in lines[:2]))
-        self.assertTrue(lines[2].startswith("/o --nprocs=2 --hosts=2 --link=1gbit -- "))
-        self.assertTrue(all("--link=1gbit" in l for l in lines[3:]))
-        self.assertTrue(all("--comm=gloo" in l for l in lines[:2] + lines[3:]))
-        self.assertEqual([l.count("--epochs=3") for l in lines[2:4]], [1, 1])
-        self.assertTrue(all("--epochs=4" in l for l in (lines[1], lines[4])))
+        # Per link (unlimited, 1gbit): allreduce, param_avg K=16, DiLoCo H=16; PyTorch DDP
+        # (through on_hosts) first on 1gbit.
+        self.assertEqual(len(lines), 7)
+        self.assertTrue(all("--hosts=2 --link=unlimited" in l for l in lines[:3]))
+        self.assertTrue(lines[3].startswith("/o --nprocs=2 --hosts=2 --link=1gbit -- "))
+        self.assertTrue(all("--link=1gbit" in l for l in lines[4:]))
+        self.assertTrue(all("--comm=gloo" in l for l in lines[:3] + lines[4:]))
+        self.assertEqual([l.count("--epochs=3") for l in lines[3:5]], [1, 1])
+        self.assertTrue(all("--epochs=4" in l for l in (lines[1], lines[5])))
+        self.assertTrue(all("--epochs=2" in l for l in (lines[2], lines[6])))
 
     def test_full_plan(self):
         full = self.plan("--full")
         # PyTorch DDP, allreduce and none over shm_ring, both floors (1 epoch); per link (3)
-        # PyTorch DDP and 3 syncs.
-        self.assertEqual(len(full), 5 + 12)
+        # PyTorch DDP and 4 syncs.
+        self.assertEqual(len(full), 5 + 15)
         self.assertTrue(all("--comm=shm_ring" in l for l in full[1:3]))
         self.assertTrue(all("--epochs=1" in l for l in full[3:5]))  # the floors
-        self.assertEqual(sum("--link=10gbit" in l for l in full), 4)
+        self.assertEqual(sum("--link=10gbit" in l for l in full), 5)
         self.assertEqual(len(self.plan("--full", "--links=none")), 5)
 
     def test_one_host_plan(self):
         lines = self.plan("--one_host")
-        # PyTorch DDP, 6 synchronisers x 3 communicators, ringlab 1 rank, PyTorch 1 process.
-        self.assertEqual(len(lines), 21)
+        # PyTorch DDP, 8 synchronisers x 3 communicators, ringlab 1 rank, PyTorch 1 process.
+        self.assertEqual(len(lines), 27)
         mpi = [l for l in lines if "--comm=mpi" in l]
-        self.assertEqual(len(mpi), 6)
+        self.assertEqual(len(mpi), 8)
+        self.assertEqual(sum("--avg_warmup=100" in l for l in lines), 3)  # post_local_sgd
         self.assertTrue(all(l.startswith("mpirun --allow-run-as-root") for l in mpi))
         self.assertTrue(all("--nprocs" not in l for l in mpi))
         self.assertEqual(sum("--avg_period=64" in l for l in lines), 3)
@@ -312,7 +316,8 @@ class PlanTest(unittest.TestCase):
         lines = self.plan("--quick", "--links=unlimited,2.5gbit", "--epochs=2")
         self.assertEqual(len(lines), 2 + 4)
         self.assertTrue(all("--link=2.5gbit" in l for l in lines[4:]))
-        self.assertIn("--epochs=3", lines[-1])
+        self.assertIn("--epochs=2", lines[-2])  # allreduce
+        self.assertIn("--epochs=1", lines[-1])  # DiLoCo: an epoch less
         bad = run_driver("--dry_run", "--train=/t", "--links=fast")
         self.assertEqual(bad.returncode, 2)
         self.assertIn("--links: 'fast'", bad.stderr)

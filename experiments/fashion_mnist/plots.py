@@ -15,6 +15,8 @@ VARIANT_STYLE = {
     "param_avg_k4": ("C2", "param_avg K=4"),
     "param_avg_k16": ("C3", "param_avg K=16"),
     "param_avg_k64": ("C4", "param_avg K=64"),
+    "post_local_sgd_k16": ("C7", "post_local_sgd K=16"),
+    "diloco_h16": ("C6", "DiLoCo H=16"),
     "none": ("C5", "none (no communication)"),
 }
 PANEL_HEIGHT_IN = 4.4

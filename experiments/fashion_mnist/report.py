@@ -273,14 +273,14 @@ def _speed_lines(runs, cores=None):
 
 
 def _more_epochs(invocation, runs):
-    """" (the compute floors 1, param_avg and none across links 4)": the runs that trained
+    """" (the compute floors 1, param_avg across links 4, ...)": the runs that trained
     other epochs than the invocation's (run.json records each run's)."""
     other = {}
     for run in runs:
         if run.get("epochs") in (None, invocation.get("epochs")):
             continue
         kind = ("the compute floors" if run["name"] in (PYTORCH_ONE, RINGLAB_ONE) else
-                "param_avg and none across links" if run.get("link") else run["label"])
+                f"{run['sync']} across links" if run.get("link") else run["label"])
         other.setdefault(kind, set()).add(run["epochs"])
     if not other:
         return ""
