@@ -44,22 +44,6 @@ const char* ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
-const char* DataTypeName(DataType type) {
-  switch (type) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-  }
-  return "unknown";
-}
-
-size_t DataTypeSize(DataType type) {
-  return type == DataType::kFloat32 ? 4 : 2;
-}
-
 uint64_t AllReduceBusBytes(uint64_t bytes, int world_size) {
   if (world_size <= 1) return 0;
   const uint64_t n = static_cast<uint64_t>(world_size);

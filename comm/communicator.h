@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/dtype/dtype.h"
 #include "comm/peers.h"
 #include "comm/tuning.h"
 
@@ -30,12 +31,9 @@ class Store;
 enum class CallKind : int64_t;
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
-enum class DataType { kFloat32, kFloat16, kBFloat16 };
 enum class MemoryKind { kHost, kDevice };
 
 const char* ReduceOpName(ReduceOp op);
-const char* DataTypeName(DataType type);
-size_t DataTypeSize(DataType type);
 
 // Every failure of a collective (a peer that died or timed out, calls that
 // disagree across ranks, a system call that failed, an op or element type

@@ -52,6 +52,7 @@ LEVELS = {
 COMM_LEVELS = {
     "comm/store": 0,  # where ranks meet: the Store, TCP store, job secret
     "comm/cluster": 0,  # emulated hosts and links, for the launcher
+    "comm/dtype": 0,  # element types and the loops that reduce them
     "comm": 1,  # the front: Communicator, descriptions, tuning, peers
     "comm/job": 2,  # rendezvous, launcher, ranks as threads
     "comm/testing": 3,  # test helpers and the conformance suite's cases

@@ -110,8 +110,8 @@ class CaseOnHostsTest : public OnHostsTest {
 
   void TestBody() override {
     const BackendTraits traits = TraitsOf(backend_);
-    if (case_.needs_allocate && !traits.allocates) {
-      GTEST_SKIP() << backend_ << " does not implement Allocate yet";
+    if (const std::string why = SkipReason(case_, traits); !why.empty()) {
+      GTEST_SKIP() << backend_ << ": " << why;
     }
     if (world_ < case_.min_world) {
       GTEST_SKIP() << case_.name << " needs " << case_.min_world << " ranks";

@@ -48,6 +48,11 @@ int Run(const std::string& name, const BackendTuning& tuning) {
     options.join_timeout = std::chrono::seconds(30);
     options.tuning = tuning;
     auto comm = CreateCommunicator("mpi", rendezvous->context(), options);
+    if (const std::string why = SkipReason(c, TraitsOf("mpi")); !why.empty()) {
+      std::printf("conformance_mpi: %s: %s: skipped\n", name.c_str(),
+                  why.c_str());
+      return 0;
+    }
     if (comm->world_size() < c.min_world) {
       std::printf("conformance_mpi: %s needs %d ranks: skipped\n", name.c_str(),
                   c.min_world);

@@ -86,8 +86,8 @@ class CaseTest : public BackendTest {
       : BackendTest(std::move(backend)), case_(std::move(c)) {}
 
   void TestBody() override {
-    if (case_.needs_allocate && !traits_.allocates) {
-      GTEST_SKIP() << backend_ << " does not implement Allocate yet";
+    if (const std::string why = SkipReason(case_, traits_); !why.empty()) {
+      GTEST_SKIP() << backend_ << ": " << why;
     }
     std::vector<int> worlds;
     for (int w : case_.must_name.empty() ? std::vector<int>{1, 2, 3, 4}

@@ -1,5 +1,6 @@
-// shm_ring's allgather (NCCL's: rank r's count floats land at r * count of
-// every rank's recv), choosing its path by size as the allreduce does:
+// shm_ring's allgather (NCCL's: rank r's count elements land at r * count of
+// every rank's recv; it moves bytes, whatever their type), choosing its path by
+// size as the allreduce does:
 //   one-shot (a rank's block up to oneshot_bytes, and count 0):
 //     every rank posts its block in its one-shot bank, checks every peer's
 //     call, then copies every peer's block;
@@ -22,62 +23,63 @@
 namespace ringlab::comm::shm {
 
 void ShmRing::AllGather(const void* send_buffer, void* recv_buffer,
-                        size_t count, DataType) {
-  const float* const send = static_cast<const float*>(send_buffer);
-  float* const recv = static_cast<float*>(recv_buffer);
-  Call call = Begin(CallKind::kAllGather, count, ReduceOp::kSum, 0);
+                        size_t count, DataType type) {
+  const char* const send = static_cast<const char*>(send_buffer);
+  char* const recv = static_cast<char*>(recv_buffer);
+  Call call =
+      Begin(CallKind::kAllGather, count, ReduceOp::kSum, 0, false, type);
   Guarded(call, [&] {
     // oneshot_bytes = 0 sends everything but count 0 through the
     // staged path or the ring (the tests use it to cover them with tiny
     // counts).
-    const size_t bytes = count * sizeof(float);
+    const size_t bytes = count * DataTypeSize(type);
     if (count == 0 || bytes <= oneshot_) {
-      OneShotAllGather(call, send, recv, count);
+      OneShotAllGather(call, send, recv, bytes);
     } else if (bytes * world_ <= ring_) {
-      StagedAllGather(call, send, recv, count);
+      StagedAllGather(call, send, recv, bytes);
     } else {
-      RingAllGather(call, send, recv, count);
+      RingAllGather(call, send, recv, bytes);
     }
   });
 }
 
-void ShmRing::OneShotAllGather(Call& call, const float* send, float* recv,
-                               size_t count) {
+void ShmRing::OneShotAllGather(Call& call, const char* send, char* recv,
+                               size_t bytes) {
   const int bank = static_cast<int>(call.desc.seq & 1);
-  PostSmall(call, send, count);
+  PostSmall(call, send, bytes);
   GatherSmall(call);
   call.phase = "one-shot copy";
   for (int p = 0; p < world_; ++p) {
-    float* block = recv + static_cast<size_t>(p) * count;
+    char* block = recv + static_cast<size_t>(p) * bytes;
     if (p != rank_) {
-      CopyFloats(block, SmallData(p, bank), count);
+      CopyBytes(block, SmallData(p, bank), bytes);
     } else if (block != send) {
-      CopyFloats(block, send, count);
+      CopyBytes(block, send, bytes);
     }
   }
 }
 
-void ShmRing::StagedAllGather(Call& call, const float* send, float* recv,
-                              size_t count) {
+void ShmRing::StagedAllGather(Call& call, const char* send, char* recv,
+                              size_t bytes) {
   // Every rank is in this call, so done with the previous one: nobody reads
   // this rank's staging area any more (the staged allreduce's last phase
   // reads it after its last synchronisation). The calls are checked here.
   PostSmall(call, nullptr, 0);
   GatherSmall(call);
-  const size_t per_piece = stage_ / sizeof(float);
-  float* const own = recv + static_cast<size_t>(rank_) * count;
-  for (size_t at = 0; at < count; at += per_piece) {
-    const size_t piece = std::min(per_piece, count - at);
+  const size_t per_piece = stage_;
+  char* const own = recv + static_cast<size_t>(rank_) * bytes;
+  for (size_t at = 0; at < bytes; at += per_piece) {
+    const size_t piece = std::min(per_piece, bytes - at);
     call.phase = "staged post";
-    CopyFloats(Stage(rank_, 0), send + at, piece);
+    CopyBytes(Stage(rank_, 0), send + at, piece);
     PhaseBarrier(call);
     call.phase = "staged gather";
     for (int p = 0; p < world_; ++p) {
       if (p != rank_) {
-        CopyFloats(recv + static_cast<size_t>(p) * count + at, Stage(p, 0),
-                   piece);
+        CopyBytes(recv + static_cast<size_t>(p) * bytes + at, Stage(p, 0),
+                  piece);
       } else if (own != send) {
-        CopyFloats(own + at, send + at, piece);
+        CopyBytes(own + at, send + at, piece);
       }
     }
     // Every rank has read every area before any is written again, by the
@@ -87,47 +89,39 @@ void ShmRing::StagedAllGather(Call& call, const float* send, float* recv,
   }
 }
 
-void ShmRing::RingAllGather(Call& call, const float* send, float* recv,
-                            size_t count) {
-  const size_t chunk = chunk_ / sizeof(float);
-  const size_t m = (count + chunk - 1) / chunk;
+void ShmRing::RingAllGather(Call& call, const char* send, char* recv,
+                            size_t bytes) {
+  const size_t chunk = chunk_;
+  const size_t m = (bytes + chunk - 1) / chunk;
   const int steps = world_ - 1;
-  float* const own = recv + static_cast<size_t>(rank_) * count;
+  char* const own = recv + static_cast<size_t>(rank_) * bytes;
   const bool in_place = own == send;
   // Whose block arrives in step s: the left neighbour's own in step 0, its
   // left neighbour's in step 1, and so on round the ring.
   auto received = [&](int s) {
     const int q = ((rank_ - 1 - s) % world_ + world_) % world_;
-    return recv + static_cast<size_t>(q) * count;
+    return recv + static_cast<size_t>(q) * bytes;
   };
   // Step 0: chunk k of this rank's block, into the mailbox (and into its own
   // block of recv, unless it is there already).
   auto send_own = [&](size_t k) {
     call.phase = "ring all-gather";
     call.step = 0;
-    const size_t a = k * chunk, len = std::min(chunk, count - a);
-    float* out = AcquireSend(call);
-    if (in_place && stream_) {
-      StreamCopy(out, send + a, len);
-    } else if (in_place) {
-      CopyFloats(out, send + a, len);
-    } else if (stream_) {
-      StreamCopy2(own + a, out, send + a, len);
-    } else {
-      CopyFloats2(own + a, out, send + a, len);
-    }
-    PostSend(call, len * sizeof(float));
+    const size_t a = k * chunk, len = std::min(chunk, bytes - a);
+    CopyToMailbox(AcquireSend(call), in_place ? nullptr : own + a, send + a,
+                  len);
+    PostSend(call, len);
   };
   Wavefront(m, steps, send_own, [&](int s, size_t k) {
     call.phase = "ring all-gather";
     call.step = s;
-    const size_t a = k * chunk, len = std::min(chunk, count - a);
-    float* local = received(s) + a;
+    const size_t a = k * chunk, len = std::min(chunk, bytes - a);
+    char* local = received(s) + a;
     float* out = s + 1 < steps ? AcquireSend(call) : nullptr;
-    const float* in = AcquireRecv(call, len * sizeof(float));
+    const float* in = AcquireRecv(call, len);
     StoreAndForward(local, out, in, len);
     ReleaseRecv();
-    if (out != nullptr) PostSend(call, len * sizeof(float));
+    if (out != nullptr) PostSend(call, len);
   });
 }
 

@@ -29,6 +29,7 @@
 
 #include "comm/backend.h"
 #include "comm/call_agreement.h"
+#include "comm/dtype/kernels.h"
 #include "comm/shm_ring/kernels.h"
 #include "comm/shm_ring/regions.h"
 #include "comm/shm_ring/segment.h"
@@ -42,9 +43,9 @@ static_assert(sizeof(std::atomic<uint32_t>) == 4 &&
                   std::atomic<uint32_t>::is_always_lock_free,
               "futex words must be plain 32-bit integers");
 
-// Registered buffers of up to this many floats take the inline and one-shot
+// Registered buffers of up to this many bytes take the inline and one-shot
 // paths, which are faster there.
-constexpr size_t kRegisteredMinFloats = 256;
+constexpr size_t kRegisteredMinBytes = 1024;
 
 // ShmRingTuning::ring_bytes unset: the join chooses
 // (ShmRing::ChooseWaitPolicy).
@@ -54,6 +55,12 @@ constexpr size_t kPage = 4096;
 
 inline size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// What the reduction kernels divide by (comm/dtype/kernels.h): the world
+// size for an average, 0 (nothing) for a sum.
+inline float AvgDivisor(ReduceOp op, int world) {
+  return op == ReduceOp::kAvg ? static_cast<float>(world) : 0.0f;
+}
+
 // Set in a call's description when its buffer is registered memory, so that
 // ranks that disagree on it fail as mismatched instead of waiting on
 // different mailboxes.
@@ -62,7 +69,8 @@ constexpr uint64_t kRegisteredBit = uint64_t{1} << 16;
 // What one call looks like; peers compare theirs with ours.
 struct CallDesc {
   uint64_t seq = 0;
-  uint64_t packed = 0;  // kind | op << 8 | root << 32
+  // kind | op << 8 | element type << 12 | kRegisteredBit | root << 32
+  uint64_t packed = 0;
   uint64_t count = 0;
 
   bool operator==(const CallDesc& o) const {
@@ -73,7 +81,8 @@ struct CallDesc {
     call.seq = static_cast<int64_t>(seq);
     call.kind = static_cast<CallKind>(packed & 0xff);
     call.count = count;
-    call.op = static_cast<ReduceOp>((packed >> 8) & 0xff);
+    call.op = static_cast<ReduceOp>((packed >> 8) & 0xf);
+    call.type = static_cast<DataType>((packed >> 12) & 0xf);
     call.root = static_cast<int32_t>(packed >> 32);
     std::string s = call.ToString();
     if (packed & kRegisteredBit) s.insert(s.size() - 1, ", registered");
@@ -94,6 +103,7 @@ struct GlobalHeader {
 };
 
 inline constexpr size_t kInlineFloats = 10;
+inline constexpr size_t kInlineBytes = kInlineFloats * sizeof(float);
 
 struct alignas(64) InlineBox {
   // The call whose data is in here: low 32 bits in seq (the futex word),
@@ -102,7 +112,9 @@ struct alignas(64) InlineBox {
   std::atomic<uint32_t> seq;
   std::atomic<uint32_t> sleepers;
   uint32_t seq_hi;
-  uint32_t desc;  // kind | op << 8 | count << 16 (count <= kInlineFloats)
+  // The low 16 bits of CallDesc::packed | count << 16 (count * element size
+  // <= kInlineBytes).
+  uint32_t desc;
   uint64_t unused;
   float data[kInlineFloats];
 };
@@ -254,7 +266,7 @@ class ShmRing final : public Backend {
   }
 
   Call Begin(CallKind kind, size_t count, ReduceOp op, int root,
-             bool registered = false);
+             bool registered = false, DataType type = DataType::kFloat32);
   // Runs fn, turning any failure into a CommError that also marks this rank
   // aborted in the segment, so that peers waiting on it fail fast.
   template <typename Fn>
@@ -274,40 +286,50 @@ class ShmRing final : public Backend {
   const float* AcquireRecv(Call& call, size_t expect_bytes);
   void ReleaseRecv();
 
-  void AllReduceFloats(float* data, size_t count, ReduceOp op);
-  void OneShotAllReduce(Call& call, float* data, size_t count, ReduceOp op);
-  void InlineAllReduce(Call& call, float* data, size_t count, ReduceOp op);
-  void RingAllReduce(Call& call, float* data, size_t count, ReduceOp op);
+  // The allreduce's paths, on count elements of the kernels' type at data.
+  using Kernels = dtype::ElementKernels;
+  void OneShotAllReduce(Call& call, char* data, size_t count, ReduceOp op,
+                        const Kernels& k);
+  void InlineAllReduce(Call& call, char* data, size_t count, ReduceOp op,
+                       const Kernels& k);
+  void RingAllReduce(Call& call, char* data, size_t count, ReduceOp op,
+                     const Kernels& k);
   void BankFree(Call& call);
   // The one-shot exchange through the small banks: every rank posts its call
-  // (and data, when given) and checks every peer's, so ranks that disagree
-  // on count, op or root fail on every rank.
-  void PostSmall(Call& call, const float* data, size_t count);
+  // (and `bytes` of data, when given) and checks every peer's, so ranks that
+  // disagree on count, op, type or root fail on every rank.
+  void PostSmall(Call& call, const void* data, size_t bytes);
   void GatherSmall(Call& call);
   // Returns once every rank has reached as many phases as this one.
   void PhaseBarrier(Call& call);
   // Through the staging areas, piece by piece, two synchronisations each:
   // every rank posts its contributions to the others' segments, reduces its
   // own segment from them, posts the result and copies the others'.
-  void StagedAllReduce(Call& call, float* data, size_t count, ReduceOp op);
+  void StagedAllReduce(Call& call, char* data, size_t count, ReduceOp op,
+                       const Kernels& k);
   // Zero-copy: every rank's buffer is registered memory (slots[r] is rank
   // r's address of it); each rank reduces one segment into all of them.
-  void RegisteredAllReduce(Call& call, const std::vector<float*>& slots,
-                           size_t count, ReduceOp op);
-  // The allgather's paths (shm_allgather.cc), count > 0 but for the
-  // one-shot: through the one-shot banks; through the staging areas in
-  // pieces; round the ring through the mailboxes.
-  void OneShotAllGather(Call& call, const float* send, float* recv,
-                        size_t count);
-  void StagedAllGather(Call& call, const float* send, float* recv,
-                       size_t count);
-  void RingAllGather(Call& call, const float* send, float* recv, size_t count);
+  void RegisteredAllReduce(Call& call, const std::vector<char*>& slots,
+                           size_t count, ReduceOp op, const Kernels& k);
+  // The allgather's paths (allgather.cc), on blocks of `bytes`, bytes > 0
+  // but for the one-shot: through the one-shot banks; through the staging
+  // areas in pieces; round the ring through the mailboxes.
+  void OneShotAllGather(Call& call, const char* send, char* recv, size_t bytes);
+  void StagedAllGather(Call& call, const char* send, char* recv, size_t bytes);
+  void RingAllGather(Call& call, const char* send, char* recv, size_t bytes);
+  // Whether a move of `bytes` may use the non-temporal stores (chosen at
+  // join): whole floats only.
+  bool Streams(size_t bytes) const { return stream_ && bytes % 4 == 0; }
+  // Copies `bytes` into the mailbox slot `out` (and into local, when not
+  // null), streaming where Streams says.
+  void CopyToMailbox(float* out, void* local, const void* in,
+                     size_t bytes) const;
   // The ring's gather step, shared by allreduce and allgather: a chunk that
   // arrived (in) is stored into this rank's buffer (local) and, unless this
   // is its last hop, into the mailbox towards the right (out, or null), with
   // the store kind chosen at join.
-  void StoreAndForward(float* local, float* out, const float* in,
-                       size_t len) const;
+  void StoreAndForward(void* local, float* out, const void* in,
+                       size_t bytes) const;
 
   const int rank_, world_;
   const int left_, right_;
@@ -336,7 +358,11 @@ class ShmRing final : public Backend {
   uint64_t recvd_ = 0;                 // messages taken from the left neighbour
   bool broken_ = false;  // a collective failed: peers were told, in the segment
   std::unique_ptr<ShmRegions> regions_;  // registered memory (Allocate)
-  std::vector<float*> peer_slots_;       // scratch for regions_->Find
+  std::vector<char*> peer_slots_;        // scratch for regions_->Find
+  // Scratch of world_ pointers for the reductions' sources and targets, so
+  // that a call allocates nothing.
+  std::vector<const void*> sources_;
+  std::vector<void*> targets_;
 };
 
 template <typename Fn>

@@ -164,7 +164,7 @@ void ShmRing::ChooseWaitPolicy() {
   }
   std::nth_element(t.begin(), t.begin() + 32, t.end());
   float median = static_cast<float>(t[32]);
-  AllReduceFloats(&median, 1, ReduceOp::kAvg);
+  AllReduce(&median, 1, DataType::kFloat32, ReduceOp::kAvg);
   stream_ = median > 0.4e-6f;
   if (rank_ == 0 && tuning_.debug) {
     std::fprintf(stderr, "shm_ring: barrier median %.3f us -> %s stores\n",

@@ -4,6 +4,9 @@
 #include <xmmintrin.h>
 
 #include <algorithm>
+#include <cstdint>
+
+#include "comm/dtype/kernels.h"
 
 namespace ringlab::comm::shm {
 
@@ -34,32 +37,33 @@ void CopyFloats2(float* __restrict__ dst1, float* __restrict__ dst2,
   }
 }
 RINGLAB_SIMD_CLONES
-void AddFloats(float* __restrict__ out, const float* __restrict__ a,
-               const float* __restrict__ b, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+void CopyBytesLoop(unsigned char* __restrict__ dst,
+                   const unsigned char* __restrict__ src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
 }
-RINGLAB_SIMD_CLONES
-void AccumulateFloats(float* __restrict__ acc, const float* __restrict__ in,
-                      size_t n) {
-  for (size_t i = 0; i < n; ++i) acc[i] += in[i];
+
+bool FloatAligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % alignof(float) == 0;
 }
-// acc = out = acc + in (the last reduce-scatter step keeps and forwards it).
-RINGLAB_SIMD_CLONES
-void AddFloats2(float* __restrict__ acc, float* __restrict__ out,
-                const float* __restrict__ in, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    float v = acc[i] + in[i];
-    acc[i] = v;
-    out[i] = v;
+
+void CopyBytes(void* __restrict__ dst, const void* __restrict__ src, size_t n) {
+  if (n % sizeof(float) == 0 && FloatAligned(dst) && FloatAligned(src)) {
+    CopyFloats(static_cast<float*>(dst), static_cast<const float*>(src),
+               n / sizeof(float));
+  } else {
+    CopyBytesLoop(static_cast<unsigned char*>(dst),
+                  static_cast<const unsigned char*>(src), n);
   }
 }
-RINGLAB_SIMD_CLONES
-void AddDivideFloats2(float* __restrict__ acc, float* __restrict__ out,
-                      const float* __restrict__ in, float d, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    float v = (acc[i] + in[i]) / d;
-    acc[i] = v;
-    out[i] = v;
+void CopyBytes2(void* __restrict__ dst1, void* __restrict__ dst2,
+                const void* __restrict__ src, size_t n) {
+  if (n % sizeof(float) == 0 && FloatAligned(dst1) && FloatAligned(dst2) &&
+      FloatAligned(src)) {
+    CopyFloats2(static_cast<float*>(dst1), static_cast<float*>(dst2),
+                static_cast<const float*>(src), n / sizeof(float));
+  } else {
+    CopyBytes(dst1, src, n);
+    CopyBytes(dst2, src, n);
   }
 }
 
@@ -115,35 +119,13 @@ void StreamAddDivide2(float* __restrict__ acc, float* __restrict__ out,
   for (; i < n; ++i) acc[i] = out[i] = (acc[i] + in[i]) / d;
 }
 
-RINGLAB_SIMD_CLONES
-void ScaleFloats(float* __restrict__ x, float divisor, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] /= divisor;
-}
-
-// Elements [a, b) of every rank's registered buffer become their sum over
-// ranks (in rank order, divided by `divisor` when it is not 0), block by
-// block through an L1-sized buffer: each element is read once from every
-// rank and written once to every rank, the least any allreduce can move.
-void SumInto(const float* const* srcs, size_t num_srcs, float* const* dsts,
-             size_t num_dsts, size_t at, size_t n, float divisor) {
-  constexpr size_t kBlock = 2048;
-  alignas(64) float sum[kBlock];
-  for (size_t end = at + n; at < end; at += kBlock) {
-    const size_t m = std::min(kBlock, end - at);
-    CopyFloats(sum, srcs[0] + at, m);
-    for (size_t s = 1; s < num_srcs; ++s) {
-      AccumulateFloats(sum, srcs[s] + at, m);
-    }
-    if (divisor != 0) ScaleFloats(sum, divisor, m);
-    for (size_t d = 0; d < num_dsts; ++d) CopyFloats(dsts[d] + at, sum, m);
-  }
-}
-
 void ReduceIntoAll(const std::vector<float*>& slots, size_t a, size_t b,
                    float divisor) {
   if (b <= a) return;
-  SumInto(slots.data(), slots.size(), slots.data(), slots.size(), a, b - a,
-          divisor);
+  std::vector<void*> at(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) at[i] = slots[i] + a;
+  dtype::KernelsFor(DataType::kFloat32)
+      .sum_into(at.data(), at.size(), at.data(), at.size(), b - a, divisor);
 }
 
 }  // namespace ringlab::comm::shm

@@ -1,4 +1,5 @@
-// The copy and add loops that shm_ring moves data with, and that
+// The copy loops that shm_ring moves data with (its reductions are
+// comm/dtype's, for every element type), and the reduction that
 // bench/allreduce_bench measures its floor with, so that the floor is what
 // the same kernels do without any synchronisation. Each loop is built for
 // AVX2 and for any x86-64 and picked once, when the program loads (GCC's
@@ -17,20 +18,11 @@ void CopyFloats(float* __restrict__ dst, const float* __restrict__ src,
 // dst1 = dst2 = src.
 void CopyFloats2(float* __restrict__ dst1, float* __restrict__ dst2,
                  const float* __restrict__ src, size_t n);
-// out = a + b.
-void AddFloats(float* __restrict__ out, const float* __restrict__ a,
-               const float* __restrict__ b, size_t n);
-// acc += in.
-void AccumulateFloats(float* __restrict__ acc, const float* __restrict__ in,
-                      size_t n);
-// acc = out = acc + in.
-void AddFloats2(float* __restrict__ acc, float* __restrict__ out,
-                const float* __restrict__ in, size_t n);
-// acc = out = (acc + in) / d.
-void AddDivideFloats2(float* __restrict__ acc, float* __restrict__ out,
-                      const float* __restrict__ in, float d, size_t n);
-// x /= divisor.
-void ScaleFloats(float* __restrict__ x, float divisor, size_t n);
+// The same for n bytes of any element type (float loops where both are
+// 4-byte aligned and n a multiple of 4, else byte loops).
+void CopyBytes(void* __restrict__ dst, const void* __restrict__ src, size_t n);
+void CopyBytes2(void* __restrict__ dst1, void* __restrict__ dst2,
+                const void* __restrict__ src, size_t n);
 // The same with non-temporal stores to `out` (16-byte aligned).
 void StreamCopy(float* __restrict__ out, const float* __restrict__ src,
                 size_t n);
@@ -43,15 +35,10 @@ void StreamAdd2(float* __restrict__ acc, float* __restrict__ out,
 void StreamAddDivide2(float* __restrict__ acc, float* __restrict__ out,
                       const float* __restrict__ in, float d, size_t n);
 
-// dsts[d][at, at + n) = the sum of srcs[s][at, at + n) over s, in order
-// (then divided by `divisor` when it is not 0), block by block through an
-// L1-sized buffer. Allocates nothing: it runs inside every such allreduce.
-void SumInto(const float* const* srcs, size_t num_srcs, float* const* dsts,
-             size_t num_dsts, size_t at, size_t n, float divisor);
-
-// Elements [a, b) of every buffer in `slots` become their sum over the
+// Floats [a, b) of every buffer in `slots` become their sum over the
 // buffers (in order, then divided by `divisor` when it is not 0): each
-// element is read once from every buffer and written once to every buffer.
+// element is read once from every buffer and written once to every buffer
+// (comm/dtype's float32 sum_into, which the registered allreduce runs).
 void ReduceIntoAll(const std::vector<float*>& slots, size_t a, size_t b,
                    float divisor);
 

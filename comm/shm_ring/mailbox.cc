@@ -34,14 +34,14 @@ void FutexWakeIfSleeping(std::atomic<uint32_t>* word,
 }
 
 ShmRing::Call ShmRing::Begin(CallKind kind, size_t count, ReduceOp op, int root,
-                             bool registered) {
+                             bool registered, DataType type) {
   Call call;
   call.kind = kind;
   call.desc.seq = ++calls_;
-  call.desc.packed = (registered ? kRegisteredBit : 0) |
-                     static_cast<uint64_t>(kind) |
-                     (static_cast<uint64_t>(op) << 8) |
-                     (static_cast<uint64_t>(static_cast<uint32_t>(root)) << 32);
+  call.desc.packed =
+      (registered ? kRegisteredBit : 0) | static_cast<uint64_t>(kind) |
+      (static_cast<uint64_t>(op) << 8) | (static_cast<uint64_t>(type) << 12) |
+      (static_cast<uint64_t>(static_cast<uint32_t>(root)) << 32);
   call.desc.count = count;
   call.deadline = Clock::now() + timeout_;
   RankHeader* me = Rank(rank_);
@@ -169,14 +169,13 @@ void ShmRing::BankFree(Call& call) {
   }
 }
 
-void ShmRing::PostSmall(Call& call, const float* data, size_t count) {
+void ShmRing::PostSmall(Call& call, const void* data, size_t bytes) {
   const int bank = static_cast<int>(call.desc.seq & 1);
   RankHeader* me = Rank(rank_);
   call.phase = "one-shot post";
   BankFree(call);
-  if (data != nullptr && count > 0) {
-    CopyFloats(SmallData(rank_, bank), data, count);
-  }
+  if (data != nullptr && bytes > 0)
+    CopyBytes(SmallData(rank_, bank), data, bytes);
   Small(rank_, bank)->desc = call.desc;
   me->posted64.store(call.desc.seq, std::memory_order_release);
   me->posted.store(static_cast<uint32_t>(call.desc.seq),

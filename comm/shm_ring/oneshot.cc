@@ -1,6 +1,8 @@
-// shm_ring's latency-bound allreduces: inline (up to 10 floats, in the
+// shm_ring's latency-bound allreduces: inline (up to 40 bytes, in the
 // ranks' header lines), one-shot (every rank posts its buffer, then sums all
-// in rank order) and registered (zero-copy, on Allocate'd memory).
+// in rank order) and registered (zero-copy, on Allocate'd memory). Each sums
+// every element in one place in rank order (in float32 for the 16-bit
+// types, rounded once): identical bits on every rank.
 #include <algorithm>
 #include <vector>
 
@@ -8,32 +10,27 @@
 
 namespace ringlab::comm::shm {
 
-void ShmRing::OneShotAllReduce(Call& call, float* data, size_t count,
-                               ReduceOp op) {
+void ShmRing::OneShotAllReduce(Call& call, char* data, size_t count,
+                               ReduceOp op, const Kernels& k) {
   const int bank = static_cast<int>(call.desc.seq & 1);
-  PostSmall(call, data, count);
+  PostSmall(call, data, count * k.size);
   GatherSmall(call);
-  if (count > 0) {
-    // Rank order 0, 1, ..., N-1 on every rank: identical bits everywhere.
-    CopyFloats(data, SmallData(0, bank), count);
-    for (int p = 1; p < world_; ++p) {
-      AccumulateFloats(data, SmallData(p, bank), count);
-    }
-    if (op == ReduceOp::kAvg) {
-      const float n = static_cast<float>(world_);
-      for (size_t i = 0; i < count; ++i) data[i] /= n;
-    }
-  }
+  if (count == 0) return;
+  sources_.resize(world_);
+  for (int p = 0; p < world_; ++p) sources_[p] = SmallData(p, bank);
+  void* const dst = data;
+  k.sum_into(sources_.data(), sources_.size(), &dst, 1, count,
+             AvgDivisor(op, world_));
 }
 
-void ShmRing::InlineAllReduce(Call& call, float* data, size_t count,
-                              ReduceOp op) {
+void ShmRing::InlineAllReduce(Call& call, char* data, size_t count, ReduceOp op,
+                              const Kernels& k) {
   const int bank = static_cast<int>(call.desc.seq & 1);
   const uint32_t seq = static_cast<uint32_t>(call.desc.seq);
   call.phase = "inline post";
   BankFree(call);
   InlineBox* mine = &Rank(rank_)->box[bank];
-  for (size_t i = 0; i < count; ++i) mine->data[i] = data[i];
+  if (count > 0) CopyBytes(mine->data, data, count * k.size);
   mine->seq_hi = static_cast<uint32_t>(call.desc.seq >> 32);
   mine->desc = static_cast<uint32_t>((call.desc.packed & 0xffff) |
                                      (call.desc.count << 16));
@@ -54,26 +51,36 @@ void ShmRing::InlineAllReduce(Call& call, float* data, size_t count,
                        static_cast<uint64_t>(box->desc >> 16)},
               p);
   }
+  if (count == 0) return;
   // Rank order on every rank, as the one-shot path.
-  for (size_t i = 0; i < count; ++i) {
-    float acc = Rank(0)->box[bank].data[i];
-    for (int p = 1; p < world_; ++p) acc += Rank(p)->box[bank].data[i];
-    data[i] = op == ReduceOp::kAvg ? acc / static_cast<float>(world_) : acc;
-  }
+  sources_.resize(world_);
+  for (int p = 0; p < world_; ++p) sources_[p] = Rank(p)->box[bank].data;
+  void* const dst = data;
+  k.sum_into(sources_.data(), sources_.size(), &dst, 1, count,
+             AvgDivisor(op, world_));
 }
 
-void ShmRing::RegisteredAllReduce(Call& call, const std::vector<float*>& slots,
-                                  size_t count, ReduceOp op) {
+void ShmRing::RegisteredAllReduce(Call& call, const std::vector<char*>& slots,
+                                  size_t count, ReduceOp op, const Kernels& k) {
   // Every rank's input is in place, and every call agrees.
   PostSmall(call, nullptr, 0);
   GatherSmall(call);
   // Segments of whole cache lines, so that no two ranks write one line.
   call.phase = "registered reduce";
-  const size_t seg = RoundUp((count + world_ - 1) / world_, 16);
+  const size_t line = 64 / k.size;
+  const size_t seg = RoundUp((count + world_ - 1) / world_, line);
   const size_t a = std::min(count, static_cast<size_t>(rank_) * seg);
   const size_t b = std::min(count, a + seg);
-  ReduceIntoAll(slots, a, b,
-                op == ReduceOp::kAvg ? static_cast<float>(world_) : 0.0f);
+  if (b > a) {
+    sources_.resize(world_);
+    targets_.resize(world_);
+    for (int r = 0; r < world_; ++r) {
+      targets_[r] = slots[r] + a * k.size;
+      sources_[r] = targets_[r];
+    }
+    k.sum_into(sources_.data(), sources_.size(), targets_.data(),
+               targets_.size(), b - a, AvgDivisor(op, world_));
+  }
   // Returns only once every rank's segment is in every buffer.
   call.phase = "registered wait";
   RankHeader* me = Rank(rank_);

@@ -77,17 +77,16 @@ float* ShmRegions::Allocate(size_t count) {
                                   rank_ * region.slot_bytes);
 }
 
-bool ShmRegions::Find(const float* data, size_t count,
-                      std::vector<float*>* peers) const {
-  const char* p = reinterpret_cast<const char*>(data);
+bool ShmRegions::Find(const void* data, size_t bytes,
+                      std::vector<char*>* peers) const {
+  const char* p = static_cast<const char*>(data);
   for (const Region& r : regions_) {
     const char* mine = r.base + kPage + rank_ * r.slot_bytes;
-    if (p < mine || p + count * sizeof(float) > mine + r.slot_bytes) continue;
+    if (p < mine || p + bytes > mine + r.slot_bytes) continue;
     const size_t offset = static_cast<size_t>(p - mine);
     peers->resize(world_);
     for (int q = 0; q < world_; ++q) {
-      (*peers)[q] =
-          reinterpret_cast<float*>(r.base + kPage + q * r.slot_bytes + offset);
+      (*peers)[q] = r.base + kPage + q * r.slot_bytes + offset;
     }
     return true;
   }

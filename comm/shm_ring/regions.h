@@ -32,10 +32,10 @@ class ShmRegions {
   // Returns this rank's slot of count floats (page-aligned, zeroed).
   float* Allocate(size_t count);
 
-  // When [data, data + count) lies inside this rank's slot of a region,
-  // fills peers[r] with rank r's address of the same element and returns
-  // true; false for memory that is not registered.
-  bool Find(const float* data, size_t count, std::vector<float*>* peers) const;
+  // When the `bytes` at data lie inside this rank's slot of a region, fills
+  // peers[r] with rank r's address of the same byte and returns true; false
+  // for memory that is not registered.
+  bool Find(const void* data, size_t bytes, std::vector<char*>* peers) const;
 
  private:
   struct Region {

@@ -1,24 +1,30 @@
 // shm_ring's ring allreduce: reduce-scatter, then all-gather, each segment
-// cut into chunks that flow through the mailboxes as a wavefront.
+// cut into chunks that flow through the mailboxes as a wavefront. Partial
+// sums travel in the buffer's own type, so a 16-bit sum is rounded after
+// every hop, as in gloo's and NCCL's rings.
 #include <algorithm>
+#include <cstdint>
 
 #include "comm/shm_ring/internal.h"
 
 namespace ringlab::comm::shm {
 
-void ShmRing::RingAllReduce(Call& call, float* data, size_t count,
-                            ReduceOp op) {
+void ShmRing::RingAllReduce(Call& call, char* data, size_t count, ReduceOp op,
+                            const Kernels& k) {
   const size_t n = static_cast<size_t>(world_);
   const size_t seg_len = (count + n - 1) / n;
-  const size_t chunk = chunk_ / sizeof(float);
+  const size_t chunk = chunk_ / k.size;
   const size_t m = std::max<size_t>(1, (seg_len + chunk - 1) / chunk);
   const int steps = 2 * (world_ - 1);
   const float n_ranks = static_cast<float>(world_);
+  // The streaming stores are float32's (Stream*): 16-bit partial sums take
+  // the kernels' plain stores.
+  const bool stream = stream_ && k.type == DataType::kFloat32;
   // Element range of chunk k of segment j.
-  auto range = [&](int j, size_t k, size_t* a, size_t* b) {
+  auto range = [&](int j, size_t c, size_t* a, size_t* b) {
     size_t seg_begin = std::min(static_cast<size_t>(j) * seg_len, count);
     size_t seg_end = std::min(seg_begin + seg_len, count);
-    *a = std::min(seg_begin + k * chunk, seg_end);
+    *a = std::min(seg_begin + c * chunk, seg_end);
     *b = std::min(*a + chunk, seg_end);
   };
   auto mod = [&](int x) { return ((x % world_) + world_) % world_; };
@@ -30,63 +36,77 @@ void ShmRing::RingAllReduce(Call& call, float* data, size_t count,
   auto recv_seg = [&](int s) {
     return s < world_ - 1 ? mod(rank_ - s - 1) : mod(rank_ - (s - world_ + 1));
   };
-  auto send_raw = [&](size_t k) {
+  auto send_raw = [&](size_t c) {
     call.phase = "reduce-scatter";
     call.step = 0;
     size_t a, b;
-    range(send_seg(0), k, &a, &b);
-    float* out = AcquireSend(call);
-    if (stream_) {
-      StreamCopy(out, data + a, b - a);
-    } else {
-      CopyFloats(out, data + a, b - a);
-    }
-    PostSend(call, (b - a) * sizeof(float));
+    range(send_seg(0), c, &a, &b);
+    CopyToMailbox(AcquireSend(call), nullptr, data + a * k.size,
+                  (b - a) * k.size);
+    PostSend(call, (b - a) * k.size);
   };
-  Wavefront(m, steps, send_raw, [&](int s, size_t k) {
+  Wavefront(m, steps, send_raw, [&](int s, size_t c) {
     call.phase = s < world_ - 1 ? "reduce-scatter" : "all-gather";
     call.step = s < world_ - 1 ? s : s - (world_ - 1);
     size_t a, b;
-    range(recv_seg(s), k, &a, &b);
+    range(recv_seg(s), c, &a, &b);
     const size_t len = b - a;
-    float* local = data + a;
+    char* local = data + a * k.size;
     float* out = s + 1 < steps ? AcquireSend(call) : nullptr;
-    const float* in = AcquireRecv(call, len * sizeof(float));
+    const float* in = AcquireRecv(call, len * k.size);
+    float* local_f = reinterpret_cast<float*>(local);
     if (s < world_ - 2) {
       // Partial sums only travel on: this rank never needs them again.
-      if (stream_) {
-        StreamAdd(out, local, in, len);
+      if (stream) {
+        StreamAdd(out, local_f, in, len);
       } else {
-        AddFloats(out, local, in, len);
+        k.add(out, local, in, len);
       }
     } else if (s == world_ - 2) {
       if (op == ReduceOp::kAvg) {
-        if (stream_) {
-          StreamAddDivide2(local, out, in, n_ranks, len);
+        if (stream) {
+          StreamAddDivide2(local_f, out, in, n_ranks, len);
         } else {
-          AddDivideFloats2(local, out, in, n_ranks, len);
+          k.add_divide2(local, out, in, n_ranks, len);
         }
-      } else if (stream_) {
-        StreamAdd2(local, out, in, len);
+      } else if (stream) {
+        StreamAdd2(local_f, out, in, len);
       } else {
-        AddFloats2(local, out, in, len);
+        k.add2(local, out, in, len);
       }
     } else {
-      StoreAndForward(local, out, in, len);
+      StoreAndForward(local, out, in, len * k.size);
     }
     ReleaseRecv();
-    if (out != nullptr) PostSend(call, len * sizeof(float));
+    if (out != nullptr) PostSend(call, len * k.size);
   });
 }
 
-void ShmRing::StoreAndForward(float* local, float* out, const float* in,
-                              size_t len) const {
-  if (out != nullptr && stream_) {
-    StreamCopy2(local, out, in, len);
-  } else if (out != nullptr) {
-    CopyFloats2(local, out, in, len);
+void ShmRing::CopyToMailbox(float* out, void* local, const void* in,
+                            size_t bytes) const {
+  // Streaming moves whole, aligned floats (a 16-bit buffer may be neither).
+  auto aligned = [](const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % alignof(float) == 0;
+  };
+  const bool stream = Streams(bytes) && aligned(local) && aligned(in);
+  const float* in_f = static_cast<const float*>(in);
+  if (local == nullptr && stream) {
+    StreamCopy(out, in_f, bytes / sizeof(float));
+  } else if (local == nullptr) {
+    CopyBytes(out, in, bytes);
+  } else if (stream) {
+    StreamCopy2(static_cast<float*>(local), out, in_f, bytes / sizeof(float));
   } else {
-    CopyFloats(local, in, len);
+    CopyBytes2(local, out, in, bytes);
+  }
+}
+
+void ShmRing::StoreAndForward(void* local, float* out, const void* in,
+                              size_t bytes) const {
+  if (out != nullptr) {
+    CopyToMailbox(out, local, in, bytes);
+  } else {
+    CopyBytes(local, in, bytes);
   }
 }
 

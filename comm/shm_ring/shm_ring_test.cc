@@ -20,7 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "comm/dtype/kernels.h"
 #include "comm/store/store.h"
+#include "comm/testing/conformance.h"
 #include "comm/testing/exact_sum.h"
 #include "comm/testing/leftovers.h"
 #include "comm/testing/multi_process.h"
@@ -180,6 +182,61 @@ void RunAllGathers(int world, const std::vector<size_t>& counts,
           for (size_t i = 0; i < count; ++i) x[i] = ExactSumInput(c.rank, i);
           comm->AllReduce(x.data(), count, ReduceOp::kSum);
           CheckExactAllReduce(x.data(), count, world, ReduceOp::kSum);
+        }
+      },
+      milliseconds(120000));
+  ExpectAllExitedZero(results);
+}
+
+// The conformance suite's 16-bit cases (exact sums and averages, unaligned
+// buffers, bitwise equality, broadcast and allgather, bus bytes) with each
+// path forced, at every world size: the ring in 4 KiB chunks (cached and
+// streaming stores: the 16-bit partial sums take the plain ones), the
+// staged path in 64 KiB pieces, the one-shot banks for everything up to
+// 64 KiB; the registered path with Allocate'd memory.
+TEST(ShmRingTest, SixteenBitTypesOnEveryPath) {
+  const std::pair<const char*, ShmRingTuning> paths[] = {
+      {"ring cached", RingOnly(Stores::kCached)},
+      {"ring streaming", RingOnly(Stores::kStreaming)},
+      {"staged", StagedOnly()},
+      {"one-shot", OneShotOnly(65536)}};
+  const testing::BackendTraits traits = testing::TraitsOf("shm_ring");
+  for (const auto& [path, tuning] : paths) {
+    for (int world : {2, 3, 4}) {
+      SCOPED_TRACE(std::string(path) + " world " + std::to_string(world));
+      auto results = RunRanks(
+          world,
+          [&, &tuning = tuning](const RankContext& c) {
+            auto comm = MakeRing(c, tuning);
+            for (const testing::ConformanceCase& k : testing::DataTypeCases()) {
+              if (world >= k.min_world) k.run(*comm, traits);
+            }
+          },
+          milliseconds(120000));
+      ExpectAllExitedZero(results);
+    }
+  }
+  // Registered memory: each type's sum of exact inputs, zero-copy.
+  auto results = RunRanks(
+      3,
+      [&](const RankContext& c) {
+        auto comm = MakeRing(c, ShmRingTuning{});
+        const size_t count = 100003;
+        uint16_t* x = reinterpret_cast<uint16_t*>(comm->Allocate(count));
+        for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
+          const auto& k = dtype::KernelsFor(type);
+          for (size_t i = 0; i < count; ++i) {
+            const float v = ExactSumInput(c.rank, i);
+            k.narrow(x + i, &v, 1);
+          }
+          comm->AllReduce(x, count, type, ReduceOp::kSum);
+          for (size_t i = 0; i < count; ++i) {
+            float got, want = 0;
+            k.widen(&got, x + i, 1);
+            for (int r = 0; r < 3; ++r) want += ExactSumInput(r, i);
+            Check(got == want, std::string(DataTypeName(type)) +
+                                   " registered: element " + std::to_string(i));
+          }
         }
       },
       milliseconds(120000));

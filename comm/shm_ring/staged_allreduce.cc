@@ -16,32 +16,32 @@
 // rank. A rank writes a slot again only after a synchronisation that every
 // rank reaches once done reading it.
 #include <algorithm>
-#include <vector>
 
 #include "comm/shm_ring/internal.h"
 
 namespace ringlab::comm::shm {
 
-void ShmRing::StagedAllReduce(Call& call, float* data, size_t count,
-                              ReduceOp op) {
+void ShmRing::StagedAllReduce(Call& call, char* data, size_t count, ReduceOp op,
+                              const Kernels& k) {
   const size_t n = static_cast<size_t>(world_);
-  const size_t per_piece = StageSlotFloats() * n;
-  const float divisor = op == ReduceOp::kAvg ? static_cast<float>(world_) : 0;
-  std::vector<const float*> srcs(n);
+  const size_t slot = StageSlotFloats() * sizeof(float) / k.size;  // elements
+  const size_t per_piece = slot * n;
+  const size_t line = 64 / k.size;  // elements per cache line
+  sources_.resize(n);
   bool first = true;
   for (size_t at = 0; at < count; at += per_piece) {
     const size_t piece = std::min(per_piece, count - at);
-    const size_t seg = RoundUp((piece + n - 1) / n, 16);
+    const size_t seg = RoundUp((piece + n - 1) / n, line);
     auto range = [&](size_t j, size_t* a, size_t* len) {
       *a = std::min(piece, j * seg);
       *len = std::min(piece, *a + seg) - *a;
     };
-    float* x = data + at;
+    char* x = data + at * k.size;
     size_t a, len;
     call.phase = "staged post";
     for (int j = 0; j < world_; ++j) {
       range(j, &a, &len);
-      if (j != rank_) CopyFloats(Stage(rank_, j), x + a, len);
+      if (j != rank_) CopyBytes(Stage(rank_, j), x + a * k.size, len * k.size);
     }
     // The first synchronisation also checks that every rank's call agrees.
     if (first) {
@@ -54,15 +54,16 @@ void ShmRing::StagedAllReduce(Call& call, float* data, size_t count,
     call.phase = "staged reduce";
     range(rank_, &a, &len);
     for (int q = 0; q < world_; ++q) {
-      srcs[q] = q == rank_ ? x + a : Stage(q, rank_);
+      sources_[q] = q == rank_ ? static_cast<const void*>(x + a * k.size)
+                               : Stage(q, rank_);
     }
-    float* const dsts[2] = {x + a, Stage(rank_, rank_)};
-    SumInto(srcs.data(), srcs.size(), dsts, 2, 0, len, divisor);
+    void* const dsts[2] = {x + a * k.size, Stage(rank_, rank_)};
+    k.sum_into(sources_.data(), n, dsts, 2, len, AvgDivisor(op, world_));
     PhaseBarrier(call);
     call.phase = "staged gather";
     for (int j = 0; j < world_; ++j) {
       range(j, &a, &len);
-      if (j != rank_) CopyFloats(x + a, Stage(j, j), len);
+      if (j != rank_) CopyBytes(x + a * k.size, Stage(j, j), len * k.size);
     }
   }
 }

@@ -425,7 +425,19 @@ BackendTraits TraitsOf(const std::string& backend) {
   t.allocates = d.registers_memory || d.memory == MemoryKind::kHost;
   t.ranks_are_threads = d.launch == RankLaunch::kThreads;
   t.suite_hosts = d.conformance.suite_hosts;
+  t.types = d.types;
   return t;
+}
+
+std::string SkipReason(const ConformanceCase& c, const BackendTraits& traits) {
+  if (c.needs_allocate && !traits.allocates) {
+    return "the backend does not implement Allocate yet";
+  }
+  if (std::find(traits.types.begin(), traits.types.end(), c.needs_type) ==
+      traits.types.end()) {
+    return std::string("the backend has no ") + DataTypeName(c.needs_type);
+  }
+  return "";
 }
 
 std::string MustNameMissing(const ConformanceCase& c,
@@ -478,6 +490,7 @@ std::vector<ConformanceCase> CollectiveCases() {
       {"allocated_buffers", 1, AllocatedBuffers, {}, true},
   };
   for (ConformanceCase& c : AllGatherCases()) cases.push_back(std::move(c));
+  for (ConformanceCase& c : DataTypeCases()) cases.push_back(std::move(c));
   return cases;
 }
 
@@ -493,6 +506,9 @@ std::vector<ConformanceCase> MismatchCases() {
     }
   }
   for (ConformanceCase& c : AllGatherMismatchCases()) {
+    cases.push_back(std::move(c));
+  }
+  for (ConformanceCase& c : DataTypeMismatchCases()) {
     cases.push_back(std::move(c));
   }
   return cases;

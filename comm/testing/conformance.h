@@ -63,6 +63,8 @@ struct BackendTraits {
   bool ranks_are_threads = false;
   // BackendDescription::Conformance::suite_hosts.
   int suite_hosts = 1;
+  // BackendDescription::types.
+  std::vector<DataType> types = {DataType::kFloat32};
 };
 // The traits of a registered backend (std::invalid_argument for another).
 BackendTraits TraitsOf(const std::string& backend);
@@ -83,7 +85,12 @@ struct ConformanceCase {
   std::vector<std::string> must_name;
   // Skipped, saying so, for backends whose traits say they do not allocate.
   bool needs_allocate = false;
+  // Skipped, saying so, for backends whose description lacks this type.
+  DataType needs_type = DataType::kFloat32;
 };
+
+// Why a driver skips case c on a backend of these traits ("" to run it).
+std::string SkipReason(const ConformanceCase& c, const BackendTraits& traits);
 
 // Exact sums (sum and avg, counts 0, 1, N-1, primes, large), max and min
 // where the backend has them, unaligned buffers, bitwise equality across
@@ -96,10 +103,17 @@ std::vector<ConformanceCase> CollectiveCases();
 // unaligned buffers with guards, bus bytes, argument errors, allgathers
 // between the other collectives.
 std::vector<ConformanceCase> AllGatherCases();
+// The 16-bit element types (conformance_types.cc), for every type the
+// backend lists: exact sums and averages, unaligned buffers, bitwise equality
+// across ranks, broadcast and allgather of any bits, bus bytes.
+std::vector<ConformanceCase> DataTypeCases();
 // Ranks that disagree on count, op or root, on every path (inline, one-shot,
 // ring sized): every rank's call throws a CommError saying "mismatched";
-// and AllGatherMismatchCases.
+// and AllGatherMismatchCases and DataTypeMismatchCases.
 std::vector<ConformanceCase> MismatchCases();
+// Rank 1 reduces the same bytes as float16 where the others reduce float32,
+// on every path.
+std::vector<ConformanceCase> DataTypeMismatchCases();
 // Ranks that disagree on an allgather's count, at three sizes.
 std::vector<ConformanceCase> AllGatherMismatchCases();
 
