@@ -8,12 +8,14 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/backend.h"
+#include "comm/dtype/kernels.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/store.h"
 #include "gloo/allgather.h"
@@ -73,6 +75,45 @@ struct Smaller {
   T operator()(T a, T b) const { return std::min(a, b); }
 };
 
+// Calls fn with a value of the C++ type gloo moves `type` as (float, or
+// 2-byte words for the 16-bit types, which gloo only moves).
+template <typename Fn>
+void ForElement(DataType type, Fn fn) {
+  if (type == DataType::kFloat32) {
+    fn(float{});
+  } else {
+    fn(uint16_t{});
+  }
+}
+
+// The reduction gloo applies at every hop. 16-bit sums are comm/dtype's
+// kernel, rounded after each hop, as gloo's own float16 sum rounds (so
+// torch's fp16_compress_hook over gloo and this agree bit for bit); 16-bit
+// max and min widen, compare and narrow, which is exact.
+gloo::AllreduceOptions::Func ReduceFunction(DataType type, ReduceOp op) {
+  if (type == DataType::kFloat32) {
+    return op == ReduceOp::kMax   ? Reduce<float, Larger<float>>
+           : op == ReduceOp::kMin ? Reduce<float, Smaller<float>>
+                                  : Reduce<float, std::plus<float>>;
+  }
+  const dtype::ElementKernels& k = dtype::KernelsFor(type);
+  if (op == ReduceOp::kSum || op == ReduceOp::kAvg) return k.add;
+  const bool max = op == ReduceOp::kMax;
+  return [&k, max](void* out, const void* a, const void* b, size_t n) {
+    constexpr size_t kBlock = 256;
+    float x[kBlock], y[kBlock];
+    for (size_t at = 0; at < n; at += kBlock) {
+      const size_t m = std::min(kBlock, n - at);
+      k.widen(x, static_cast<const uint16_t*>(a) + at, m);
+      k.widen(y, static_cast<const uint16_t*>(b) + at, m);
+      for (size_t i = 0; i < m; ++i) {
+        x[i] = max ? std::max(x[i], y[i]) : std::min(x[i], y[i]);
+      }
+      k.narrow(static_cast<uint16_t*>(out) + at, x, m);
+    }
+  };
+}
+
 class GlooBackend final : public Backend {
  public:
   GlooBackend(const RankContext& context, const CommOptions& options)
@@ -110,46 +151,49 @@ class GlooBackend final : public Backend {
     }
   }
 
-  void AllReduce(void* data, size_t count, DataType, ReduceOp op) override {
+  void AllReduce(void* data, size_t count, DataType type,
+                 ReduceOp op) override {
     Guarded("AllReduce", [&] {
       gloo::AllreduceOptions opts(gloo_);
-      opts.setOutput(static_cast<float*>(data), count);
-      opts.setReduceFunction(op == ReduceOp::kMax ? Reduce<float, Larger<float>>
-                             : op == ReduceOp::kMin
-                                 ? Reduce<float, Smaller<float>>
-                                 : Reduce<float, std::plus<float>>);
+      ForElement(type, [&](auto element) {
+        opts.setOutput(static_cast<decltype(element)*>(data), count);
+      });
+      opts.setReduceFunction(ReduceFunction(type, op));
       Run(opts, gloo::allreduce);
+      // The sum, divided once (rounded once more for the 16-bit types).
       if (op == ReduceOp::kAvg) {
-        auto* x = static_cast<float*>(data);
-        const float n = static_cast<float>(world_);
-        for (size_t i = 0; i < count; ++i) x[i] /= n;
+        dtype::KernelsFor(type).scale(data, static_cast<float>(world_), count);
       }
     });
   }
 
-  void Broadcast(void* data, size_t count, DataType, int root) override {
+  void Broadcast(void* data, size_t count, DataType type, int root) override {
     Guarded("Broadcast", [&] {
       gloo::BroadcastOptions opts(gloo_);
-      opts.setOutput(static_cast<float*>(data), count);
+      ForElement(type, [&](auto element) {
+        opts.setOutput(static_cast<decltype(element)*>(data), count);
+      });
       opts.setRoot(root);
       Run(opts, gloo::broadcast);
     });
   }
 
   void AllGather(const void* send, void* recv, size_t count,
-                 DataType) override {
-    auto* gathered = static_cast<float*>(recv);
-    const float* own = gathered + static_cast<size_t>(rank_) * count;
+                 DataType type) override {
     Guarded("AllGather", [&] {
-      gloo::AllgatherOptions opts(gloo_);
-      // Without an input Gloo gathers in place, from the rank's own block;
-      // it only reads the input (its API takes no const pointers).
-      if (send != own) {
-        opts.setInput(const_cast<float*>(static_cast<const float*>(send)),
-                      count);
-      }
-      opts.setOutput(gathered, count * world_);
-      Run(opts, gloo::allgather);
+      ForElement(type, [&](auto element) {
+        using T = decltype(element);
+        T* gathered = static_cast<T*>(recv);
+        const T* own = gathered + static_cast<size_t>(rank_) * count;
+        gloo::AllgatherOptions opts(gloo_);
+        // Without an input Gloo gathers in place, from the rank's own
+        // block; it only reads the input (its API takes no const pointers).
+        if (send != own) {
+          opts.setInput(const_cast<T*>(static_cast<const T*>(send)), count);
+        }
+        opts.setOutput(gathered, count * world_);
+        Run(opts, gloo::allgather);
+      });
     });
   }
 
@@ -248,6 +292,9 @@ BackendDescription Description() {
   d.memory = MemoryKind::kHost;
   d.spans_hosts = true;
   d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+  // 16-bit sums rounded after every hop of gloo's ring (as gloo's own
+  // float16 sum), the average divided once more at the end.
+  d.types = {std::begin(kAllDataTypes), std::end(kAllDataTypes)};
   d.checks_calls = false;  // Gloo hangs or mixes buffers on a mismatch
   d.conformance.join_deadlines_to_notice_death = 6;
   d.conformance.op_deadlines_to_notice_death = 1;

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/backend.h"
+#include "comm/dtype/kernels.h"
 
 namespace ringlab::comm::hier {
 namespace {
@@ -89,10 +91,9 @@ void HierBackend::AllReduce(void* data, size_t count, DataType type,
                       scratch_.data(), chunk, type);
     std::memcpy(bytes, scratch_.data(), count * size);
   }
-  if (op == ReduceOp::kAvg) {  // float32 only (the description's types)
-    float* values = static_cast<float*>(data);
-    const float n = static_cast<float>(world_size_);
-    for (size_t i = 0; i < count; ++i) values[i] /= n;
+  // The sum, divided once (rounded once more for the 16-bit types).
+  if (op == ReduceOp::kAvg) {
+    dtype::KernelsFor(type).scale(data, static_cast<float>(world_size_), count);
   }
 }
 
@@ -170,6 +171,9 @@ BackendDescription Description() {
   d.spans_hosts = true;
   d.checks_calls = false;
   d.registers_memory = true;
+  // Those of its parts (a part without the type refuses the call): a
+  // 16-bit sum is rounded by the host's part, then by the cross-host one.
+  d.types = {std::begin(kAllDataTypes), std::end(kAllDataTypes)};
   d.conformance.suite_hosts = 2;
   d.create = FactoryOf<HierBackend>();
   return d;

@@ -12,6 +12,7 @@
 // //comm/testing:host_threads is linked.
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "comm/backend.h"
+#include "comm/dtype/kernels.h"
 #include "comm/job/thread_group.h"
 
 namespace ringlab::comm::testing {
@@ -26,7 +28,7 @@ namespace {
 
 constexpr char kName[] = "host_threads";
 // Small enough that the suite's 16 MiB case goes through in pieces.
-constexpr size_t kStagingFloats = size_t{1} << 20;
+constexpr size_t kStagingBytes = size_t{4} << 20;
 
 template <typename T>
 T Reduce(T a, T b, ReduceOp op) {
@@ -48,7 +50,7 @@ class HostThreads final : public Backend {
         timeout_(options.timeout) {
     if (world_size_ == 1) return;
     group_ = ThreadGroup::Join(context, options.join_timeout, kName);
-    staging_ = new float[kStagingFloats];
+    staging_ = new char[kStagingBytes];
     std::ostringstream mine;
     mine << reinterpret_cast<uintptr_t>(staging_);
     try {
@@ -56,7 +58,7 @@ class HostThreads final : public Backend {
            group_->Exchange(rank_, mine.str(), options.join_timeout)) {
         uintptr_t address = 0;
         std::istringstream(text) >> address;
-        peers_.push_back(reinterpret_cast<const float*>(address));
+        peers_.push_back(reinterpret_cast<const char*>(address));
       }
     } catch (...) {
       Release();
@@ -65,35 +67,57 @@ class HostThreads final : public Backend {
   }
   ~HostThreads() override { Release(); }
 
-  void AllReduce(void* buffer, size_t count, DataType, ReduceOp op) override {
-    float* const data = static_cast<float*>(buffer);
+  // Sums (and averages) are comm/dtype's sum_into over the staging buffers
+  // in rank order (16-bit types: in float32, rounded once); max and min
+  // compare the widened values, exactly.
+  void AllReduce(void* buffer, size_t count, DataType type,
+                 ReduceOp op) override {
+    char* const data = static_cast<char*>(buffer);
+    const dtype::ElementKernels& k = dtype::KernelsFor(type);
     const std::string call = "AllReduce(count=" + std::to_string(count) +
+                             ", dtype=" + DataTypeName(type) +
                              ", op=" + ReduceOpName(op) + ")";
     if (count == 0) LineUp("AllReduce", call);
-    for (size_t at = 0; at < count; at += kStagingFloats) {
-      const size_t n = std::min(kStagingFloats, count - at);
-      std::copy(data + at, data + at + n, staging_);
+    const size_t piece = kStagingBytes / k.size;
+    std::vector<const void*> sources(world_size_);
+    for (size_t at = 0; at < count; at += piece) {
+      const size_t n = std::min(piece, count - at);
+      char* const x = data + at * k.size;
+      std::memcpy(staging_, x, n * k.size);
       LineUp("AllReduce", call);
-      for (size_t i = 0; i < n; ++i) {
-        float acc = peers_[0][i];
-        for (int q = 1; q < world_size_; ++q)
-          acc = Reduce(acc, peers_[q][i], op);
-        data[at + i] = op == ReduceOp::kAvg ? acc / world_size_ : acc;
+      if (op == ReduceOp::kSum || op == ReduceOp::kAvg) {
+        for (int q = 0; q < world_size_; ++q) sources[q] = peers_[q];
+        void* const dst = x;
+        k.sum_into(sources.data(), sources.size(), &dst, 1, n,
+                   op == ReduceOp::kAvg ? static_cast<float>(world_size_) : 0);
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          float acc, v;
+          k.widen(&acc, peers_[0] + i * k.size, 1);
+          for (int q = 1; q < world_size_; ++q) {
+            k.widen(&v, peers_[q] + i * k.size, 1);
+            acc = Reduce(acc, v, op);
+          }
+          k.narrow(x + i * k.size, &acc, 1);
+        }
       }
       LineUp("AllReduce", call + " (done reading)");
     }
   }
 
-  void Broadcast(void* buffer, size_t count, DataType, int root) override {
-    float* const data = static_cast<float*>(buffer);
+  void Broadcast(void* buffer, size_t count, DataType type, int root) override {
+    char* const data = static_cast<char*>(buffer);
+    const size_t size = DataTypeSize(type);
     const std::string call = "Broadcast(count=" + std::to_string(count) +
+                             ", dtype=" + DataTypeName(type) +
                              ", root=" + std::to_string(root) + ")";
     if (count == 0) LineUp("Broadcast", call);
-    for (size_t at = 0; at < count; at += kStagingFloats) {
-      const size_t n = std::min(kStagingFloats, count - at);
-      if (rank_ == root) std::copy(data + at, data + at + n, staging_);
+    const size_t bytes = count * size;
+    for (size_t at = 0; at < bytes; at += kStagingBytes) {
+      const size_t n = std::min(kStagingBytes, bytes - at);
+      if (rank_ == root) std::memcpy(staging_, data + at, n);
       LineUp("Broadcast", call);
-      if (rank_ != root) std::copy(peers_[root], peers_[root] + n, data + at);
+      if (rank_ != root) std::memcpy(data + at, peers_[root], n);
       LineUp("Broadcast", call + " (done reading)");
     }
   }
@@ -101,22 +125,23 @@ class HostThreads final : public Backend {
   // Each piece: every rank posts its part of its block in its staging
   // buffer, all line up, every rank copies every peer's.
   void AllGather(const void* send_buffer, void* recv_buffer, size_t count,
-                 DataType) override {
-    const float* const send = static_cast<const float*>(send_buffer);
-    float* const recv = static_cast<float*>(recv_buffer);
-    float* own = recv + static_cast<size_t>(rank_) * count;
-    if (count > 0 && send != own) std::copy(send, send + count, own);
+                 DataType type) override {
+    const size_t block = count * DataTypeSize(type);
+    const char* const send = static_cast<const char*>(send_buffer);
+    char* const recv = static_cast<char*>(recv_buffer);
+    char* own = recv + static_cast<size_t>(rank_) * block;
+    if (block > 0 && send != own) std::memcpy(own, send, block);
     if (world_size_ == 1) return;
-    const std::string call = "AllGather(count=" + std::to_string(count) + ")";
+    const std::string call = "AllGather(count=" + std::to_string(count) +
+                             ", dtype=" + DataTypeName(type) + ")";
     if (count == 0) LineUp("AllGather", call);
-    for (size_t at = 0; at < count; at += kStagingFloats) {
-      const size_t n = std::min(kStagingFloats, count - at);
-      std::copy(own + at, own + at + n, staging_);
+    for (size_t at = 0; at < block; at += kStagingBytes) {
+      const size_t n = std::min(kStagingBytes, block - at);
+      std::memcpy(staging_, own + at, n);
       LineUp("AllGather", call);
       for (int q = 0; q < world_size_; ++q) {
         if (q == rank_) continue;
-        std::copy(peers_[q], peers_[q] + n,
-                  recv + static_cast<size_t>(q) * count + at);
+        std::memcpy(recv + static_cast<size_t>(q) * block + at, peers_[q], n);
       }
       LineUp("AllGather", call + " (done reading)");
     }
@@ -142,8 +167,8 @@ class HostThreads final : public Backend {
   const int world_size_;
   const std::chrono::milliseconds timeout_;
   std::shared_ptr<ThreadGroup> group_;
-  float* staging_ = nullptr;
-  std::vector<const float*> peers_;
+  char* staging_ = nullptr;
+  std::vector<const char*> peers_;
 };
 
 BackendDescription Description() {
@@ -153,6 +178,7 @@ BackendDescription Description() {
   d.memory = MemoryKind::kHost;
   d.launch = RankLaunch::kThreads;
   d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+  d.types = {std::begin(kAllDataTypes), std::end(kAllDataTypes)};
   d.checks_calls = true;  // every line-up compares the ranks' calls
   d.create = FactoryOf<HostThreads>();
   return d;
