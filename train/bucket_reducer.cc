@@ -33,12 +33,13 @@ std::vector<Bucket> AssignBuckets(const nn::MlpLayout& layout,
 
 BucketReducer::BucketReducer(comm::Communicator& comm, const nn::Mlp& model,
                              float* grads, std::vector<Bucket> buckets,
-                             bool overlap, Tracer& tracer)
+                             bool overlap, CommHook& hook, Tracer& tracer)
     : comm_(comm),
       model_(model),
       grads_(grads),
       buckets_(std::move(buckets)),
       overlap_(overlap),
+      hook_(hook),
       tracer_(tracer) {
   if (overlap_) thread_ = std::thread([this] { ThreadMain(); });
 }
@@ -70,11 +71,10 @@ void BucketReducer::Reduce(const Ready& ready) {
   ready.wait_ready();
   const Bucket& bucket = buckets_[ready.bucket];
   const size_t count = bucket.end - bucket.begin;
-  ScopedSpan span(tracer_, Track::kComm,
-                  "allreduce bucket " + std::to_string(ready.bucket), "comm",
-                  static_cast<int64_t>(comm::AllReduceBusBytes(
-                      count * sizeof(float), comm_.world_size())));
-  comm_.AllReduce(grads_ + bucket.begin, count, comm::ReduceOp::kAvg);
+  ScopedSpan span(
+      tracer_, Track::kComm, "allreduce bucket " + std::to_string(ready.bucket),
+      "comm", static_cast<int64_t>(hook_.BusBytes(count, comm_.world_size())));
+  hook_.Reduce(comm_, ready.bucket, grads_, bucket.begin, bucket.end);
 }
 
 void BucketReducer::ThreadMain() {

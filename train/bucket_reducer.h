@@ -2,13 +2,14 @@
 // grouped into buckets in reverse parameter order (the order backward
 // produces them; the first bucket capped at 1 MiB, the others at
 // --bucket_cap_mb, a bucket closing once it reaches its cap, as
-// torch.distributed's bucket assignment does), and each bucket's allreduce
-// (average) starts as soon as backward has produced all of its layers'
-// gradients. With overlap the allreduces run on a communication thread while
-// backward goes on; without, they all run after backward, in the same order.
-// The buckets and their order are the same either way, so overlap changes no
-// result bit. Because the layout is layer by layer, weight then bias, a bucket
-// of tensors in reverse order is one contiguous range of the buffer.
+// torch.distributed's bucket assignment does), and each bucket's
+// communication hook (train/comm_hooks.h: by default the average) starts as
+// soon as backward has produced all of its layers' gradients. With overlap the
+// allreduces run on a communication thread while backward goes on; without,
+// they all run after backward, in the same order. The buckets and their order
+// are the same either way, so overlap changes no result bit. Because the layout
+// is layer by layer, weight then bias, a bucket of tensors in reverse order is
+// one contiguous range of the buffer.
 #ifndef RINGLAB_TRAIN_BUCKET_REDUCER_H_
 #define RINGLAB_TRAIN_BUCKET_REDUCER_H_
 
@@ -24,6 +25,7 @@
 
 #include "comm/communicator.h"
 #include "nn/mlp.h"
+#include "train/comm_hooks.h"
 #include "train/trace.h"
 
 namespace ringlab::train {
@@ -47,11 +49,12 @@ std::vector<Bucket> AssignBuckets(const nn::MlpLayout& layout,
 
 class BucketReducer : public nn::BackwardObserver {
  public:
-  // grads is the model's gradient buffer, in the communicator's memory.
-  // With overlap, a thread bound to the model's device (Mlp::BindThread)
-  // runs the allreduces.
+  // grads is the model's gradient buffer, in the communicator's memory;
+  // hook reduces each bucket of it (and outlives the reducer). With overlap,
+  // a thread bound to the model's device (Mlp::BindThread) runs the hooks.
   BucketReducer(comm::Communicator& comm, const nn::Mlp& model, float* grads,
-                std::vector<Bucket> buckets, bool overlap, Tracer& tracer);
+                std::vector<Bucket> buckets, bool overlap, CommHook& hook,
+                Tracer& tracer);
   ~BucketReducer() override;
   BucketReducer(const BucketReducer&) = delete;
   BucketReducer& operator=(const BucketReducer&) = delete;
@@ -76,6 +79,7 @@ class BucketReducer : public nn::BackwardObserver {
   float* grads_;
   std::vector<Bucket> buckets_;
   bool overlap_;
+  CommHook& hook_;
   Tracer& tracer_;
   size_t next_bucket_ = 0;  // the next one backward completes
 

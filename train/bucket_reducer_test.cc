@@ -188,8 +188,9 @@ void CheckBucketsReduced(bool overlap) {
   PeerComm peer(f.model->grads(), f.peer);
   PeerBackend& comm = *peer.backend;
   Tracer tracer(false, 0);
+  auto hook = MakeAllReduceHook();
   BucketReducer reducer(*peer.comm, *f.model, f.model->grads(),
-                        AssignBuckets(f.layout, 1, 1), overlap, tracer);
+                        AssignBuckets(f.layout, 1, 1), overlap, *hook, tracer);
   const std::vector<float> expected = f.Expected();
   for (int step = 0; step < 2; ++step) {
     comm.started_ = false;
@@ -224,8 +225,9 @@ TEST(BucketReducerTest, AFailedBucketFailsFinishAndStopsTheRest) {
     const auto buckets = AssignBuckets(f.layout, 1, 1);
     comm.fail_at_ = buckets[1].begin;
     Tracer tracer(false, 0);
+    auto hook = MakeAllReduceHook();
     BucketReducer reducer(*peer.comm, *f.model, f.model->grads(), buckets,
-                          overlap, tracer);
+                          overlap, *hook, tracer);
     f.model->ForwardBackward(f.x.data(), f.y.data(), 2, &reducer);
     EXPECT_THROW(reducer.Finish(), comm::CommError) << "overlap " << overlap;
     EXPECT_EQ(comm.offsets(),

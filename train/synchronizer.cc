@@ -17,23 +17,26 @@ bool SharesMemory(const comm::Communicator& comm, const nn::Mlp& model) {
          (model.device() == nn::Device::kCuda);
 }
 
-// DDP: the gradients averaged bucket by bucket as backward produces them
+// DDP: the gradients reduced by a communication hook (comm_hooks.h: the
+// average, or a compressed one) bucket by bucket as backward produces them
 // (bucket_reducer.h), or, where the model's memory is not the communicator's,
 // in one piece through host memory after backward.
 class AllReduceSynchronizer : public Synchronizer {
  public:
   AllReduceSynchronizer(comm::Communicator& comm, nn::Mlp& model,
-                        const SyncOptions& options, Tracer& tracer)
-      : comm_(comm), tracer_(tracer) {
+                        const SyncOptions& options, Tracer& tracer,
+                        const char* name = "allreduce",
+                        std::unique_ptr<CommHook> hook = MakeAllReduceHook())
+      : comm_(comm), tracer_(tracer), name_(name), hook_(std::move(hook)) {
     if (SharesMemory(comm, model)) {
       reducer_ = std::make_unique<BucketReducer>(
           comm, model, model.grads(),
           AssignBuckets(model.layout(), options.first_bucket_bytes,
                         options.bucket_cap_bytes),
-          options.overlap, tracer);
+          options.overlap, *hook_, tracer);
     }
   }
-  const char* name() const override { return "allreduce"; }
+  const char* name() const override { return name_; }
   nn::BackwardObserver* backward_observer(int64_t) override {
     return reducer_.get();
   }
@@ -44,17 +47,23 @@ class AllReduceSynchronizer : public Synchronizer {
       reducer_->Finish();
       return;
     }
+    const size_t count = model.layout().num_params();
     ScopedSpan reduce(
         tracer_, Track::kComm, "allreduce gradients", "comm",
-        static_cast<int64_t>(comm::AllReduceBusBytes(
-            model.layout().num_params() * sizeof(float), comm_.world_size())));
-    AverageModelBuffer(comm_, model, ModelBuffer::kGrads);
+        static_cast<int64_t>(hook_->BusBytes(count, comm_.world_size())));
+    std::vector<float> host(count);
+    model.GetGrads(host.data());
+    hook_->Reduce(comm_, 0, host.data(), 0, count);
+    model.SetGrads(host.data());
   }
   void AfterStep(nn::Mlp&, int64_t) override {}
 
  private:
   comm::Communicator& comm_;
   Tracer& tracer_;
+  const char* const name_;
+  // Declared before the reducer, which uses it until it is destroyed.
+  std::unique_ptr<CommHook> hook_;
   std::unique_ptr<BucketReducer> reducer_;
 };
 
@@ -130,7 +139,8 @@ void CheckStepRange(const char* flag, int64_t value, int64_t lo) {
 
 const std::vector<std::string>& SynchronizerNames() {
   static const std::vector<std::string> names = {
-      "allreduce", "param_avg", "post_local_sgd", "diloco", "none"};
+      "allreduce",      "fp16",   "bf16", "param_avg",
+      "post_local_sgd", "diloco", "none"};
   return names;
 }
 
@@ -182,6 +192,21 @@ std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
   }
   if (name == "param_avg") {
     return std::make_unique<ParamAvgSynchronizer>(comm, options, trace);
+  }
+  if (name == "fp16" || name == "bf16") {
+    const comm::DataType type =
+        name == "fp16" ? comm::DataType::kFloat16 : comm::DataType::kBFloat16;
+    // The hook's 16-bit buffer is in the communicator's memory kind: host
+    // here (a device communicator stages nothing, so it reduces the
+    // model's own memory, on the device, which this hook cannot convert).
+    if (comm.memory() != comm::MemoryKind::kHost) {
+      throw std::invalid_argument("--sync=" + name +
+                                  " converts in host memory: --comm=" +
+                                  comm.backend() + " reduces device memory");
+    }
+    return std::make_unique<AllReduceSynchronizer>(
+        comm, model, options, trace, name == "fp16" ? "fp16" : "bf16",
+        MakeCompressHook(comm, type, model.layout().num_params()));
   }
   if (name == "post_local_sgd") {
     return std::make_unique<PostLocalSgdSynchronizer>(comm, model, options,

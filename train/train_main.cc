@@ -49,7 +49,9 @@ DEFINE_int32(nprocs, 2,
              "or mpirun)");
 DEFINE_string(model, "10,5,2", "MLP widths: input, hidden..., classes");
 DEFINE_string(sync, "allreduce",
-              "allreduce (DDP) | param_avg (local SGD: the ranks train apart "
+              "allreduce (DDP) | fp16, bf16 (DDP with fp16_compress_hook / "
+              "bf16_compress_hook: half the bytes) | param_avg (local SGD: "
+              "the ranks train apart "
               "during --avg_warmup) | post_local_sgd (DDP for --avg_warmup "
               "steps, then param_avg: PyTorch's post_localSGD_hook and "
               "PeriodicModelAverager) | diloco (every --inner_steps steps "

@@ -114,7 +114,7 @@ def step_ms(sync, compute_ms, comm_s, k=16, hidden_share=BACKWARD_SHARE):
     hidden_share of compute (backward, where communication has resources of its own: a NIC's
     DMA, a core, a stream; 0 where it shares the compute's core), or 1/K of it."""
     comm_ms = comm_s * 1e3
-    if sync == "allreduce":
+    if sync in ("allreduce", "fp16", "bf16"):  # comm_s of the bytes they send
         return compute_ms + max(0.0, comm_ms - hidden_share * compute_ms)
     if sync in ("param_avg", "post_local_sgd", "diloco"):  # K or H steps per allreduce
         return compute_ms + comm_ms / k

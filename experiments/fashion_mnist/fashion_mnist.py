@@ -12,13 +12,12 @@ plots; each run's own files (losses.csv, eval.csv, trace.json, log.txt, run.json
     bazel run -c opt //experiments:fashion_mnist -- [--quick | --full | --one_host]
         [--links=L1,L2|none] [--epochs=N] [--out_dir=DIR]
 
-  (default)   per link (unlimited, 1gbit): ringlab allreduce, param_avg K=16 and DiLoCo H=16,
-              PyTorch DDP on 1gbit, 3 epochs (allreduce passes 85% test accuracy in the third;
-              param_avg, which takes an epoch more, 4; DiLoCo, in its first, 2): which
-              synchroniser reaches 85% first on each link;
+  (default)   per link (unlimited, 1gbit): ringlab allreduce and DiLoCo H=16, PyTorch DDP on
+              1gbit, 3 epochs (allreduce passes 85% test accuracy in the third; DiLoCo, in its
+              first, 2): which synchroniser reaches 85% first on each link;
   --full      on one host PyTorch DDP, ringlab allreduce and none over shm_ring and both
               compute floors; on links unlimited, 10gbit and 1gbit PyTorch DDP and ringlab's
-              allreduce, param_avg K=16, DiLoCo H=16 and none;
+              allreduce, fp16 compression, param_avg K=16, DiLoCo H=16 and none;
   --quick     1 epoch: PyTorch DDP and ringlab allreduce on one host, allreduce and DiLoCo
               H=16 on a 1gbit link;
   --one_host  every synchroniser over shm_ring, mpi and gloo on one host, both floors.
@@ -53,6 +52,8 @@ DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 MODEL, LR, BATCH, SEED = "784,1024,1024,10", 0.1, 64, 0
 SYNCS = (("allreduce_overlap", "allreduce", None, True),
          ("allreduce_no_overlap", "allreduce", None, False),
+         ("fp16", "fp16", None, True),
+         ("bf16", "bf16", None, True),
          ("param_avg_k4", "param_avg", 4, None),
          ("param_avg_k16", "param_avg", 16, None),
          ("param_avg_k64", "param_avg", 64, None),
@@ -74,20 +75,21 @@ MODES = {
                   floors=False, links=("1gbit",), link_pytorch=(),
                   link_syncs=("allreduce_overlap", "diloco_h16")),
     # The README's first command, under 10 minutes: the per-link answer, a fast link against a
-    # slow one, ringlab's allreduce, param_avg and DiLoCo on each, PyTorch DDP beside them on
-    # the slow one (none, which reaches 85% in as many epochs as param_avg, and PyTorch DDP on
-    # every link in the full run).
+    # slow one, ringlab's allreduce and DiLoCo on each, PyTorch DDP beside them on the slow one
+    # (the other synchronisers, and PyTorch DDP on every link, in the full run).
     "standard": dict(epochs=3, pytorch_ddp=False, one_host=(), floors=False,
                      links=("unlimited", "1gbit"), link_pytorch=("1gbit",),
-                     link_syncs=("allreduce_overlap", "param_avg_k16", "diloco_h16")),
+                     link_syncs=("allreduce_overlap", "diloco_h16")),
     # On one host PyTorch DDP, ringlab's allreduce and none over shm_ring (what synchronising
     # costs ringlab) and both compute floors (1 epoch: they measure a step); on three links
-    # every synchroniser but post_local_sgd (param_avg's cost once its warm-up is over).
+    # every synchroniser but bf16 (fp16's cost) and post_local_sgd (param_avg's once its
+    # warm-up is over).
     "full": dict(epochs=3, pytorch_ddp=True,
                  one_host=(("shm_ring", ("allreduce_overlap", "none")),),
                  floors=True, floor_epochs=1, links=("unlimited", "10gbit", "1gbit"),
                  link_pytorch="every link",
-                 link_syncs=("allreduce_overlap", "param_avg_k16", "diloco_h16", "none")),
+                 link_syncs=("allreduce_overlap", "fp16", "param_avg_k16", "diloco_h16",
+                             "none")),
     # The one-host matrix of the earlier rounds: every synchroniser over every communicator.
     "one_host": dict(epochs=3, pytorch_ddp=True,
                      one_host=tuple((comm, ALL_SYNCS) for comm in ("shm_ring", "mpi", "gloo")),
@@ -99,12 +101,13 @@ MODES = {
 # in their fourth (85.69% and 85.57%, after 83.51% and 83.21% at the third). DiLoCo H=16
 # reaches it in its first (85.24%): it trains an epoch less.
 CHEAP_EXTRA_EPOCHS = 1
-EXTRA_EPOCHS = {"allreduce": 0, "diloco": -1}  # the others: CHEAP_EXTRA_EPOCHS
+EXTRA_EPOCHS = {"allreduce": 0, "fp16": 0, "bf16": 0, "diloco": -1}  # else CHEAP_EXTRA_EPOCHS
 
 
 def detail(sync, k, overlap):
     """A synchroniser variant as the labels name it: "allreduce, overlap", "param_avg K=16"."""
     return {"allreduce": "allreduce, " + ("overlap" if overlap else "no overlap"),
+            "fp16": "fp16 compress", "bf16": "bf16 compress",
             "param_avg": f"param_avg K={k}", "post_local_sgd": f"post_local_sgd K={k}",
             "diloco": f"DiLoCo H={k}", "none": "none"}[sync]
 

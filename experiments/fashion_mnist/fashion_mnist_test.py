@@ -278,33 +278,34 @@ class PlanTest(unittest.TestCase):
 
     def test_standard_plan_is_the_per_link_answer(self):
         lines = self.plan()
-        # Per link (unlimited, 1gbit): allreduce, param_avg K=16, DiLoCo H=16; PyTorch DDP
-        # (through on_hosts) first on 1gbit.
-        self.assertEqual(len(lines), 7)
-        self.assertTrue(all("--hosts=2 --link=unlimited" in l for l in lines[:3]))
-        self.assertTrue(lines[3].startswith("/o --nprocs=2 --hosts=2 --link=1gbit -- "))
-        self.assertTrue(all("--link=1gbit" in l for l in lines[4:]))
-        self.assertTrue(all("--comm=gloo" in l for l in lines[:3] + lines[4:]))
-        self.assertEqual([l.count("--epochs=3") for l in lines[3:5]], [1, 1])
-        self.assertTrue(all("--epochs=4" in l for l in (lines[1], lines[5])))
-        self.assertTrue(all("--epochs=2" in l for l in (lines[2], lines[6])))
+        # Per link (unlimited, 1gbit): allreduce, DiLoCo H=16; PyTorch DDP (through on_hosts)
+        # first on 1gbit.
+        self.assertEqual(len(lines), 5)
+        self.assertTrue(all("--hosts=2 --link=unlimited" in l for l in lines[:2]))
+        self.assertTrue(lines[2].startswith("/o --nprocs=2 --hosts=2 --link=1gbit -- "))
+        self.assertTrue(all("--link=1gbit" in l for l in lines[3:]))
+        self.assertTrue(all("--comm=gloo" in l for l in lines[:2] + lines[3:]))
+        self.assertEqual([l.count("--epochs=3") for l in lines[2:4]], [1, 1])
+        self.assertTrue(all("--epochs=2" in l and "--sync=diloco" in l
+                            for l in (lines[1], lines[4])))
 
     def test_full_plan(self):
         full = self.plan("--full")
         # PyTorch DDP, allreduce and none over shm_ring, both floors (1 epoch); per link (3)
-        # PyTorch DDP and 4 syncs.
-        self.assertEqual(len(full), 5 + 15)
+        # PyTorch DDP and 5 syncs.
+        self.assertEqual(len(full), 5 + 18)
         self.assertTrue(all("--comm=shm_ring" in l for l in full[1:3]))
         self.assertTrue(all("--epochs=1" in l for l in full[3:5]))  # the floors
-        self.assertEqual(sum("--link=10gbit" in l for l in full), 5)
+        self.assertEqual(sum("--link=10gbit" in l for l in full), 6)
+        self.assertEqual(sum("--sync=fp16" in l for l in full), 3)
         self.assertEqual(len(self.plan("--full", "--links=none")), 5)
 
     def test_one_host_plan(self):
         lines = self.plan("--one_host")
-        # PyTorch DDP, 8 synchronisers x 3 communicators, ringlab 1 rank, PyTorch 1 process.
-        self.assertEqual(len(lines), 27)
+        # PyTorch DDP, 10 synchronisers x 3 communicators, ringlab 1 rank, PyTorch 1 process.
+        self.assertEqual(len(lines), 33)
         mpi = [l for l in lines if "--comm=mpi" in l]
-        self.assertEqual(len(mpi), 8)
+        self.assertEqual(len(mpi), 10)
         self.assertEqual(sum("--avg_warmup=100" in l for l in lines), 3)  # post_local_sgd
         self.assertTrue(all(l.startswith("mpirun --allow-run-as-root") for l in mpi))
         self.assertTrue(all("--nprocs" not in l for l in mpi))

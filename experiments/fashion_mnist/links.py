@@ -17,6 +17,7 @@ HOSTS = 2  # every run across links: 2 ranks on 2 emulated hosts
 LINK_STYLE = {
     "pytorch_ddp": ("black", "PyTorch DDP (gloo)"),
     "allreduce_overlap": ("C0", "ringlab allreduce, overlap"),
+    "fp16": ("C1", "ringlab fp16 compress"),
     "param_avg_k16": ("C3", "ringlab param_avg K=16"),
     "diloco_h16": ("C6", "ringlab DiLoCo H=16"),
     "none": ("C5", "ringlab none"),
@@ -78,8 +79,9 @@ def predicted_step_ms(run, fit, compute_ms):
     MLP's gradient bytes, and compute_ms of compute and optimiser."""
     cm = _cost_model()
     alpha, b_eff = fit
-    seconds = cm.allreduce_s(cm.DEFAULT_BUFFER_BYTES, run["ranks"], HOSTS, alpha, b_eff,
-                             False, 1.0)
+    # fp16 and bf16 send 2 bytes a gradient.
+    size = cm.DEFAULT_BUFFER_BYTES // (2 if run["sync"] in ("fp16", "bf16") else 1)
+    seconds = cm.allreduce_s(size, run["ranks"], HOSTS, alpha, b_eff, False, 1.0)
     # Each rank has one core here, which its communication thread shares with backward:
     # nothing hides (README: overlap moves waiting, it cannot hide work on this machine).
     return cm.step_ms(run["sync"], compute_ms, seconds, run.get("avg_period") or 1,

@@ -21,7 +21,8 @@ It writes what ringlab's trainer writes into --out_dir, so one parser reads both
   summary.json the configuration, torch's version and the total wall time.
 
 --sync picks how the ranks synchronise, each the way PyTorch itself does it: ddp (DDP's bucketed
-allreduce, the default), post_local_sgd (DDP with post_localSGD_hook, start_localSGD_iter =
+allreduce, the default), fp16 (DDP with fp16_compress_hook; 1.13 refuses bf16_compress_hook without
+CUDA and NCCL), post_local_sgd (DDP with post_localSGD_hook, start_localSGD_iter =
 --avg_warmup, over one-rank subgroups made with new_group, since 1.13's new_subgroups needs CUDA,
 and PeriodicModelAverager(--avg_period, --avg_warmup) after each optimiser step) or diloco (no DDP:
 each rank takes --inner_steps SGD steps on its own, then the change of its parameters from the
@@ -203,6 +204,10 @@ def synchronise(torch, dist, model, args, rank, world):
         return model, diloco.after_step, diloco
     net = DDP(model)  # DDP broadcasts rank 0's parameters
     if args.sync == "ddp":
+        return net, None, None
+    if args.sync == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        net.register_comm_hook(None, default_hooks.fp16_compress_hook)
         return net, None, None
     from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_local
     from torch.distributed.algorithms.model_averaging import averagers
@@ -387,7 +392,8 @@ def parse_args(argv):
                         help="train on the first N images only (0: all; for quick checks)")
     parser.add_argument("--timeout", type=float, default=300,
                         help="seconds any wait between ranks may take")
-    parser.add_argument("--sync", choices=("ddp", "post_local_sgd", "diloco"), default="ddp")
+    parser.add_argument("--sync", choices=("ddp", "fp16", "post_local_sgd", "diloco"),
+                        default="ddp")
     parser.add_argument("--avg_period", type=int, default=4, help="post_local_sgd: K")
     parser.add_argument("--avg_warmup", type=int, default=0,
                         help="post_local_sgd: steps of DDP allreduce first")

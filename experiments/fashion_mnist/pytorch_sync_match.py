@@ -29,6 +29,7 @@ COMMON = ["--model=784,1024,1024,10", "--lr=0.1", "--batch_size=64", "--seed=0",
 # a subset cross several averages and outer steps.
 PAIRS = {
     "allreduce": (["--sync=allreduce"], ["--sync=ddp"]),
+    "fp16": (["--sync=fp16"], ["--sync=fp16"]),
     "post_local_sgd": (["--sync=post_local_sgd", "--avg_warmup=10", "--avg_period=4"],
                        ["--sync=post_local_sgd", "--avg_warmup=10", "--avg_period=4"]),
     "diloco": (["--sync=diloco", "--inner_steps=8", "--outer_lr=0.7", "--outer_momentum=0.9"],
