@@ -72,6 +72,10 @@ DEFINE_bool(registered, true,
             "Communicator::Allocate");
 DEFINE_double(timeout_s, 120, "deadline of every wait between ranks");
 DEFINE_bool(floor, true, "also measure the memory-bandwidth floor");
+DEFINE_string(dtype, "float32",
+              "element types reduced, comma-separated: float32, float16, "
+              "bfloat16 (a sweep and its tables per type, in one run; "
+              "backends without a type are skipped for it, saying so)");
 DEFINE_int32(threads, 0,
              "> 0: instead of processes, this many ranks as threads of this "
              "process on one GPU (ipc_ring_threads, against a device "
@@ -93,6 +97,17 @@ class NullReporter : public benchmark::BenchmarkReporter {
   bool ReportContext(const Context&) override { return true; }
   void ReportRuns(const std::vector<Run>&) override {}
 };
+
+// --dtype's types, in order; empty when a name is not a type.
+std::vector<comm::DataType> TypesFromFlags() {
+  std::vector<comm::DataType> types;
+  for (const std::string& name : SplitList(FLAGS_dtype, ',')) {
+    comm::DataType t;
+    if (!comm::DataTypeNamed(name.c_str(), &t)) return {};
+    types.push_back(t);
+  }
+  return types;
+}
 
 RowOptions OptionsFromFlags() {
   RowOptions o;
@@ -123,6 +138,14 @@ std::string BadFlags() {
   }
   if (FLAGS_threads < 0 || FLAGS_threads > 64) {
     return "--threads must be in [0, 64]";
+  }
+  const std::vector<comm::DataType> types = TypesFromFlags();
+  if (types.empty()) {
+    return "--dtype takes float32, float16 and bfloat16, not " + FLAGS_dtype;
+  }
+  if (FLAGS_threads > 0 &&
+      (types.size() > 1 || types[0] != comm::DataType::kFloat32)) {
+    return "--threads measures float32 only";
   }
   return "";
 }
@@ -171,14 +194,29 @@ std::vector<Backend> CreateBackends(const comm::RankContext& context,
   return backends;
 }
 
-// The rows of the sweep, in the order they run; returns the row labels.
-std::vector<std::string> RegisterRows(std::vector<Backend>& backends,
-                                      Communicator* timer) {
-  const RowOptions options = OptionsFromFlags();
+// The rows of the sweep of options.dtype, in the order they run (of the
+// backends that have the type); returns the row labels (with the type's
+// RowSuffix).
+std::vector<std::string> RegisterRows(std::vector<Backend>& all,
+                                      Communicator* timer,
+                                      const RowOptions& options) {
+  const std::string suffix = RowSuffix(options.dtype);
+  std::vector<Backend*> backends;
+  for (Backend& b : all) {
+    if (b.comm->description().Supports(options.dtype)) {
+      backends.push_back(&b);
+    } else if (timer->rank() == 0) {
+      std::fprintf(stderr, "skipping backend %s for %s: it has no %s\n",
+                   b.label.c_str(), comm::DataTypeName(options.dtype),
+                   comm::DataTypeName(options.dtype));
+    }
+  }
   std::vector<std::string> rows;
-  for (const Backend& b : backends) {
-    rows.push_back("allreduce/" + b.label);
-    if (b.allocated) rows.push_back("allreduce_registered/" + b.label);
+  for (const Backend* b : backends) {
+    rows.push_back("allreduce/" + b->label + suffix);
+    if (b->allocated) {
+      rows.push_back("allreduce_registered/" + b->label + suffix);
+    }
   }
   for (int64_t bytes = FLAGS_min_bytes; bytes <= FLAGS_max_bytes;
        bytes *= FLAGS_step_factor) {
@@ -192,21 +230,21 @@ std::vector<std::string> RegisterRows(std::vector<Backend>& backends,
     // Across hosts the floor is the link's (LinkFloor), not the memory's.
     if (FLAGS_floor && FLAGS_hosts == 1) {
       for (bool reg : {false, true}) {
-        add(reg ? "floor_registered" : "floor_private",
+        add((reg ? "floor_registered" : "floor_private") + suffix,
             [=](benchmark::State& s) {
               FloorRow(s, timer, bytes, reg, options);
             });
       }
     }
-    for (Backend& b : backends) {
-      Communicator* c = b.comm.get();
-      const std::string row = "allreduce/" + b.label;
+    for (Backend* b : backends) {
+      Communicator* c = b->comm.get();
+      const std::string row = "allreduce/" + b->label + suffix;
       add(row, [=](benchmark::State& s) {
         AllReduceRow(s, c, timer, row, bytes, nullptr, options);
       });
-      if (b.allocated == nullptr) continue;
-      const std::string reg_row = "allreduce_registered/" + b.label;
-      float* memory = b.allocated;
+      if (b->allocated == nullptr) continue;
+      const std::string reg_row = "allreduce_registered/" + b->label + suffix;
+      float* memory = b->allocated;
       add(reg_row, [=](benchmark::State& s) {
         AllReduceRow(s, c, timer, reg_row, bytes, memory, options);
       });
@@ -264,11 +302,20 @@ int RunRank(const comm::BackendTuning& tuning) {
     std::fprintf(stderr, "error: no host-memory backend could start\n");
     return 2;
   }
-  const std::vector<std::string> rows = RegisterRows(backends, timer);
+  // Every type's rows, in --dtype's order, in one sweep.
+  std::vector<std::pair<comm::DataType, std::vector<std::string>>> rows;
+  for (comm::DataType type : TypesFromFlags()) {
+    RowOptions row_options = OptionsFromFlags();
+    row_options.dtype = type;
+    rows.emplace_back(type, RegisterRows(backends, timer, row_options));
+  }
   if (context.rank == 0) {
     std::fprintf(stderr,
                  "allreduce_bench: %d ranks, rows:", context.world_size);
-    for (const std::string& r : rows) std::fprintf(stderr, " %s", r.c_str());
+    for (const auto& [type, labels] : rows) {
+      for (const std::string& r : labels)
+        std::fprintf(stderr, " %s", r.c_str());
+    }
     std::fprintf(stderr, "\n");
     benchmark::RunSpecifiedBenchmarks();
     LinkFloor link;
@@ -276,8 +323,10 @@ int RunRank(const comm::BackendTuning& tuning) {
         comm::cluster::ParseLink(FLAGS_link, FLAGS_link_latency)
             .bits_per_second);
     link.tcp_bits = FLAGS_link_tcp_bits;
-    PrintTables(rows, context.world_size,
-                FLAGS_hosts > 1 && link.tcp_bits > 0 ? &link : nullptr);
+    for (const auto& [type, labels] : rows) {
+      PrintTables(labels, context.world_size, type,
+                  FLAGS_hosts > 1 && link.tcp_bits > 0 ? &link : nullptr);
+    }
   } else {
     NullReporter quiet;
     benchmark::RunSpecifiedBenchmarks(&quiet);

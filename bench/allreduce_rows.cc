@@ -9,6 +9,7 @@
 
 #include "bench/op_buffer.h"
 #include "bench/sweep.h"
+#include "comm/dtype/kernels.h"
 #include "comm/shm_ring/kernels.h"
 
 namespace ringlab::bench {
@@ -38,22 +39,27 @@ double MaxOverRanks(Communicator& comm, double seconds) {
   return *std::max_element(all.begin(), all.end());
 }
 
-// Wrong elements after one op on exact-sum inputs, summed over the ranks
-// (through the host backend, in two parts that floats hold exactly).
+// Wrong elements after one op on exact-sum inputs (integers every type
+// holds, with every partial sum), summed over the ranks (through the host
+// backend, in two parts that floats hold exactly). The buffer's floats carry
+// `count` elements of dtype.
 int64_t CountWrong(Communicator* comm, Communicator* timer, OpBuffer& buffer,
-                   size_t count) {
+                   size_t count, comm::DataType dtype) {
   const int rank = comm->rank(), world = comm->world_size();
-  std::vector<float> host(count);
-  for (size_t i = 0; i < count; ++i) host[i] = ExactSumInput(rank, i);
-  buffer.Upload(host);
-  comm->AllReduce(buffer.data(), count, ReduceOp::kSum);
+  const comm::dtype::ElementKernels& k = comm::dtype::KernelsFor(dtype);
+  std::vector<float> values(count), carrier((count * k.size + 3) / 4);
+  for (size_t i = 0; i < count; ++i) values[i] = ExactSumInput(rank, i);
+  k.narrow(carrier.data(), values.data(), count);
+  buffer.Upload(carrier);
+  comm->AllReduce(buffer.data(), count, dtype, ReduceOp::kSum);
   buffer.Sync();
-  buffer.Download(&host);
+  buffer.Download(&carrier);
+  k.widen(values.data(), carrier.data(), count);
   int64_t wrong = 0;
   for (size_t i = 0; i < count; ++i) {
     float want = 0;
     for (int r = 0; r < world; ++r) want += ExactSumInput(r, i);
-    wrong += host[i] != want;
+    wrong += values[i] != want;
   }
   float parts[2] = {static_cast<float>(wrong >> 16),
                     static_cast<float>(wrong & 0xffff)};
@@ -83,12 +89,16 @@ void TimeOneByOne(Communicator* comm, Communicator* timer, int samples,
   result->p90_s = Percentile(times, 0.9);
 }
 
+std::string FloorName(bool registered, comm::DataType dtype) {
+  return (registered ? "floor_registered" : "floor_private") + RowSuffix(dtype);
+}
+
 void PrintRowTable(const std::string& row, const std::vector<int64_t>& sizes,
-                   int world, const LinkFloor* link) {
+                   int world, comm::DataType dtype, const LinkFloor* link) {
+  const size_t element_size = comm::DataTypeSize(dtype);
   auto floor_of = [&](int64_t bytes) {
     const bool registered = row.rfind("allreduce_registered/", 0) == 0;
-    auto f = Results().find(
-        {registered ? "floor_registered" : "floor_private", bytes});
+    auto f = Results().find({FloorName(registered, dtype), bytes});
     return f == Results().end() ? 0.0 : f->second.loop_s;
   };
   std::printf("\n# %s\n%12s %12s %10s %10s %10s %8s %8s %7s %7s\n", row.c_str(),
@@ -107,7 +117,7 @@ void PrintRowTable(const std::string& row, const std::vector<int64_t>& sizes,
                                       : 0.0;
     std::printf("%12lld %12lld %10.2f %10.2f %10.2f %8.3f %8.3f %7lld %7.2f\n",
                 static_cast<long long>(bytes),
-                static_cast<long long>(bytes / 4), r.loop_s * 1e6,
+                static_cast<long long>(bytes / element_size), r.loop_s * 1e6,
                 r.p50_s * 1e6, r.p90_s * 1e6, algbw, busbw,
                 static_cast<long long>(r.wrong), last);
   }
@@ -115,17 +125,26 @@ void PrintRowTable(const std::string& row, const std::vector<int64_t>& sizes,
 
 }  // namespace
 
+std::string RowSuffix(comm::DataType dtype) {
+  return dtype == comm::DataType::kFloat32
+             ? ""
+             : std::string("/") + comm::DataTypeName(dtype);
+}
+
 // Timed ops reduce zeros: a sum that stays finite however many ops run back
 // to back (the arithmetic costs the same for any finite value).
 void AllReduceRow(benchmark::State& state, Communicator* comm,
                   Communicator* timer, const std::string& row, int64_t bytes,
                   float* allocated, const RowOptions& options) {
-  const size_t count = static_cast<size_t>(bytes) / sizeof(float);
+  // The buffer holds bytes / 4 floats, which carry count elements.
+  const size_t count =
+      static_cast<size_t>(bytes) / comm::DataTypeSize(options.dtype);
   const int world = comm->world_size();
-  OpBuffer buffer(comm->memory(), count, allocated);
-  buffer.Upload(std::vector<float>(count, 0.0f));
+  OpBuffer buffer(comm->memory(), static_cast<size_t>(bytes) / sizeof(float),
+                  allocated);
+  buffer.Upload(std::vector<float>(bytes / sizeof(float), 0.0f));
   auto op = [&] {
-    comm->AllReduce(buffer.data(), count, ReduceOp::kSum);
+    comm->AllReduce(buffer.data(), count, options.dtype, ReduceOp::kSum);
     buffer.Sync();
   };
   for (int i = 0; i < options.warmup_iters; ++i) op();
@@ -141,7 +160,7 @@ void AllReduceRow(benchmark::State& state, Communicator* comm,
     state.SetIterationTime(result.loop_s);
   }
   TimeOneByOne(comm, timer, options.samples, op, &result);
-  result.wrong = CountWrong(comm, timer, buffer, count);
+  result.wrong = CountWrong(comm, timer, buffer, count, options.dtype);
   const double algbw = static_cast<double>(bytes) / result.loop_s / 1e9;
   state.counters["time_us"] = result.loop_s * 1e6;
   state.counters["p50_us"] = result.p50_s * 1e6;
@@ -152,23 +171,32 @@ void AllReduceRow(benchmark::State& state, Communicator* comm,
   Results()[{row, bytes}] = result;
 }
 
-// ReduceIntoAll over world_size buffers of this rank's (its segment: S read,
-// S written), after, for a private buffer, one copy of S into them.
+// The registered allreduce's reduction (comm/dtype's sum_into of the type)
+// over world_size buffers of this rank's (its segment: S read, S written),
+// after, for a private buffer, one copy of S into them.
 void FloorRow(benchmark::State& state, Communicator* timer, int64_t bytes,
               bool registered, const RowOptions& options) {
-  const size_t count = static_cast<size_t>(bytes) / sizeof(float);
+  const comm::dtype::ElementKernels& k = comm::dtype::KernelsFor(options.dtype);
+  const size_t count = static_cast<size_t>(bytes) / k.size;
   const int world = timer->world_size(), rank = timer->rank();
-  std::vector<std::vector<float>> buffers(world,
-                                          std::vector<float>(count, 1.0f));
-  std::vector<float> input(registered ? 0 : count, 1.0f);
-  std::vector<float*> slots;
-  for (auto& b : buffers) slots.push_back(b.data());
+  // Zeros: finite however many sums run, in every type.
+  std::vector<std::vector<char>> buffers(world, std::vector<char>(bytes, 0));
+  std::vector<char> input(registered ? 0 : bytes, 0);
+  std::vector<const void*> sources;
+  std::vector<void*> targets;
   const size_t seg = (count + world - 1) / world;
   const size_t a = std::min(count, rank * seg), b = std::min(count, a + seg);
+  for (auto& buffer : buffers) {
+    targets.push_back(buffer.data() + a * k.size);
+    sources.push_back(targets.back());
+  }
   const int64_t iters = IterationsFor(bytes, options.max_iters);
   auto moves = [&] {
-    if (!registered) comm::shm::CopyFloats(slots[rank], input.data(), count);
-    comm::shm::ReduceIntoAll(slots, a, b, 0.0f);
+    if (!registered) {
+      comm::shm::CopyBytes(buffers[rank].data(), input.data(), input.size());
+    }
+    k.sum_into(sources.data(), sources.size(), targets.data(), targets.size(),
+               b - a, 0.0f);
   };
   moves();
   double per_op = 0;
@@ -183,21 +211,23 @@ void FloorRow(benchmark::State& state, Communicator* timer, int64_t bytes,
     state.SetIterationTime(per_op);
   }
   state.counters["time_us"] = per_op * 1e6;
-  Results()[{registered ? "floor_registered" : "floor_private", bytes}] =
+  Results()[{FloorName(registered, options.dtype), bytes}] =
       Result{per_op, per_op, per_op, 0};
 }
 
 void PrintTables(const std::vector<std::string>& rows, int world,
-                 const LinkFloor* link) {
+                 comm::DataType dtype, const LinkFloor* link) {
   std::printf(
-      "\n# nccl-tests style: allreduce, float, sum, %d ranks; time = timed "
+      "\n# nccl-tests style: allreduce, %s, sum, %d ranks; time = timed "
       "loop / ops, p50 and p90 of ops after a barrier; all max over ranks\n",
-      world);
+      comm::DataTypeName(dtype), world);
   std::vector<int64_t> sizes;
   for (const auto& [key, r] : Results()) sizes.push_back(key.second);
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  for (const std::string& row : rows) PrintRowTable(row, sizes, world, link);
+  for (const std::string& row : rows) {
+    PrintRowTable(row, sizes, world, dtype, link);
+  }
   if (link != nullptr) {
     std::printf(
         "\n# link floor: one TCP stream between two hosts carried %.3f GB/s "
@@ -218,8 +248,8 @@ void PrintTables(const std::vector<std::string>& rows, int world,
       "one copy of the buffer\n%12s %14s %14s\n",
       "size(B)", "private", "registered");
   for (int64_t bytes : sizes) {
-    auto p = Results().find({"floor_private", bytes});
-    auto r = Results().find({"floor_registered", bytes});
+    auto p = Results().find({FloorName(false, dtype), bytes});
+    auto r = Results().find({FloorName(true, dtype), bytes});
     if (p == Results().end() || r == Results().end()) continue;
     std::printf("%12lld %14.2f %14.2f\n", static_cast<long long>(bytes),
                 p->second.loop_s * 1e6, r->second.loop_s * 1e6);

@@ -19,9 +19,13 @@ struct RowOptions {
   int warmup_iters = 5;      // untimed ops before each timed loop
   int64_t max_iters = 1000;  // most ops in one timed loop (IterationsFor's cap)
   int samples = 20;          // ops timed one by one after a barrier
+  // The element type reduced (a row of `bytes` holds bytes / its size);
+  // the floor reduces it with the same kernels (comm/dtype).
+  comm::DataType dtype = comm::DataType::kFloat32;
 };
 
-// Row `row` ("allreduce/<backend>" or "allreduce_registered/<backend>") at
+// Row `row` ("allreduce/<backend>" or "allreduce_registered/<backend>", then
+// RowSuffix(options.dtype)) at
 // `bytes`: `comm` runs the op on a buffer of its memory kind (`allocated`,
 // when not null, is memory from its Allocate); `timer`, a host-memory
 // backend, exchanges the times. Counters: time_us, p50_us, p90_us,
@@ -30,9 +34,10 @@ void AllReduceRow(benchmark::State& state, comm::Communicator* comm,
                   comm::Communicator* timer, const std::string& row,
                   int64_t bytes, float* allocated, const RowOptions& options);
 
-// The floor at `bytes`, every rank at once ("floor_registered" or
-// "floor_private"): the data movement an allreduce of registered (or private)
-// buffers cannot avoid, done with shm_ring's own kernels.
+// The floor at `bytes` for options.dtype, every rank at once
+// ("floor_registered" or "floor_private", then RowSuffix): the data movement an
+// allreduce of registered (or private) buffers cannot avoid, done with
+// shm_ring's own kernels.
 void FloorRow(benchmark::State& state, comm::Communicator* timer, int64_t bytes,
               bool registered, const RowOptions& options);
 
@@ -48,12 +53,17 @@ struct LinkFloor {
   }
 };
 
-// Prints the tables of the rows run so far, `rows` in this order, then the
-// floors; world is the number of ranks. With `link`, each row gets xlink =
+// Prints the tables of the rows run so far of type dtype, `rows` in this
+// order, then the
+// floors; world is the number of ranks, dtype the rows' type. With `link`,
+// each row gets xlink =
 // busbw / the link's rate (a flat ring's bottleneck edge crosses a link, so
 // 1 is its ceiling; a hierarchical one may pass it), and the link's floor.
 void PrintTables(const std::vector<std::string>& rows, int world,
-                 const LinkFloor* link = nullptr);
+                 comm::DataType dtype, const LinkFloor* link = nullptr);
+// What the rows and floors of a type other than float32 carry after their
+// name ("/float16"; "" for float32, whose rows keep their plain names).
+std::string RowSuffix(comm::DataType dtype);
 
 }  // namespace ringlab::bench
 

@@ -1,5 +1,7 @@
 #include "comm/dtype/dtype.h"
 
+#include <cstring>
+
 namespace ringlab::comm {
 
 const char* DataTypeName(DataType type) {
@@ -12,6 +14,16 @@ const char* DataTypeName(DataType type) {
       return "bfloat16";
   }
   return "unknown";
+}
+
+bool DataTypeNamed(const char* name, DataType* type) {
+  for (DataType t : kAllDataTypes) {
+    if (std::strcmp(name, DataTypeName(t)) == 0) {
+      *type = t;
+      return true;
+    }
+  }
+  return false;
 }
 
 size_t DataTypeSize(DataType type) {

@@ -18,7 +18,9 @@ namespace ringlab::comm {
 enum class DataType { kFloat32, kFloat16, kBFloat16 };
 
 const char* DataTypeName(DataType type);  // "float32", "float16", "bfloat16"
-size_t DataTypeSize(DataType type);       // 4, 2, 2
+// The type of that name; false (type untouched) for another name.
+bool DataTypeNamed(const char* name, DataType* type);
+size_t DataTypeSize(DataType type);  // 4, 2, 2
 inline constexpr DataType kAllDataTypes[] = {
     DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16};
 
