@@ -71,9 +71,10 @@ void BucketReducer::Reduce(const Ready& ready) {
   ready.wait_ready();
   const Bucket& bucket = buckets_[ready.bucket];
   const size_t count = bucket.end - bucket.begin;
-  ScopedSpan span(
-      tracer_, Track::kComm, "allreduce bucket " + std::to_string(ready.bucket),
-      "comm", static_cast<int64_t>(hook_.BusBytes(count, comm_.world_size())));
+  ScopedSpan span(tracer_, Track::kComm,
+                  "allreduce bucket " + std::to_string(ready.bucket), "comm",
+                  static_cast<int64_t>(
+                      hook_.BusBytes(ready.bucket, count, comm_.world_size())));
   hook_.Reduce(comm_, ready.bucket, grads_, bucket.begin, bucket.end);
 }
 

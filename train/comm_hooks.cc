@@ -15,7 +15,7 @@ class AllReduceHook : public CommHook {
               size_t end) override {
     comm.AllReduce(grads + begin, end - begin, comm::ReduceOp::kAvg);
   }
-  uint64_t BusBytes(size_t count, int world_size) const override {
+  uint64_t BusBytes(size_t, size_t count, int world_size) const override {
     return comm::AllReduceBusBytes(count * sizeof(float), world_size);
   }
 };
@@ -40,7 +40,7 @@ class CompressHook : public CommHook {
     comm.AllReduce(wire, count, type_, comm::ReduceOp::kSum);
     kernels_.widen(grads + begin, wire, count);
   }
-  uint64_t BusBytes(size_t count, int world_size) const override {
+  uint64_t BusBytes(size_t, size_t count, int world_size) const override {
     return comm::AllReduceBusBytes(count * sizeof(uint16_t), world_size);
   }
 

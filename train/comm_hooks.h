@@ -11,8 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "comm/communicator.h"
+#include "train/sync_tensor.h"
 
 namespace ringlab::train {
 
@@ -23,8 +25,14 @@ class CommHook {
   // the communicator's memory: replaced in place by the result.
   virtual void Reduce(comm::Communicator& comm, size_t bucket, float* grads,
                       size_t begin, size_t end) = 0;
-  // The bus bytes of one bucket of `count` gradients, for the traces.
-  virtual uint64_t BusBytes(size_t count, int world_size) const = 0;
+  // The bus bytes of bucket `bucket` (`count` gradients) in the step about
+  // to be reduced, for the traces.
+  virtual uint64_t BusBytes(size_t bucket, size_t count,
+                            int world_size) const = 0;
+  // Its state for checkpoints (Synchronizer::state); Restored is called once
+  // a checkpoint's values are back in those vectors.
+  virtual std::vector<SyncTensor> state() { return {}; }
+  virtual void Restored() {}
 };
 
 // allreduce_hook: the average over the ranks in float32.

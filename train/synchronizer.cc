@@ -37,6 +37,10 @@ class AllReduceSynchronizer : public Synchronizer {
     }
   }
   const char* name() const override { return name_; }
+  void Start(const nn::Mlp&, bool resumed) override {
+    if (resumed) hook_->Restored();
+  }
+  std::vector<SyncTensor> state() override { return hook_->state(); }
   nn::BackwardObserver* backward_observer(int64_t) override {
     return reducer_.get();
   }
@@ -139,8 +143,8 @@ void CheckStepRange(const char* flag, int64_t value, int64_t lo) {
 
 const std::vector<std::string>& SynchronizerNames() {
   static const std::vector<std::string> names = {
-      "allreduce",      "fp16",   "bf16", "param_avg",
-      "post_local_sgd", "diloco", "none"};
+      "allreduce", "fp16",           "bf16",   "powersgd",
+      "param_avg", "post_local_sgd", "diloco", "none"};
   return names;
 }
 
@@ -167,6 +171,10 @@ void ValidateSync(const std::string& name, const SyncOptions& options) {
   CheckStepRange("--avg_period", options.avg_period, 1);
   CheckStepRange("--avg_warmup", options.avg_warmup, 0);
   CheckStepRange("--inner_steps", options.inner_steps, 1);
+  if (name == "powersgd") {
+    ValidatePowerSgd(options.powersgd);
+    CheckStepRange("--powersgd_start_iter", options.powersgd.start_iter, 0);
+  }
   if (options.first_bucket_bytes == 0 || options.bucket_cap_bytes == 0) {
     throw std::invalid_argument("bucket caps must be positive");
   }
@@ -207,6 +215,22 @@ std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
     return std::make_unique<AllReduceSynchronizer>(
         comm, model, options, trace, name == "fp16" ? "fp16" : "bf16",
         MakeCompressHook(comm, type, model.layout().num_params()));
+  }
+  if (name == "powersgd") {
+    // The hook plans the reducer's own buckets: the model's gradients must
+    // be in the communicator's memory (no staging of the whole buffer).
+    if (!SharesMemory(comm, model)) {
+      throw std::invalid_argument(
+          "--sync=powersgd reduces the model's own gradients: --comm=" +
+          std::string(comm.backend()) + " does not reach the model's memory");
+    }
+    return std::make_unique<AllReduceSynchronizer>(
+        comm, model, options, trace, "powersgd",
+        MakePowerSgdHook(
+            model.layout(),
+            AssignBuckets(model.layout(), options.first_bucket_bytes,
+                          options.bucket_cap_bytes),
+            options.powersgd));
   }
   if (name == "post_local_sgd") {
     return std::make_unique<PostLocalSgdSynchronizer>(comm, model, options,

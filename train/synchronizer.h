@@ -1,5 +1,7 @@
 // Gradient synchronisers, the thing a user swaps with --sync: `allreduce`
-// averages gradients after every backward (PyTorch DDP), `param_avg` exchanges
+// averages gradients after every backward (PyTorch DDP), `fp16` and `bf16`
+// and `powersgd` compress them first (DDP's communication hooks:
+// comm_hooks.h, powersgd.h), `param_avg` exchanges
 // no gradients and averages parameters every K steps after a warm-up (local
 // SGD, as torch.distributed's PeriodicModelAverager; the ranks train apart
 // during the warm-up), `post_local_sgd` is DDP during the warm-up and then
@@ -21,17 +23,11 @@
 #include "comm/communicator.h"
 #include "nn/mlp.h"
 #include "train/bucket_reducer.h"
+#include "train/powersgd.h"
+#include "train/sync_tensor.h"
 #include "train/trace.h"
 
 namespace ringlab::train {
-
-// A part of a synchroniser's state that a resumed run needs besides the
-// model's parameters (DiLoCo's outer parameters and momentum): checkpoints
-// write and read it by name.
-struct SyncTensor {
-  std::string name;
-  std::vector<float>* values;
-};
 
 // Every method is called on every rank in the same order; step counts from
 // 0 on each rank.
@@ -73,6 +69,7 @@ struct SyncOptions {
   int64_t inner_steps = 16;
   float outer_lr = 0.7f;
   float outer_momentum = 0.9f;
+  PowerSgdOptions powersgd;  // powersgd
   // allreduce: DDP's buckets (bucket_reducer.h) and whether their allreduces
   // overlap backward.
   size_t first_bucket_bytes = kFirstBucketBytes;

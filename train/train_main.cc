@@ -50,7 +50,9 @@ DEFINE_int32(nprocs, 2,
 DEFINE_string(model, "10,5,2", "MLP widths: input, hidden..., classes");
 DEFINE_string(sync, "allreduce",
               "allreduce (DDP) | fp16, bf16 (DDP with fp16_compress_hook / "
-              "bf16_compress_hook: half the bytes) | param_avg (local SGD: "
+              "bf16_compress_hook: half the bytes) | powersgd (DDP with "
+              "powerSGD_hook: rank --powersgd_rank approximations) | "
+              "param_avg (local SGD: "
               "the ranks train apart "
               "during --avg_warmup) | post_local_sgd (DDP for --avg_warmup "
               "steps, then param_avg: PyTorch's post_localSGD_hook and "
@@ -115,6 +117,16 @@ DEFINE_int64(avg_warmup, 0,
              "param_avg, post_local_sgd: steps before the first average "
              "(post_local_sgd: of DDP allreduce)");
 DEFINE_int64(inner_steps, 16, "diloco: inner SGD steps per outer step (H)");
+DEFINE_int32(powersgd_rank, 1, "powersgd: matrix_approximation_rank");
+DEFINE_int64(powersgd_start_iter, 1000,
+             "powersgd: steps of plain allreduce first (start_powerSGD_iter; "
+             "at least 2 with error feedback or warm start)");
+DEFINE_double(powersgd_min_compression_rate, 2,
+              "powersgd: compress a matrix only if it shrinks this much");
+DEFINE_bool(powersgd_error_feedback, true,
+            "powersgd: add what the approximation lost to the next step");
+DEFINE_bool(powersgd_warm_start, true,
+            "powersgd: start each step from the last step's Q");
 DEFINE_double(outer_lr, 0.7, "diloco: the outer SGD's learning rate");
 DEFINE_double(outer_momentum, 0.9,
               "diloco: the outer SGD's Nesterov momentum, in [0, 1)");
@@ -242,6 +254,12 @@ TrainConfig ConfigFromFlags() {
   c.sync_options.avg_period = FLAGS_avg_period;
   c.sync_options.avg_warmup = FLAGS_avg_warmup;
   c.sync_options.inner_steps = FLAGS_inner_steps;
+  c.sync_options.powersgd.rank = FLAGS_powersgd_rank;
+  c.sync_options.powersgd.start_iter = FLAGS_powersgd_start_iter;
+  c.sync_options.powersgd.min_compression_rate =
+      FLAGS_powersgd_min_compression_rate;
+  c.sync_options.powersgd.error_feedback = FLAGS_powersgd_error_feedback;
+  c.sync_options.powersgd.warm_start = FLAGS_powersgd_warm_start;
   c.sync_options.outer_lr = static_cast<float>(FLAGS_outer_lr);
   c.sync_options.outer_momentum = static_cast<float>(FLAGS_outer_momentum);
   c.train_subset = FLAGS_train_subset;

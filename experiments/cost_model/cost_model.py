@@ -61,7 +61,7 @@ def parse_bench(text):
     ranks = link_bits = None
     for raw in text.splitlines():
         line = re.sub(r"^\[rank \d+\] ", "", raw).strip()
-        if m := re.match(r"# nccl-tests style: allreduce, float, sum, (\d+) ranks", line):
+        if m := re.match(r"# nccl-tests style: allreduce, \w+, sum, (\d+) ranks", line):
             ranks = int(m.group(1))
         elif m := re.search(r"through links of ([0-9.]+) Gbit/s", line):
             link_bits = float(m.group(1)) * 1e9

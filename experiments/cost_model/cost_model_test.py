@@ -17,7 +17,7 @@ SIZES = [4 ** k for k in range(1, 13)]
 
 
 def bench_text(ranks=4, hosts=2):
-    lines = [f"[rank 0] # nccl-tests style: allreduce, float, sum, {ranks} ranks; time", ""]
+    lines = [f"[rank 0] # nccl-tests style: allreduce, float32, sum, {ranks} ranks; time", ""]
     for row, hier in (("allreduce/gloo", False), ("allreduce/hier", True)):
         lines += [f"[rank 0] # {row}", "[rank 0]      size(B) count time(us) ..."]
         for size in SIZES:

@@ -22,7 +22,8 @@ It writes what ringlab's trainer writes into --out_dir, so one parser reads both
 
 --sync picks how the ranks synchronise, each the way PyTorch itself does it: ddp (DDP's bucketed
 allreduce, the default), fp16 (DDP with fp16_compress_hook; 1.13 refuses bf16_compress_hook without
-CUDA and NCCL), post_local_sgd (DDP with post_localSGD_hook, start_localSGD_iter =
+CUDA and NCCL), powersgd (DDP with powerSGD_hook, error feedback and warm start, each bucket's
+future waited for in the hook: 1.13's own order of collectives races on gloo), post_local_sgd (DDP with post_localSGD_hook, start_localSGD_iter =
 --avg_warmup, over one-rank subgroups made with new_group, since 1.13's new_subgroups needs CUDA,
 and PeriodicModelAverager(--avg_period, --avg_warmup) after each optimiser step) or diloco (no DDP:
 each rank takes --inner_steps SGD steps on its own, then the change of its parameters from the
@@ -209,6 +210,24 @@ def synchronise(torch, dist, model, args, rank, world):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         net.register_comm_hook(None, default_hooks.fp16_compress_hook)
         return net, None, None
+    if args.sync == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+        state = powersgd.PowerSGDState(
+            process_group=None, matrix_approximation_rank=args.powersgd_rank,
+            start_powerSGD_iter=args.powersgd_start_iter, min_compression_rate=2,
+            use_error_feedback=True, warm_start=True, orthogonalization_epsilon=0,
+            random_seed=0)
+
+        def serialised(state, bucket):
+            # 1.13 issues P's and Q's allreduces from callbacks that race with the next
+            # bucket's hook (on gloo that aborted ranks): waiting here fixes the order U, P,
+            # Q per bucket and changes no arithmetic.
+            future = powersgd.powerSGD_hook(state, bucket)
+            future.wait()
+            return future
+
+        net.register_comm_hook(state, serialised)
+        return net, None, None
     from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_local
     from torch.distributed.algorithms.model_averaging import averagers
     groups = [dist.new_group([r]) for r in range(world)]  # every rank makes every group
@@ -392,8 +411,11 @@ def parse_args(argv):
                         help="train on the first N images only (0: all; for quick checks)")
     parser.add_argument("--timeout", type=float, default=300,
                         help="seconds any wait between ranks may take")
-    parser.add_argument("--sync", choices=("ddp", "fp16", "post_local_sgd", "diloco"),
-                        default="ddp")
+    parser.add_argument("--sync", choices=("ddp", "fp16", "powersgd", "post_local_sgd",
+                                           "diloco"), default="ddp")
+    parser.add_argument("--powersgd_rank", type=int, default=1, help="powersgd")
+    parser.add_argument("--powersgd_start_iter", type=int, default=1000,
+                        help="powersgd: steps of plain allreduce first")
     parser.add_argument("--avg_period", type=int, default=4, help="post_local_sgd: K")
     parser.add_argument("--avg_warmup", type=int, default=0,
                         help="post_local_sgd: steps of DDP allreduce first")

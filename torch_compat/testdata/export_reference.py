@@ -14,6 +14,9 @@ Files:
   aten_{exp,log}_{in,out}.npy torch.exp / torch.log of 1003 values (ATen's Sleef calls)
   aten_log_softmax_{in,out}_c<classes>.npy
                               torch.log_softmax(z, dim=1) of 37 rows of <classes> logits
+  randn_s<seed>_n<n>.npy      torch.randn(n) after torch.manual_seed(seed) (ATen's AVX2
+                              Box-Muller on this CPU; n not a multiple of 16 redraws the tail;
+                              seeds include PowerSGD's first two for its Q matrices)
 None of these depend on the BLAS library (nn/testdata/export_reference.py
 exports the traces that do).
 """
@@ -64,7 +67,15 @@ def main():
             name = "_".join(str(w) for w in widths)
             save("init_%s_s%d.npy" % (name, seed), flat(net.state_dict().values()))
     aten_math()
+    randn()
     print("wrote reference files to", OUT)
+
+
+def randn():
+    for seed in SEEDS + [209652396, 398764591]:
+        for n in [16, 17, 31, 784, 1024, 1030, 3136, 4096, 4120]:
+            torch.manual_seed(seed)
+            save("randn_s%d_n%d.npy" % (seed, n), torch.randn(n).numpy())
 
 
 def aten_math():

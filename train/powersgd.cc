@@ -1,0 +1,392 @@
+#include "train/powersgd.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "torch_compat/generator.h"
+#include "torch_compat/randn.h"
+
+extern "C" {
+// OpenBLAS's LAPACK, as torch.linalg.qr reaches it.
+void sgeqrf_(const int* m, const int* n, float* a, const int* lda, float* tau,
+             float* work, const int* lwork, int* info);
+void sorgqr_(const int* m, const int* n, const int* k, float* a,
+             const int* lda, const float* tau, float* work, const int* lwork,
+             int* info);
+}
+
+namespace ringlab::train {
+namespace {
+
+// ||x|| of a contiguous column as torch.linalg.vector_norm computes it here:
+// 8 float lanes of fused multiply-adds, the lanes added in order, the tail
+// fused into the sum, then the square root.
+float NormOfContiguous(const float* x, size_t n) {
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lanes[j] = std::fmaf(x[i + j], x[i + j], lanes[j]);
+  }
+  float sum = lanes[0];
+  for (int j = 1; j < 8; ++j) sum += lanes[j];
+  for (; i < n; ++i) sum = std::fmaf(x[i], x[i], sum);
+  return std::sqrt(sum);
+}
+
+// A strided column's norm: one chain of fused multiply-adds.
+float NormOfColumn(const float* a, size_t rows, size_t cols, size_t c) {
+  float sum = 0;
+  for (size_t i = 0; i < rows; ++i) {
+    sum = std::fmaf(a[i * cols + c], a[i * cols + c], sum);
+  }
+  return std::sqrt(sum);
+}
+
+// _orthogonalize_gram_schmidt with epsilon 0 on a row-major rows x cols
+// matrix: each column divided by its norm (a true division), then projected
+// out of the columns after it. Bitwise torch's for one column; for two,
+// torch's sum of the projection is ATen's cascade, this one's in order.
+void GramSchmidt(float* a, size_t rows, size_t cols) {
+  for (size_t c = 0; c < cols; ++c) {
+    const float norm =
+        cols == 1 ? NormOfContiguous(a, rows) : NormOfColumn(a, rows, cols, c);
+    for (size_t i = 0; i < rows; ++i) a[i * cols + c] /= norm;
+    for (size_t d = c + 1; d < cols; ++d) {
+      float dot = 0;
+      for (size_t i = 0; i < rows; ++i) dot += a[i * cols + c] * a[i * cols + d];
+      for (size_t i = 0; i < rows; ++i) {
+        const float projection = dot * a[i * cols + c];
+        a[i * cols + d] -= projection;
+      }
+    }
+  }
+}
+
+// torch.linalg.qr(A, out=(A, R)): LAPACK's sgeqrf and sorgqr on the
+// column-major copy, the Q factor written back.
+void HouseholderQr(float* a, size_t rows, size_t cols) {
+  const int m = static_cast<int>(rows), n = static_cast<int>(cols);
+  std::vector<float> column_major(rows * cols), tau(cols);
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t j = 0; j < cols; ++j) column_major[j * rows + i] = a[i * cols + j];
+  }
+  int info = 0, query = -1;
+  float size = 0;
+  sgeqrf_(&m, &n, column_major.data(), &m, tau.data(), &size, &query, &info);
+  std::vector<float> work(std::max<size_t>(1, static_cast<size_t>(size)));
+  int lwork = static_cast<int>(work.size());
+  sgeqrf_(&m, &n, column_major.data(), &m, tau.data(), work.data(), &lwork,
+          &info);
+  if (info != 0) throw std::runtime_error("powersgd: sgeqrf failed");
+  sorgqr_(&m, &n, &n, column_major.data(), &m, tau.data(), &size, &query,
+          &info);
+  work.resize(std::max<size_t>(1, static_cast<size_t>(size)));
+  lwork = static_cast<int>(work.size());
+  sorgqr_(&m, &n, &n, column_major.data(), &m, tau.data(), work.data(), &lwork,
+          &info);
+  if (info != 0) throw std::runtime_error("powersgd: sorgqr failed");
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t j = 0; j < cols; ++j) a[i * cols + j] = column_major[j * rows + i];
+  }
+}
+
+// _orthogonalize: Gram-Schmidt up to rank 2, QR above.
+void Orthogonalize(float* a, size_t rows, size_t cols) {
+  if (cols <= 2) {
+    GramSchmidt(a, rows, cols);
+  } else {
+    HouseholderQr(a, rows, cols);
+  }
+}
+
+// C = op(A) op(B), row-major, as torch's bmm calls OpenBLAS (sgemm even
+// for one column).
+void Gemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+          const float* a, size_t lda, const float* b, size_t ldb, float* c,
+          size_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), 1.0f, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c,
+              static_cast<int>(ldc));
+}
+
+// A tensor of a bucket: where it is in the flat buffer and in the bucket's
+// own (torch's bucket order), its matrix view and whether it is compressed
+// (and where its P and Q slices are).
+struct TensorPlan {
+  size_t flat = 0, at = 0, n = 0, m = 0, rank = 0;
+  bool compressed = false;
+  size_t p = 0, q = 0, u = 0;
+};
+
+struct BucketPlan {
+  size_t begin = 0, end = 0;        // in the flat buffer
+  std::vector<TensorPlan> tensors;  // bucket order
+  std::vector<size_t> compressed;   // P/Q slice order: by shape, then bucket
+  size_t u_size = 0, p_size = 0, q_size = 0;
+  size_t size() const { return end - begin; }
+};
+
+BucketPlan PlanBucket(const nn::MlpLayout& layout, const Bucket& bucket,
+                      const PowerSgdOptions& options) {
+  BucketPlan plan;
+  plan.begin = bucket.begin;
+  plan.end = bucket.end;
+  std::map<std::string, const nn::TensorSlot*> by_name;
+  for (const nn::TensorSlot& t : layout.tensors()) by_name[t.name] = &t;
+  size_t at = 0;
+  std::vector<std::pair<size_t, size_t>> shapes;  // first appearance order
+  for (const std::string& name : bucket.tensors) {
+    const nn::TensorSlot& slot = *by_name.at(name);
+    TensorPlan t;
+    t.flat = slot.offset;
+    t.at = at;
+    t.n = static_cast<size_t>(slot.shape[0]);
+    t.m = slot.size / t.n;
+    t.rank = std::min({t.n, t.m, static_cast<size_t>(options.rank)});
+    t.compressed = static_cast<double>(t.n + t.m) * t.rank *
+                       options.min_compression_rate <
+                   static_cast<double>(t.n * t.m);
+    if (t.compressed) {
+      if (std::find(shapes.begin(), shapes.end(), std::make_pair(t.n, t.m)) ==
+          shapes.end()) {
+        shapes.emplace_back(t.n, t.m);
+      }
+    } else {
+      t.u = plan.u_size;
+      plan.u_size += slot.size;
+    }
+    at += slot.size;
+    plan.tensors.push_back(t);
+  }
+  for (const auto& shape : shapes) {
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      TensorPlan& t = plan.tensors[i];
+      if (!t.compressed || std::make_pair(t.n, t.m) != shape) continue;
+      t.p = plan.p_size;
+      t.q = plan.q_size;
+      plan.p_size += t.n * t.rank;
+      plan.q_size += t.m * t.rank;
+      plan.compressed.push_back(i);
+    }
+  }
+  return plan;
+}
+
+// Exact integers below 2^48 as two floats (checkpoints hold float tensors).
+void PutCount(uint64_t v, float* out) {
+  out[0] = static_cast<float>(v & 0xffffff);
+  out[1] = static_cast<float>(v >> 24);
+}
+uint64_t GetCount(const float* in) {
+  return static_cast<uint64_t>(in[0]) | (static_cast<uint64_t>(in[1]) << 24);
+}
+
+}  // namespace
+
+namespace {
+
+class PowerSgdHook : public CommHook {
+ public:
+  PowerSgdHook(const nn::MlpLayout& layout, std::vector<Bucket> buckets,
+               const PowerSgdOptions& options)
+      : options_(options), counters_(4, 0.0f) {
+    for (const Bucket& b : buckets) {
+      plans_.push_back(PlanBucket(layout, b, options));
+      const BucketPlan& plan = plans_.back();
+      error_.emplace_back(plan.size(), 0.0f);
+      q_.emplace_back(plan.q_size, 0.0f);
+    }
+    has_error_.assign(plans_.size(), false);
+    has_q_.assign(plans_.size(), false);
+  }
+
+  void Reduce(comm::Communicator& comm, size_t bucket, float* grads,
+              size_t begin, size_t end) override {
+    const BucketPlan& plan = plans_.at(bucket);
+    if (begin != plan.begin || end != plan.end) {
+      throw std::logic_error("powersgd: a bucket it was not planned for");
+    }
+    if (iter_ < options_.start_iter) {
+      // _allreduce_fut: divide, then sum.
+      const float world = static_cast<float>(comm.world_size());
+      for (size_t i = begin; i < end; ++i) grads[i] /= world;
+      comm.AllReduce(grads + begin, end - begin, comm::ReduceOp::kSum);
+    } else {
+      Compress(comm, bucket, grads);
+    }
+    if (bucket + 1 == plans_.size()) ++iter_;  // bucket.is_last()
+  }
+
+  uint64_t BusBytes(size_t bucket, size_t count,
+                    int world_size) const override {
+    const BucketPlan& plan = plans_.at(bucket);
+    auto bus = [&](size_t n) {
+      return comm::AllReduceBusBytes(n * sizeof(float), world_size);
+    };
+    if (iter_ < options_.start_iter) return bus(count);
+    return bus(plan.u_size) + bus(plan.p_size) + bus(plan.q_size);
+  }
+
+  std::vector<SyncTensor> state() override {
+    PutCount(static_cast<uint64_t>(iter_), &counters_[0]);
+    PutCount(draws_, &counters_[2]);
+    std::vector<SyncTensor> tensors = {{"powersgd_counters", &counters_}};
+    for (size_t b = 0; b < plans_.size(); ++b) {
+      tensors.push_back({"powersgd_error" + std::to_string(b), &error_[b]});
+      tensors.push_back({"powersgd_q" + std::to_string(b), &q_[b]});
+    }
+    return tensors;
+  }
+
+  // After state() was read back: the step and the generator where they
+  // were; every bucket has its error and Q once a compressed step is past.
+  void Restored() override {
+    iter_ = static_cast<int64_t>(GetCount(&counters_[0]));
+    draws_ = GetCount(&counters_[2]);
+    seeds_.seed(0);
+    seeds_.discard(draws_);
+    const bool past = iter_ > options_.start_iter;
+    has_error_.assign(plans_.size(), past && options_.error_feedback);
+    has_q_.assign(plans_.size(), past && options_.warm_start);
+  }
+
+ private:
+  // state.rng.randint(1_000_000_000) of numpy's RandomState(0): masked
+  // 30-bit draws of its Mersenne Twister until one is below 10^9.
+  uint32_t NextSeed() {
+    uint32_t v;
+    do {
+      v = static_cast<uint32_t>(seeds_()) & 0x3fffffffu;
+      ++draws_;
+    } while (v > 999999999u);
+    return v;
+  }
+
+  void Compress(comm::Communicator& comm, size_t b, float* grads);
+
+  const PowerSgdOptions options_;
+  std::vector<BucketPlan> plans_;
+  std::vector<std::vector<float>> error_, q_;
+  std::vector<bool> has_error_, has_q_;
+  std::vector<float> x_, copy_, u_, p_;  // scratch of one bucket
+  std::vector<float> counters_;          // iter_ and draws_, for state()
+  int64_t iter_ = 0;
+  uint64_t draws_ = 0;
+  std::mt19937 seeds_{0};
+};
+
+void PowerSgdHook::Compress(comm::Communicator& comm, size_t b, float* grads) {
+  const BucketPlan& plan = plans_[b];
+  const float world = static_cast<float>(comm.world_size());
+  // The bucket in torch's order, with last step's error added.
+  x_.resize(plan.size());
+  for (const TensorPlan& t : plan.tensors) {
+    std::copy(grads + t.flat, grads + t.flat + t.n * t.m, x_.begin() + t.at);
+  }
+  if (options_.error_feedback) {
+    if (has_error_[b]) {
+      for (size_t i = 0; i < x_.size(); ++i) x_[i] += error_[b][i];
+    }
+    has_error_[b] = true;
+    copy_ = x_;
+  }
+  // The uncompressed tensors: summed, then divided.
+  u_.resize(plan.u_size);
+  for (const TensorPlan& t : plan.tensors) {
+    if (!t.compressed) {
+      std::copy(x_.begin() + t.at, x_.begin() + t.at + t.n * t.m,
+                u_.begin() + t.u);
+    }
+  }
+  comm.AllReduce(u_.data(), u_.size(), comm::ReduceOp::kSum);
+  for (float& v : u_) v /= world;
+  for (const TensorPlan& t : plan.tensors) {
+    if (!t.compressed) {
+      std::copy(u_.begin() + t.u, u_.begin() + t.u + t.n * t.m,
+                x_.begin() + t.at);
+    }
+  }
+  // Q: torch.randn after manual_seed(a fresh seed) the first time (every
+  // time without warm start), else last step's; orthogonalised either way.
+  std::vector<float>& q = q_[b];
+  torch_compat::TorchGenerator randn;
+  const bool fresh = !options_.warm_start || !has_q_[b];
+  if (fresh) randn.ManualSeed(NextSeed());
+  for (size_t i : plan.compressed) {
+    const TensorPlan& t = plan.tensors[i];
+    if (fresh) torch_compat::Randn(randn, q.data() + t.q, t.m * t.rank);
+    Orthogonalize(q.data() + t.q, t.m, t.rank);
+  }
+  has_q_[b] = options_.warm_start;
+  // P = M Q, summed (not divided: it is orthogonalised next).
+  p_.resize(plan.p_size);
+  for (size_t i : plan.compressed) {
+    const TensorPlan& t = plan.tensors[i];
+    Gemm(false, false, t.n, t.rank, t.m, x_.data() + t.at, t.m, q.data() + t.q,
+         t.rank, p_.data() + t.p, t.rank);
+  }
+  comm.AllReduce(p_.data(), p_.size(), comm::ReduceOp::kSum);
+  for (size_t i : plan.compressed) {
+    const TensorPlan& t = plan.tensors[i];
+    Orthogonalize(p_.data() + t.p, t.n, t.rank);
+  }
+  // Q = M^T P, summed and divided; then M = P Q^T.
+  for (size_t i : plan.compressed) {
+    const TensorPlan& t = plan.tensors[i];
+    Gemm(true, false, t.m, t.rank, t.n, x_.data() + t.at, t.m, p_.data() + t.p,
+         t.rank, q.data() + t.q, t.rank);
+  }
+  comm.AllReduce(q.data(), q.size(), comm::ReduceOp::kSum);
+  for (float& v : q) v /= world;
+  for (size_t i : plan.compressed) {
+    const TensorPlan& t = plan.tensors[i];
+    Gemm(false, true, t.n, t.m, t.rank, p_.data() + t.p, t.rank,
+         q.data() + t.q, t.rank, x_.data() + t.at, t.m);
+  }
+  if (options_.error_feedback) {
+    for (size_t i = 0; i < x_.size(); ++i) error_[b][i] = copy_[i] - x_[i];
+  }
+  for (const TensorPlan& t : plan.tensors) {
+    std::copy(x_.begin() + t.at, x_.begin() + t.at + t.n * t.m, grads + t.flat);
+  }
+}
+
+}  // namespace
+
+void ValidatePowerSgd(const PowerSgdOptions& options) {
+  if (options.rank < 1 || options.rank > 1024) {
+    throw std::invalid_argument("--powersgd_rank must be in [1, 1024], not " +
+                                std::to_string(options.rank));
+  }
+  if (options.start_iter < 0 ||
+      (options.start_iter < 2 &&
+       (options.error_feedback || options.warm_start))) {
+    throw std::invalid_argument(
+        "--powersgd_start_iter must be at least 2 with error feedback or warm "
+        "start (DDP rebuilds its buckets after step 0, as torch says), not " +
+        std::to_string(options.start_iter));
+  }
+  if (!(options.min_compression_rate >= 1) ||
+      !std::isfinite(options.min_compression_rate)) {
+    throw std::invalid_argument(
+        "--powersgd_min_compression_rate must be finite and at least 1");
+  }
+}
+
+std::unique_ptr<CommHook> MakePowerSgdHook(const nn::MlpLayout& layout,
+                                           std::vector<Bucket> buckets,
+                                           const PowerSgdOptions& options) {
+  ValidatePowerSgd(options);
+  return std::make_unique<PowerSgdHook>(layout, std::move(buckets), options);
+}
+
+}  // namespace ringlab::train
