@@ -5,9 +5,11 @@
 // angle 2 pi u2; cos into data[j], sin into data[j + 8]) with the vectorised
 // Cephes log and sincos of ATen's avx_mathfun.h; when n is not a multiple of
 // 16, 16 fresh uniforms overwrite the last 16 values and are transformed
-// again. Fewer than 16 values torch draws otherwise (a double-precision
-// normal per element), which this refuses. Where the CPU lacks AVX2 and
-// FMA, torch computes the same with std::log, std::cos and std::sin, as
+// again. Fewer than 16 values torch draws one by one in double precision
+// (at::normal_distribution<double>: Box-Muller on 53-bit uniforms, the sine
+// kept for the next element, the generator's cache cleared by manual_seed,
+// which PowerSGD calls before each bucket's draws). Where the CPU lacks AVX2
+// and FMA, torch computes the same with std::log, std::cos and std::sin, as
 // this does there. PowerSGD's initial Q matrices are drawn this way.
 #ifndef RINGLAB_TORCH_COMPAT_RANDN_H_
 #define RINGLAB_TORCH_COMPAT_RANDN_H_
@@ -18,8 +20,9 @@
 
 namespace ringlab::torch_compat {
 
-// out[0, n) = torch.randn(n) drawn from `generator`; n >= 16
-// (std::invalid_argument otherwise).
+// out[0, n) = torch.randn(n) drawn from `generator`, as the first draw
+// after torch.manual_seed (for n < 16 a cached normal from an earlier draw
+// would come first in torch; a fresh generator has none).
 void Randn(TorchGenerator& generator, float* out, size_t n);
 
 }  // namespace ringlab::torch_compat

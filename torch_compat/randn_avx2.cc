@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace ringlab::torch_compat::avx2 {
 namespace {
@@ -56,7 +57,8 @@ __m256 Log(__m256 x) {
 }
 
 void SinCos(__m256 x, __m256* s, __m256* c) {
-  __m256 sign_sin = _mm256_and_ps(x, FromBits(static_cast<int32_t>(0x80000000)));
+  __m256 sign_sin =
+      _mm256_and_ps(x, FromBits(static_cast<int32_t>(0x80000000)));
   x = _mm256_and_ps(x, FromBits(0x7fffffff));
   __m256 y = _mm256_mul_ps(x, Set(1.27323954473516f));  // 4 / pi
   // j = (int(y) + 1) & ~1, the octant, even.

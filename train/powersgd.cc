@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
+#include <new>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -17,13 +19,33 @@ extern "C" {
 // OpenBLAS's LAPACK, as torch.linalg.qr reaches it.
 void sgeqrf_(const int* m, const int* n, float* a, const int* lda, float* tau,
              float* work, const int* lwork, int* info);
-void sorgqr_(const int* m, const int* n, const int* k, float* a,
-             const int* lda, const float* tau, float* work, const int* lwork,
-             int* info);
+void sorgqr_(const int* m, const int* n, const int* k, float* a, const int* lda,
+             const float* tau, float* work, const int* lwork, int* info);
 }
 
 namespace ringlab::train {
 namespace {
+
+// torch's tensors are 64-byte aligned (c10's CPU allocator): the buffers
+// the products read and write are too, so that each matrix, at the same
+// offset into its buffer as torch's, is aligned as torch's is, should a
+// BLAS kernel choose its path by alignment.
+template <typename T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <typename U>
+  Aligned64(const Aligned64<U>&) {}  // NOLINT: the allocator's conversion
+  T* allocate(size_t n) {
+    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  bool operator==(const Aligned64&) const { return true; }
+  bool operator!=(const Aligned64&) const { return false; }
+};
+using Floats = std::vector<float, Aligned64<float>>;
 
 // ||x|| of a contiguous column as torch.linalg.vector_norm computes it here:
 // 8 float lanes of fused multiply-adds, the lanes added in order, the tail
@@ -32,7 +54,8 @@ float NormOfContiguous(const float* x, size_t n) {
   float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) lanes[j] = std::fmaf(x[i + j], x[i + j], lanes[j]);
+    for (int j = 0; j < 8; ++j)
+      lanes[j] = std::fmaf(x[i + j], x[i + j], lanes[j]);
   }
   float sum = lanes[0];
   for (int j = 1; j < 8; ++j) sum += lanes[j];
@@ -60,7 +83,8 @@ void GramSchmidt(float* a, size_t rows, size_t cols) {
     for (size_t i = 0; i < rows; ++i) a[i * cols + c] /= norm;
     for (size_t d = c + 1; d < cols; ++d) {
       float dot = 0;
-      for (size_t i = 0; i < rows; ++i) dot += a[i * cols + c] * a[i * cols + d];
+      for (size_t i = 0; i < rows; ++i)
+        dot += a[i * cols + c] * a[i * cols + d];
       for (size_t i = 0; i < rows; ++i) {
         const float projection = dot * a[i * cols + c];
         a[i * cols + d] -= projection;
@@ -75,7 +99,8 @@ void HouseholderQr(float* a, size_t rows, size_t cols) {
   const int m = static_cast<int>(rows), n = static_cast<int>(cols);
   std::vector<float> column_major(rows * cols), tau(cols);
   for (size_t i = 0; i < rows; ++i) {
-    for (size_t j = 0; j < cols; ++j) column_major[j * rows + i] = a[i * cols + j];
+    for (size_t j = 0; j < cols; ++j)
+      column_major[j * rows + i] = a[i * cols + j];
   }
   int info = 0, query = -1;
   float size = 0;
@@ -93,7 +118,8 @@ void HouseholderQr(float* a, size_t rows, size_t cols) {
           &info);
   if (info != 0) throw std::runtime_error("powersgd: sorgqr failed");
   for (size_t i = 0; i < rows; ++i) {
-    for (size_t j = 0; j < cols; ++j) a[i * cols + j] = column_major[j * rows + i];
+    for (size_t j = 0; j < cols; ++j)
+      a[i * cols + j] = column_major[j * rows + i];
   }
 }
 
@@ -106,11 +132,23 @@ void Orthogonalize(float* a, size_t rows, size_t cols) {
   }
 }
 
-// C = op(A) op(B), row-major, as torch's bmm calls OpenBLAS (sgemm even
-// for one column).
+// C = op(A) op(B) for row-major matrices, as torch's bmm calls OpenBLAS
+// (addmm_impl_cpu_): sgemm even for one column, but a one-column result is
+// laid out column-major, so that call is C (m x 1) = op(A) B in
+// column-major terms; a wider one row-major (cblas_sgemm(CblasRowMajor,
+// ...), that is C^T = op(B)^T op(A)^T). The two differ in OpenBLAS's
+// summation order (checked against torch.bmm: the row-major call for
+// P = M q of a 10 x 1024 matrix differed in one element of ten).
 void Gemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
           const float* a, size_t lda, const float* b, size_t ldb, float* c,
           size_t ldc) {
+  if (n == 1 && !trans_b) {
+    cblas_sgemm(CblasColMajor, trans_a ? CblasNoTrans : CblasTrans,
+                CblasNoTrans, static_cast<int>(m), 1, static_cast<int>(k), 1.0f,
+                a, static_cast<int>(lda), b, static_cast<int>(k), 0.0f, c,
+                static_cast<int>(m));
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
               static_cast<int>(n), static_cast<int>(k), 1.0f, a,
@@ -152,9 +190,9 @@ BucketPlan PlanBucket(const nn::MlpLayout& layout, const Bucket& bucket,
     t.n = static_cast<size_t>(slot.shape[0]);
     t.m = slot.size / t.n;
     t.rank = std::min({t.n, t.m, static_cast<size_t>(options.rank)});
-    t.compressed = static_cast<double>(t.n + t.m) * t.rank *
-                       options.min_compression_rate <
-                   static_cast<double>(t.n * t.m);
+    t.compressed =
+        static_cast<double>(t.n + t.m) * t.rank * options.min_compression_rate <
+        static_cast<double>(t.n * t.m);
     if (t.compressed) {
       if (std::find(shapes.begin(), shapes.end(), std::make_pair(t.n, t.m)) ==
           shapes.end()) {
@@ -204,6 +242,7 @@ class PowerSgdHook : public CommHook {
       const BucketPlan& plan = plans_.back();
       error_.emplace_back(plan.size(), 0.0f);
       q_.emplace_back(plan.q_size, 0.0f);
+      q_state_.emplace_back(plan.q_size, 0.0f);
     }
     has_error_.assign(plans_.size(), false);
     has_q_.assign(plans_.size(), false);
@@ -242,7 +281,8 @@ class PowerSgdHook : public CommHook {
     std::vector<SyncTensor> tensors = {{"powersgd_counters", &counters_}};
     for (size_t b = 0; b < plans_.size(); ++b) {
       tensors.push_back({"powersgd_error" + std::to_string(b), &error_[b]});
-      tensors.push_back({"powersgd_q" + std::to_string(b), &q_[b]});
+      q_state_[b].assign(q_[b].begin(), q_[b].end());
+      tensors.push_back({"powersgd_q" + std::to_string(b), &q_state_[b]});
     }
     return tensors;
   }
@@ -252,6 +292,9 @@ class PowerSgdHook : public CommHook {
   void Restored() override {
     iter_ = static_cast<int64_t>(GetCount(&counters_[0]));
     draws_ = GetCount(&counters_[2]);
+    for (size_t b = 0; b < plans_.size(); ++b) {
+      q_[b].assign(q_state_[b].begin(), q_state_[b].end());
+    }
     seeds_.seed(0);
     seeds_.discard(draws_);
     const bool past = iter_ > options_.start_iter;
@@ -275,10 +318,14 @@ class PowerSgdHook : public CommHook {
 
   const PowerSgdOptions options_;
   std::vector<BucketPlan> plans_;
-  std::vector<std::vector<float>> error_, q_;
+  std::vector<std::vector<float>> error_;
+  std::vector<Floats> q_;
   std::vector<bool> has_error_, has_q_;
-  std::vector<float> x_, copy_, u_, p_;  // scratch of one bucket
-  std::vector<float> counters_;          // iter_ and draws_, for state()
+  Floats x_, u_, p_;  // scratch of one bucket
+  std::vector<float> copy_;
+  std::vector<float> counters_;  // iter_ and draws_, for state()
+  // q_ as the checkpoints hold it (state() copies it, Restored() back).
+  std::vector<std::vector<float>> q_state_;
   int64_t iter_ = 0;
   uint64_t draws_ = 0;
   std::mt19937 seeds_{0};
@@ -297,7 +344,7 @@ void PowerSgdHook::Compress(comm::Communicator& comm, size_t b, float* grads) {
       for (size_t i = 0; i < x_.size(); ++i) x_[i] += error_[b][i];
     }
     has_error_[b] = true;
-    copy_ = x_;
+    copy_.assign(x_.begin(), x_.end());
   }
   // The uncompressed tensors: summed, then divided.
   u_.resize(plan.u_size);
@@ -317,7 +364,7 @@ void PowerSgdHook::Compress(comm::Communicator& comm, size_t b, float* grads) {
   }
   // Q: torch.randn after manual_seed(a fresh seed) the first time (every
   // time without warm start), else last step's; orthogonalised either way.
-  std::vector<float>& q = q_[b];
+  Floats& q = q_[b];
   torch_compat::TorchGenerator randn;
   const bool fresh = !options_.warm_start || !has_q_[b];
   if (fresh) randn.ManualSeed(NextSeed());
@@ -349,8 +396,8 @@ void PowerSgdHook::Compress(comm::Communicator& comm, size_t b, float* grads) {
   for (float& v : q) v /= world;
   for (size_t i : plan.compressed) {
     const TensorPlan& t = plan.tensors[i];
-    Gemm(false, true, t.n, t.m, t.rank, p_.data() + t.p, t.rank,
-         q.data() + t.q, t.rank, x_.data() + t.at, t.m);
+    Gemm(false, true, t.n, t.m, t.rank, p_.data() + t.p, t.rank, q.data() + t.q,
+         t.rank, x_.data() + t.at, t.m);
   }
   if (options_.error_feedback) {
     for (size_t i = 0; i < x_.size(); ++i) error_[b][i] = copy_[i] - x_[i];

@@ -54,7 +54,7 @@ class AllReduceSynchronizer : public Synchronizer {
     const size_t count = model.layout().num_params();
     ScopedSpan reduce(
         tracer_, Track::kComm, "allreduce gradients", "comm",
-        static_cast<int64_t>(hook_->BusBytes(count, comm_.world_size())));
+        static_cast<int64_t>(hook_->BusBytes(0, count, comm_.world_size())));
     std::vector<float> host(count);
     model.GetGrads(host.data());
     hook_->Reduce(comm_, 0, host.data(), 0, count);

@@ -25,8 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 COMMON = ["--model=784,1024,1024,10", "--lr=0.1", "--batch_size=64", "--seed=0",
           "--sampler_seed=0", "--set_epoch=true", "--eval_every=1", "--epochs=1", "--quiet"]
-# name: (ringlab's flags, PyTorch's flags). The warm-up and H are short so that the few steps of
-# a subset cross several averages and outer steps.
+# name: (ringlab's flags, PyTorch's flags). The warm-up, PowerSGD's start and H are short so that
+# the few steps of a subset cross several averages, compressed steps and outer steps.
 PAIRS = {
     "allreduce": (["--sync=allreduce"], ["--sync=ddp"]),
     "fp16": (["--sync=fp16"], ["--sync=fp16"]),

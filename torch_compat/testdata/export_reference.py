@@ -73,7 +73,7 @@ def main():
 
 def randn():
     for seed in SEEDS + [209652396, 398764591]:
-        for n in [16, 17, 31, 784, 1024, 1030, 3136, 4096, 4120]:
+        for n in [1, 2, 3, 10, 15, 16, 17, 31, 784, 1024, 1030, 3136, 4096, 4120]:
             torch.manual_seed(seed)
             save("randn_s%d_n%d.npy" % (seed, n), torch.randn(n).numpy())
 
