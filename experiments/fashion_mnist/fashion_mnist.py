@@ -54,15 +54,19 @@ SYNCS = (("allreduce_overlap", "allreduce", None, True),
          ("allreduce_no_overlap", "allreduce", None, False),
          ("fp16", "fp16", None, True),
          ("bf16", "bf16", None, True),
+         ("powersgd_r1", "powersgd", 1, True),
+         ("powersgd_r4", "powersgd", 4, True),
          ("param_avg_k4", "param_avg", 4, None),
          ("param_avg_k16", "param_avg", 16, None),
          ("param_avg_k64", "param_avg", 64, None),
          ("post_local_sgd_k16", "post_local_sgd", 16, None),
          ("diloco_h16", "diloco", 16, None),
          ("none", "none", None, None))
-# post_local_sgd's steps of DDP allreduce before local SGD (PyTorch's examples start local SGD
-# after 100 iterations).
+# post_local_sgd's steps of DDP allreduce before local SGD, and PowerSGD's before it compresses
+# (PyTorch's examples start both after 100 iterations; PowerSGD's own default, 1000, is past
+# this run's second epoch).
 POST_LOCAL_WARMUP = 100
+POWERSGD_START = 100
 # What each mode runs: its epochs; the 2-rank runs on one host, (communicator, synchroniser
 # keys), after PyTorch DDP when "pytorch_ddp" is set; the compute floors; the links, and on
 # each, PyTorch DDP (on the links in "link_pytorch", or "every link") and these ringlab
@@ -101,13 +105,15 @@ MODES = {
 # in their fourth (85.69% and 85.57%, after 83.51% and 83.21% at the third). DiLoCo H=16
 # reaches it in its first (85.24%): it trains an epoch less.
 CHEAP_EXTRA_EPOCHS = 1
-EXTRA_EPOCHS = {"allreduce": 0, "fp16": 0, "bf16": 0, "diloco": -1}  # else CHEAP_EXTRA_EPOCHS
+EXTRA_EPOCHS = {"allreduce": 0, "fp16": 0, "bf16": 0, "powersgd": 0,
+                "diloco": -1}  # the others: CHEAP_EXTRA_EPOCHS
 
 
 def detail(sync, k, overlap):
     """A synchroniser variant as the labels name it: "allreduce, overlap", "param_avg K=16"."""
     return {"allreduce": "allreduce, " + ("overlap" if overlap else "no overlap"),
             "fp16": "fp16 compress", "bf16": "bf16 compress",
+            "powersgd": f"PowerSGD rank {k}",
             "param_avg": f"param_avg K={k}", "post_local_sgd": f"post_local_sgd K={k}",
             "diloco": f"DiLoCo H={k}", "none": "none"}[sync]
 
@@ -194,6 +200,9 @@ def command(run, args, run_dir):
         argv.append(f"--data_dir={args.data_dir}")
     if run["avg_period"] and run["sync"] == "diloco":
         argv.append(f"--inner_steps={run['avg_period']}")
+    elif run["sync"] == "powersgd":
+        argv += [f"--powersgd_rank={run['avg_period']}",
+                 f"--powersgd_start_iter={POWERSGD_START}"]
     elif run["avg_period"]:
         argv.append(f"--avg_period={run['avg_period']}")
     if run["sync"] == "post_local_sgd":

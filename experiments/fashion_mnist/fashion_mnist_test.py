@@ -302,10 +302,12 @@ class PlanTest(unittest.TestCase):
 
     def test_one_host_plan(self):
         lines = self.plan("--one_host")
-        # PyTorch DDP, 10 synchronisers x 3 communicators, ringlab 1 rank, PyTorch 1 process.
-        self.assertEqual(len(lines), 33)
+        # PyTorch DDP, 12 synchronisers x 3 communicators, ringlab 1 rank, PyTorch 1 process.
+        self.assertEqual(len(lines), 39)
         mpi = [l for l in lines if "--comm=mpi" in l]
-        self.assertEqual(len(mpi), 10)
+        self.assertEqual(len(mpi), 12)
+        self.assertEqual(sum("--powersgd_rank=4 --powersgd_start_iter=100" in l
+                             for l in lines), 3)
         self.assertEqual(sum("--avg_warmup=100" in l for l in lines), 3)  # post_local_sgd
         self.assertTrue(all(l.startswith("mpirun --allow-run-as-root") for l in mpi))
         self.assertTrue(all("--nprocs" not in l for l in mpi))

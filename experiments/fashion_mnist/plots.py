@@ -14,6 +14,8 @@ VARIANT_STYLE = {
     "allreduce_no_overlap": ("C1", "allreduce, no overlap"),
     "fp16": ("C8", "fp16 compress"),
     "bf16": ("C9", "bf16 compress"),
+    "powersgd_r1": ("tab:olive", "PowerSGD rank 1"),
+    "powersgd_r4": ("tab:brown", "PowerSGD rank 4"),
     "param_avg_k4": ("C2", "param_avg K=4"),
     "param_avg_k16": ("C3", "param_avg K=16"),
     "param_avg_k64": ("C4", "param_avg K=64"),
