@@ -225,6 +225,28 @@ std::optional<Counters> HostLinkCounters(const TrainConfig& config) {
   return comm::cluster::EmulatedCluster::ThisHostLinkCounters();
 }
 
+Schedule ScheduleOf(const TrainConfig& config,
+                    const DistributedSampler& sampler) {
+  Schedule schedule;
+  schedule.samples = sampler.num_samples();
+  schedule.steps_per_epoch =
+      (schedule.samples + config.batch_size - 1) / config.batch_size;
+  schedule.total_steps = schedule.steps_per_epoch * config.epochs;
+  return schedule;
+}
+
+// The run's result: the model's parameters, or the synchroniser's where it
+// keeps its own (DiLoCo's outer parameters).
+std::vector<float> FinalParams(const Synchronizer& synchronizer,
+                               const nn::Mlp& model) {
+  if (const std::vector<float>* shared = synchronizer.evaluated_params()) {
+    return *shared;
+  }
+  std::vector<float> params(model.layout().num_params());
+  model.GetParams(params.data());
+  return params;
+}
+
 }  // namespace
 
 TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
@@ -270,11 +292,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   const DistributedSampler sampler(
       data.train.size, world_size, rank,
       {config.shuffle, config.sampler_seed, config.drop_last});
-  Schedule schedule;
-  schedule.samples = sampler.num_samples();
-  schedule.steps_per_epoch =
-      (schedule.samples + config.batch_size - 1) / config.batch_size;
-  schedule.total_steps = schedule.steps_per_epoch * config.epochs;
+  const Schedule schedule = ScheduleOf(config, sampler);
   if (rank == 0 && !config.quiet) {
     PrintJobLine(config, layout, comm, schedule, first_step);
   }
@@ -319,12 +337,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
         LinkTraffic{config.emulated_host, link_after->sent - link_before->sent,
                     link_after->received - link_before->received};
   }
-  if (const std::vector<float>* shared = synchronizer->evaluated_params()) {
-    result.final_params = *shared;
-  } else {
-    result.final_params.resize(layout.num_params());
-    model->GetParams(result.final_params.data());
-  }
+  result.final_params = FinalParams(*synchronizer, *model);
   if (tracer.enabled()) result.trace_events = tracer.EventsJson();
   WriteRunOutputs(config, layout, data.train.source, result, comm);
   return result;
