@@ -70,10 +70,6 @@ template <typename T>
 struct Larger {
   T operator()(T a, T b) const { return std::max(a, b); }
 };
-template <typename T>
-struct Smaller {
-  T operator()(T a, T b) const { return std::min(a, b); }
-};
 
 // Calls fn with a value of the C++ type gloo moves `type` as (float, or
 // 2-byte words for the 16-bit types, which gloo only moves).
@@ -86,32 +82,15 @@ void ForElement(DataType type, Fn fn) {
   }
 }
 
-// The reduction gloo applies at every hop. 16-bit sums are comm/dtype's
-// kernel, rounded after each hop, as gloo's own float16 sum rounds (so
-// torch's fp16_compress_hook over gloo and this agree bit for bit); 16-bit
-// max and min widen, compare and narrow, which is exact.
+// The reduction gloo applies at every hop: comm/dtype's kernels. 16-bit
+// sums are rounded after each hop, as gloo's own float16 sum rounds (so
+// torch's fp16_compress_hook over gloo and this agree bit for bit); max and
+// min are comm/dtype's too.
 gloo::AllreduceOptions::Func ReduceFunction(DataType type, ReduceOp op) {
-  if (type == DataType::kFloat32) {
-    return op == ReduceOp::kMax   ? Reduce<float, Larger<float>>
-           : op == ReduceOp::kMin ? Reduce<float, Smaller<float>>
-                                  : Reduce<float, std::plus<float>>;
-  }
   const dtype::ElementKernels& k = dtype::KernelsFor(type);
-  if (op == ReduceOp::kSum || op == ReduceOp::kAvg) return k.add;
-  const bool max = op == ReduceOp::kMax;
-  return [&k, max](void* out, const void* a, const void* b, size_t n) {
-    constexpr size_t kBlock = 256;
-    float x[kBlock], y[kBlock];
-    for (size_t at = 0; at < n; at += kBlock) {
-      const size_t m = std::min(kBlock, n - at);
-      k.widen(x, static_cast<const uint16_t*>(a) + at, m);
-      k.widen(y, static_cast<const uint16_t*>(b) + at, m);
-      for (size_t i = 0; i < m; ++i) {
-        x[i] = max ? std::max(x[i], y[i]) : std::min(x[i], y[i]);
-      }
-      k.narrow(static_cast<uint16_t*>(out) + at, x, m);
-    }
-  };
+  return op == ReduceOp::kMax   ? k.maximum
+         : op == ReduceOp::kMin ? k.minimum
+                                : k.add;
 }
 
 class GlooBackend final : public Backend {

@@ -56,23 +56,10 @@ void FinalizeAtExit() {
 template <DataType kType, ReduceOp kOp>
 void Reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
   const dtype::ElementKernels& k = dtype::KernelsFor(kType);
-  const size_t n = static_cast<size_t>(*len);
-  if (kOp == ReduceOp::kSum) {
-    k.add(inout, inout, in, n);
-    return;
-  }
-  constexpr size_t kBlock = 256;
-  float x[kBlock], y[kBlock];
-  for (size_t at = 0; at < n; at += kBlock) {
-    const size_t m = std::min(kBlock, n - at);
-    k.widen(x, static_cast<uint16_t*>(in) + at, m);
-    k.widen(y, static_cast<uint16_t*>(inout) + at, m);
-    for (size_t i = 0; i < m; ++i) {
-      x[i] =
-          kOp == ReduceOp::kMax ? std::max(x[i], y[i]) : std::min(x[i], y[i]);
-    }
-    k.narrow(static_cast<uint16_t*>(inout) + at, x, m);
-  }
+  const auto reduce = kOp == ReduceOp::kMax   ? k.maximum
+                      : kOp == ReduceOp::kMin ? k.minimum
+                                              : k.add;
+  reduce(inout, inout, in, static_cast<size_t>(*len));
 }
 
 // MPI's element type and op for ours: MPI_FLOAT and its own ops for

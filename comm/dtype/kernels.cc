@@ -34,6 +34,15 @@ void AddF32(void* out, const void* a, const void* b, size_t n) {
   const float* __restrict__ y = static_cast<const float*>(b);
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
+template <bool kMax>
+void ExtremeF32(void* out, const void* a, const void* b, size_t n) {
+  float* __restrict__ o = static_cast<float*>(out);
+  const float* __restrict__ x = static_cast<const float*>(a);
+  const float* __restrict__ y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) {
+    o[i] = kMax ? std::max(x[i], y[i]) : std::min(x[i], y[i]);
+  }
+}
 RINGLAB_SIMD_CLONES
 void AccumulateF32(void* acc, const void* in, size_t n) {
   float* __restrict__ s = static_cast<float*>(acc);
@@ -147,6 +156,14 @@ struct Loops16 {
   static void Add(void* out, const void* a, const void* b, size_t n) {
     Blocks(out, nullptr, a, b, n, [](float u, float v) { return u + v; });
   }
+  static void Max(void* out, const void* a, const void* b, size_t n) {
+    Blocks(out, nullptr, a, b, n,
+           [](float u, float v) { return std::max(u, v); });
+  }
+  static void Min(void* out, const void* a, const void* b, size_t n) {
+    Blocks(out, nullptr, a, b, n,
+           [](float u, float v) { return std::min(u, v); });
+  }
   static void Accumulate(void* acc, const void* in, size_t n) {
     Add(acc, acc, in, n);
   }
@@ -192,14 +209,24 @@ struct Loops16 {
 template <class L>
 constexpr ElementKernels Kernels16(DataType type, bool vectorised) {
   return {type,           2,         vectorised,     &L::Add,
-          &L::Accumulate, &L::Add2,  &L::AddDivide2, &L::Scale,
-          &L::SumInto,    &L::Widen, &L::Narrow};
+          &L::Max,        &L::Min,   &L::Accumulate, &L::Add2,
+          &L::AddDivide2, &L::Scale, &L::SumInto,    &L::Widen,
+          &L::Narrow};
 }
 
-constexpr ElementKernels kFloat32 = {
-    DataType::kFloat32, 4,        true,           &AddF32,
-    &AccumulateF32,     &Add2F32, &AddDivide2F32, &ScaleF32,
-    &SumIntoF32,        &CopyF32, &CopyF32Back};
+constexpr ElementKernels kFloat32 = {DataType::kFloat32,
+                                     4,
+                                     true,
+                                     &AddF32,
+                                     &ExtremeF32<true>,
+                                     &ExtremeF32<false>,
+                                     &AccumulateF32,
+                                     &Add2F32,
+                                     &AddDivide2F32,
+                                     &ScaleF32,
+                                     &SumIntoF32,
+                                     &CopyF32,
+                                     &CopyF32Back};
 constexpr ElementKernels kHalfScalar =
     Kernels16<Loops16<HalfCodec<false>>>(DataType::kFloat16, false);
 constexpr ElementKernels kHalfSimd =

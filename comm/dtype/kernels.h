@@ -24,8 +24,11 @@ struct ElementKernels {
   DataType type;
   size_t size;      // bytes per element
   bool vectorised;  // whether these are the SIMD loops
-  // out = a + b.
+  // out = a + b; out = max(a, b); out = min(a, b) (exact: the 16-bit
+  // values compared widened).
   void (*add)(void* out, const void* a, const void* b, size_t n);
+  void (*maximum)(void* out, const void* a, const void* b, size_t n);
+  void (*minimum)(void* out, const void* a, const void* b, size_t n);
   // acc += in.
   void (*accumulate)(void* acc, const void* in, size_t n);
   // acc = out = acc + in (a ring's last reduce-scatter step keeps and

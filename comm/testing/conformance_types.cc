@@ -6,6 +6,7 @@
 // equality across ranks on sums that round, broadcast from every root and
 // allgather in and out of place of arbitrary bit patterns, bus bytes
 // counted in the type's size, and ranks that disagree on the type.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -115,6 +116,32 @@ void ExactSums16(Communicator& comm, const BackendTraits& traits) {
         Buffer16 b(comm, ExactInputs(type, comm.rank(), count));
         comm.AllReduce(b.data(), count, type, op);
         CheckExact16(type, b.Values(), world, op, "AllReduce");
+      }
+    }
+  }
+}
+
+// Max and min of the exact inputs, where the backend has them.
+void MaxAndMin16(Communicator& comm, const BackendTraits&) {
+  const int world = comm.world_size();
+  for (DataType type : SixteenBitTypes(comm)) {
+    for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
+      if (!comm.description().Supports(op)) continue;
+      for (size_t count : {size_t{1}, size_t{1021}, size_t{262147}}) {
+        Buffer16 b(comm, ExactInputs(type, comm.rank(), count));
+        comm.AllReduce(b.data(), count, type, op);
+        const std::vector<uint16_t> got = b.Values();
+        for (size_t i = 0; i < count; ++i) {
+          float want = ExactSumInput(0, i);
+          for (int r = 1; r < world; ++r) {
+            want = op == ReduceOp::kMax ? std::max(want, ExactSumInput(r, i))
+                                        : std::min(want, ExactSumInput(r, i));
+          }
+          Check(got[i] == Narrow(type, want),
+                std::string(ReduceOpName(op)) + " of " + DataTypeName(type) +
+                    " count " + std::to_string(count) + ": element " +
+                    std::to_string(i));
+        }
       }
     }
   }
@@ -239,6 +266,7 @@ void BusBytes16(Communicator& comm, const BackendTraits&) {
 std::vector<ConformanceCase> DataTypeCases() {
   std::vector<ConformanceCase> cases = {
       {"dtype_exact_sums", 1, ExactSums16, {}},
+      {"dtype_max_and_min", 1, MaxAndMin16, {}},
       {"dtype_unaligned_buffers", 1, Unaligned16, {}},
       {"dtype_bitwise_identical_across_ranks", 2, Bitwise16, {}},
       {"dtype_broadcast_and_allgather", 1, Moves16, {}},

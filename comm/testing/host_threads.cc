@@ -30,18 +30,6 @@ constexpr char kName[] = "host_threads";
 // Small enough that the suite's 16 MiB case goes through in pieces.
 constexpr size_t kStagingBytes = size_t{4} << 20;
 
-template <typename T>
-T Reduce(T a, T b, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kMax:
-      return std::max(a, b);
-    case ReduceOp::kMin:
-      return std::min(a, b);
-    default:
-      return a + b;
-  }
-}
-
 class HostThreads final : public Backend {
  public:
   HostThreads(const RankContext& context, const CommOptions& options)
@@ -69,7 +57,7 @@ class HostThreads final : public Backend {
 
   // Sums (and averages) are comm/dtype's sum_into over the staging buffers
   // in rank order (16-bit types: in float32, rounded once); max and min
-  // compare the widened values, exactly.
+  // comm/dtype's too, in rank order.
   void AllReduce(void* buffer, size_t count, DataType type,
                  ReduceOp op) override {
     char* const data = static_cast<char*>(buffer);
@@ -91,15 +79,9 @@ class HostThreads final : public Backend {
         k.sum_into(sources.data(), sources.size(), &dst, 1, n,
                    op == ReduceOp::kAvg ? static_cast<float>(world_size_) : 0);
       } else {
-        for (size_t i = 0; i < n; ++i) {
-          float acc, v;
-          k.widen(&acc, peers_[0] + i * k.size, 1);
-          for (int q = 1; q < world_size_; ++q) {
-            k.widen(&v, peers_[q] + i * k.size, 1);
-            acc = Reduce(acc, v, op);
-          }
-          k.narrow(x + i * k.size, &acc, 1);
-        }
+        const auto extreme = op == ReduceOp::kMax ? k.maximum : k.minimum;
+        std::memcpy(x, peers_[0], n * k.size);
+        for (int q = 1; q < world_size_; ++q) extreme(x, x, peers_[q], n);
       }
       LineUp("AllReduce", call + " (done reading)");
     }
