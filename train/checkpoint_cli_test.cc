@@ -25,12 +25,14 @@ using namespace ringlab::train::testing;  // NOLINT: the CLI test helpers
 // diloco's outer steps (every 5th step) fall between checkpoints (every 1,
 // 2, 3 or 5): a resumed run needs its outer parameters and momentum;
 // powersgd's errors, Q matrices, step and seed generator likewise.
-const char* const kSyncs[] = {"--sync=allreduce",
-                              "--sync=param_avg",
-                              "--sync=none",
-                              "--sync=post_local_sgd --avg_warmup=6",
-                              "--sync=diloco --inner_steps=5",
-                              "--sync=powersgd --powersgd_start_iter=4"};
+const char* const kSyncs[] = {
+    "--sync=allreduce",
+    "--sync=param_avg",
+    "--sync=none",
+    "--sync=post_local_sgd --avg_warmup=6",
+    "--sync=diloco --inner_steps=5",
+    "--sync=powersgd --powersgd_start_iter=4",
+    "--sync=powersgd --powersgd_start_iter=4 --powersgd_batched"};
 
 // The checkpoints directory holds `latest` = step, that step with every
 // rank's part complete, and (when `only`) nothing else.

@@ -167,6 +167,7 @@ struct TensorPlan {
 
 struct BucketPlan {
   size_t begin = 0, end = 0;        // in the flat buffer
+  size_t side = 0;                  // batched: ceil(sqrt(size)), the square's
   std::vector<TensorPlan> tensors;  // bucket order
   std::vector<size_t> compressed;   // P/Q slice order: by shape, then bucket
   size_t u_size = 0, p_size = 0, q_size = 0;
@@ -205,6 +206,8 @@ BucketPlan PlanBucket(const nn::MlpLayout& layout, const Bucket& bucket,
     at += slot.size;
     plan.tensors.push_back(t);
   }
+  plan.side =
+      static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(at))));
   for (const auto& shape : shapes) {
     for (size_t i = 0; i < plan.tensors.size(); ++i) {
       TensorPlan& t = plan.tensors[i];
@@ -240,8 +243,10 @@ class PowerSgdHook : public CommHook {
     for (const Bucket& b : buckets) {
       plans_.push_back(PlanBucket(layout, b, options));
       const BucketPlan& plan = plans_.back();
-      error_.emplace_back(plan.size(), 0.0f);
-      q_.emplace_back(plan.q_size, 0.0f);
+      const size_t r = static_cast<size_t>(options.rank);
+      error_.emplace_back(options.batched ? plan.side * plan.side : plan.size(),
+                          0.0f);
+      q_.emplace_back(options.batched ? plan.side * r : plan.q_size, 0.0f);
       q_state_.emplace_back(plan.q_size, 0.0f);
     }
     has_error_.assign(plans_.size(), false);
@@ -259,6 +264,8 @@ class PowerSgdHook : public CommHook {
       const float world = static_cast<float>(comm.world_size());
       for (size_t i = begin; i < end; ++i) grads[i] /= world;
       comm.AllReduce(grads + begin, end - begin, comm::ReduceOp::kSum);
+    } else if (options_.batched) {
+      CompressBatched(comm, bucket, grads);
     } else {
       Compress(comm, bucket, grads);
     }
@@ -272,6 +279,9 @@ class PowerSgdHook : public CommHook {
       return comm::AllReduceBusBytes(n * sizeof(float), world_size);
     };
     if (iter_ < options_.start_iter) return bus(count);
+    if (options_.batched) {
+      return 2 * bus(plan.side * static_cast<size_t>(options_.rank));
+    }
     return bus(plan.u_size) + bus(plan.p_size) + bus(plan.q_size);
   }
 
@@ -315,6 +325,10 @@ class PowerSgdHook : public CommHook {
   }
 
   void Compress(comm::Communicator& comm, size_t b, float* grads);
+  void CompressBatched(comm::Communicator& comm, size_t b, float* grads);
+  // The bucket into x_ in torch's order, `padded` long (zeros after it),
+  // with the error added (error feedback; the first time only created).
+  void LoadBucket(size_t b, const float* grads, size_t padded);
 
   const PowerSgdOptions options_;
   std::vector<BucketPlan> plans_;
@@ -331,11 +345,9 @@ class PowerSgdHook : public CommHook {
   std::mt19937 seeds_{0};
 };
 
-void PowerSgdHook::Compress(comm::Communicator& comm, size_t b, float* grads) {
+void PowerSgdHook::LoadBucket(size_t b, const float* grads, size_t padded) {
   const BucketPlan& plan = plans_[b];
-  const float world = static_cast<float>(comm.world_size());
-  // The bucket in torch's order, with last step's error added.
-  x_.resize(plan.size());
+  x_.assign(padded, 0.0f);
   for (const TensorPlan& t : plan.tensors) {
     std::copy(grads + t.flat, grads + t.flat + t.n * t.m, x_.begin() + t.at);
   }
@@ -346,6 +358,44 @@ void PowerSgdHook::Compress(comm::Communicator& comm, size_t b, float* grads) {
     has_error_[b] = true;
     copy_.assign(x_.begin(), x_.end());
   }
+}
+
+// batched_powerSGD_hook, its orthogonalisation given the 3-D batch of one
+// that 1.13's asserts: the padded bucket as one s x s matrix.
+void PowerSgdHook::CompressBatched(comm::Communicator& comm, size_t b,
+                                   float* grads) {
+  const BucketPlan& plan = plans_[b];
+  const float world = static_cast<float>(comm.world_size());
+  const size_t s = plan.side, r = static_cast<size_t>(options_.rank);
+  LoadBucket(b, grads, s * s);
+  Floats& q = q_[b];
+  if (!options_.warm_start || !has_q_[b]) {
+    torch_compat::TorchGenerator randn(NextSeed());
+    torch_compat::Randn(randn, q.data(), s * r);
+  }
+  has_q_[b] = options_.warm_start;
+  Orthogonalize(q.data(), s, r);
+  p_.resize(s * r);
+  Gemm(false, false, s, r, s, x_.data(), s, q.data(), r, p_.data(), r);
+  comm.AllReduce(p_.data(), p_.size(), comm::ReduceOp::kSum);
+  Orthogonalize(p_.data(), s, r);
+  Gemm(true, false, s, r, s, x_.data(), s, p_.data(), r, q.data(), r);
+  comm.AllReduce(q.data(), q.size(), comm::ReduceOp::kSum);
+  for (float& v : q) v /= world;
+  Gemm(false, true, s, s, r, p_.data(), r, q.data(), r, x_.data(), s);
+  if (options_.error_feedback) {
+    for (size_t i = 0; i < x_.size(); ++i) error_[b][i] = copy_[i] - x_[i];
+  }
+  for (const TensorPlan& t : plan.tensors) {
+    std::copy(x_.begin() + t.at, x_.begin() + t.at + t.n * t.m, grads + t.flat);
+  }
+}
+
+void PowerSgdHook::Compress(comm::Communicator& comm, size_t b, float* grads) {
+  const BucketPlan& plan = plans_[b];
+  const float world = static_cast<float>(comm.world_size());
+  // The bucket in torch's order, with last step's error added.
+  LoadBucket(b, grads, plan.size());
   // The uncompressed tensors: summed, then divided.
   u_.resize(plan.u_size);
   for (const TensorPlan& t : plan.tensors) {

@@ -33,6 +33,11 @@ struct PowerSgdOptions {
   double min_compression_rate = 2.0;  // min_compression_rate
   bool error_feedback = true;         // use_error_feedback
   bool warm_start = true;             // warm_start
+  // batched_powerSGD_hook: each bucket (padded with zeros to the next
+  // square, s x s) is one matrix, biases and all, the error over the padded
+  // length; as 1.13 intends (its own hook passes a 2-D Q to an
+  // orthogonalisation that asserts 3-D, and raises).
+  bool batched = false;
 };
 
 // Throws std::invalid_argument for a rank below 1, a start below 2 with

@@ -127,6 +127,8 @@ DEFINE_bool(powersgd_error_feedback, true,
             "powersgd: add what the approximation lost to the next step");
 DEFINE_bool(powersgd_warm_start, true,
             "powersgd: start each step from the last step's Q");
+DEFINE_bool(powersgd_batched, false,
+            "powersgd: batched_powerSGD_hook (each bucket one square matrix)");
 DEFINE_double(outer_lr, 0.7, "diloco: the outer SGD's learning rate");
 DEFINE_double(outer_momentum, 0.9,
               "diloco: the outer SGD's Nesterov momentum, in [0, 1)");
@@ -260,6 +262,7 @@ TrainConfig ConfigFromFlags() {
       FLAGS_powersgd_min_compression_rate;
   c.sync_options.powersgd.error_feedback = FLAGS_powersgd_error_feedback;
   c.sync_options.powersgd.warm_start = FLAGS_powersgd_warm_start;
+  c.sync_options.powersgd.batched = FLAGS_powersgd_batched;
   c.sync_options.outer_lr = static_cast<float>(FLAGS_outer_lr);
   c.sync_options.outer_momentum = static_cast<float>(FLAGS_outer_momentum);
   c.train_subset = FLAGS_train_subset;

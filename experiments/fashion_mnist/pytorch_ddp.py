@@ -218,11 +218,25 @@ def synchronise(torch, dist, model, args, rank, world):
             use_error_feedback=True, warm_start=True, orthogonalization_epsilon=0,
             random_seed=0)
 
+        hook = powersgd.powerSGD_hook
+        if args.powersgd_batched:
+            original = powersgd._orthogonalize
+
+            def orthogonalize(matrices, epsilon=0):
+                # 1.13's batched hook passes a 2-D Q to a function that asserts a 3-D batch
+                # (and raises at its first compressed step): a batch of one, a view of the
+                # same memory, is what it means.
+                return original(matrices.unsqueeze(0) if matrices.dim() == 2 else matrices,
+                                epsilon)
+
+            powersgd._orthogonalize = orthogonalize
+            hook = powersgd.batched_powerSGD_hook
+
         def serialised(state, bucket):
             # 1.13 issues P's and Q's allreduces from callbacks that race with the next
             # bucket's hook (on gloo that aborted ranks): waiting here fixes the order U, P,
             # Q per bucket and changes no arithmetic.
-            future = powersgd.powerSGD_hook(state, bucket)
+            future = hook(state, bucket)
             future.wait()
             return future
 
@@ -416,6 +430,8 @@ def parse_args(argv):
     parser.add_argument("--powersgd_rank", type=int, default=1, help="powersgd")
     parser.add_argument("--powersgd_start_iter", type=int, default=1000,
                         help="powersgd: steps of plain allreduce first")
+    parser.add_argument("--powersgd_batched", action="store_true",
+                        help="powersgd: batched_powerSGD_hook (its 2-D orthogonalisation fixed)")
     parser.add_argument("--avg_period", type=int, default=4, help="post_local_sgd: K")
     parser.add_argument("--avg_warmup", type=int, default=0,
                         help="post_local_sgd: steps of DDP allreduce first")
