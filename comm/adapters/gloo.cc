@@ -236,12 +236,13 @@ class GlooBackend final : public Backend {
     }
   }
 
+  // Every peer that has exited is named, not only the lowest: a peer that
+  // failed because another died may be seen gone first (CI saw rank 0 name
+  // only rank 1, which had exited after rank 2 was killed).
   std::string Explain(const char* what, const std::string& error) const {
-    const int dead = watch_.DeadPeerWithin(milliseconds(1000));
-    if (dead >= 0) {
-      return "gloo: rank " + std::to_string(dead) + " (pid " +
-             std::to_string(watch_.pid(dead)) + ") died during " + what + ": " +
-             error;
+    const std::string dead = ExitedPeers();
+    if (!dead.empty()) {
+      return "gloo: " + dead + " died during " + what + ": " + error;
     }
     const bool timed_out = error.find("imed out") != std::string::npos;
     std::string peers;
