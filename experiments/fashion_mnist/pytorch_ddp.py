@@ -51,6 +51,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import datetime
+import faulthandler
 import gzip
 import json
 import math
@@ -261,6 +262,9 @@ def train_rank(rank, args, scratch):
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     torch.set_num_threads(1)
+    # A rank that outlives its deadline prints every thread's Python stack and exits 1 (before
+    # the parent's deadline kills it), so that a hang says where it hangs.
+    faulthandler.dump_traceback_later(args.timeout * (args.epochs + 1.5), exit=True)
     world = args.world_size
     distributed = world > 1
     if distributed:
@@ -333,6 +337,7 @@ def train_rank(rank, args, scratch):
     finally:
         if distributed:
             dist.destroy_process_group()
+        faulthandler.cancel_dump_traceback_later()
 
 
 # ---- the parent ------------------------------------------------------------------------------

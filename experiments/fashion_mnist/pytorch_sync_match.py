@@ -79,11 +79,33 @@ def compare(ours, theirs):
     return ""
 
 
+# PyTorch's ranks wait at most this long for each other, and each dumps its threads' stacks and
+# exits after (epochs + 1.5) times it (pytorch_ddp.py): a hang costs 4 minutes, not the test.
+PYTORCH_TIMEOUT_S = 90
+# How faulthandler's dump begins, and how pytorch_ddp.py reports ranks it had to kill.
+HANG_MARKS = ("Timeout (", "did not finish within")
+
+
 def run(argv, what):
+    """The run's output; raises if it failed."""
     result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             timeout=600)
     if result.returncode != 0:
-        raise RuntimeError(f"{what} exited {result.returncode}: {result.stdout[-2000:]}")
+        raise RuntimeError(f"{what} exited {result.returncode}: {result.stdout[-4000:]}")
+    return result.stdout
+
+
+def run_pytorch(argv, what):
+    """A PyTorch run, retried once if its ranks hung. 1.13's gloo ProcessGroup and hooks are not
+    ringlab's: CI saw one PowerSGD run of 28+ here hang (no reproduction since), so a hang is
+    reported with its stacks and run again, while any other failure, and a second hang, fails."""
+    try:
+        return run(argv, what)
+    except RuntimeError as e:
+        if not any(mark in str(e) for mark in HANG_MARKS):
+            raise
+        print(f"note: {what} hung; its ranks' stacks:\n{e}\nretrying once", flush=True)
+        return run(argv, what)
 
 
 def main():
@@ -109,8 +131,9 @@ def main():
                                                                                      "pytorch")
             run([args.train, "--dataset=fashion_mnist", "--comm=shm_ring", "--nprocs=2",
                  f"--out_dir={ringlab_dir}"] + common + ours, f"ringlab --sync={name}")
-            run(["/usr/bin/python3", os.path.join(HERE, "pytorch_ddp.py"), "--world_size=2",
-                 f"--out_dir={torch_dir}"] + common + theirs, f"pytorch {theirs[0]}")
+            run_pytorch(["/usr/bin/python3", os.path.join(HERE, "pytorch_ddp.py"),
+                         "--world_size=2", f"--timeout={PYTORCH_TIMEOUT_S}",
+                         f"--out_dir={torch_dir}"] + common + theirs, f"pytorch {theirs[0]}")
             ringlab_run = read_run(ringlab_dir)
             difference = compare(ringlab_run, read_run(torch_dir))
             steps = len(ringlab_run[0]) // 2
