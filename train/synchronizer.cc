@@ -17,6 +17,20 @@ bool SharesMemory(const comm::Communicator& comm, const nn::Mlp& model) {
          (model.device() == nn::Device::kCuda);
 }
 
+// Averages the parameters across ranks in place (staging through host memory
+// where the communicator cannot reach the model's), as PeriodicModelAverager.
+void AverageParams(comm::Communicator& comm, nn::Mlp& model) {
+  const size_t count = model.layout().num_params();
+  if (SharesMemory(comm, model)) {
+    comm.AllReduce(model.params(), count, comm::ReduceOp::kAvg);
+    return;
+  }
+  std::vector<float> host(count);
+  model.GetParams(host.data());
+  comm.AllReduce(host.data(), count, comm::ReduceOp::kAvg);
+  model.SetParams(host.data());
+}
+
 // DDP: the gradients reduced by a communication hook (comm_hooks.h: the
 // average, or a compressed one) bucket by bucket as backward produces them
 // (bucket_reducer.h), or, where the model's memory is not the communicator's,
@@ -87,7 +101,7 @@ class ParamAvgSynchronizer : public Synchronizer {
         tracer_, Track::kComm, "allreduce parameters", "comm",
         static_cast<int64_t>(comm::AllReduceBusBytes(
             model.layout().num_params() * sizeof(float), comm_.world_size())));
-    AverageModelBuffer(comm_, model, ModelBuffer::kParams);
+    AverageParams(comm_, model);
   }
 
  private:
@@ -241,26 +255,6 @@ std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
   }
   if (name == "none") return std::make_unique<NoSynchronizer>();
   throw std::invalid_argument("unknown synchroniser " + name);
-}
-
-void AverageModelBuffer(comm::Communicator& comm, nn::Mlp& model,
-                        ModelBuffer which) {
-  const size_t count = model.layout().num_params();
-  if (SharesMemory(comm, model)) {
-    float* data = which == ModelBuffer::kGrads ? model.grads() : model.params();
-    comm.AllReduce(data, count, comm::ReduceOp::kAvg);
-    return;
-  }
-  std::vector<float> host(count);
-  if (which == ModelBuffer::kGrads) {
-    model.GetGrads(host.data());
-    comm.AllReduce(host.data(), count, comm::ReduceOp::kAvg);
-    model.SetGrads(host.data());
-  } else {
-    model.GetParams(host.data());
-    comm.AllReduce(host.data(), count, comm::ReduceOp::kAvg);
-    model.SetParams(host.data());
-  }
 }
 
 void BroadcastParams(comm::Communicator& comm, nn::Mlp& model, int root) {

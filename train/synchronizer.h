@@ -109,12 +109,6 @@ struct ReducedBuffers {
 };
 ReducedBuffers BuffersReducedBy(const std::string& name);
 
-enum class ModelBuffer { kParams, kGrads };
-
-// Averages one of the model's flat buffers across ranks in place (staging
-// through host memory when the communicator cannot reach the model's memory).
-void AverageModelBuffer(comm::Communicator& comm, nn::Mlp& model,
-                        ModelBuffer which);
 // Rank root's parameters to every rank, as DDP's constructor does.
 void BroadcastParams(comm::Communicator& comm, nn::Mlp& model, int root);
 

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -274,7 +273,7 @@ BackendDescription Description() {
   d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
   // 16-bit sums rounded after every hop of gloo's ring (as gloo's own
   // float16 sum), the average divided once more at the end.
-  d.types = {std::begin(kAllDataTypes), std::end(kAllDataTypes)};
+  d.types = AllDataTypes();
   d.checks_calls = false;  // Gloo hangs or mixes buffers on a mismatch
   d.conformance.join_deadlines_to_notice_death = 6;
   d.conformance.op_deadlines_to_notice_death = 1;

@@ -9,7 +9,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -322,7 +321,7 @@ BackendDescription Description() {
   d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
   // 16-bit sums rounded at every application of the user op (after each
   // partial sum of MPI's algorithm), the average divided once more.
-  d.types = {std::begin(kAllDataTypes), std::end(kAllDataTypes)};
+  d.types = AllDataTypes();
   d.checks_calls = false;  // MPI returns wrong results on a mismatch
   d.conformance.survives_peer_death = false;
   d.create = CreateMpiBackend;

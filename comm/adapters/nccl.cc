@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <iterator>
 #include <string>
 #include <thread>
 
@@ -366,7 +365,7 @@ BackendDescription Description() {
   d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
   // ncclHalf and ncclBfloat16: NCCL's kernels round after every partial
   // sum of their ring or tree (never run here: no GPU has run this code).
-  d.types = {std::begin(kAllDataTypes), std::end(kAllDataTypes)};
+  d.types = AllDataTypes();
   d.checks_calls = false;  // NCCL hangs or mixes buffers on a mismatch
   d.conformance.avg_premultiplies = true;
   d.create = FactoryOf<NcclBackend>();

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
+#include <vector>
 
 namespace ringlab::comm {
 
@@ -23,6 +25,10 @@ bool DataTypeNamed(const char* name, DataType* type);
 size_t DataTypeSize(DataType type);  // 4, 2, 2
 inline constexpr DataType kAllDataTypes[] = {
     DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16};
+// The same, as a backend description lists the types it takes.
+inline std::vector<DataType> AllDataTypes() {
+  return {std::begin(kAllDataTypes), std::end(kAllDataTypes)};
+}
 
 namespace dtype {
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -173,7 +172,7 @@ BackendDescription Description() {
   d.registers_memory = true;
   // Those of its parts (a part without the type refuses the call): a
   // 16-bit sum is rounded by the host's part, then by the cross-host one.
-  d.types = {std::begin(kAllDataTypes), std::end(kAllDataTypes)};
+  d.types = AllDataTypes();
   d.conformance.suite_hosts = 2;
   d.create = FactoryOf<HierBackend>();
   return d;

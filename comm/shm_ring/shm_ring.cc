@@ -1,6 +1,5 @@
 #include "comm/shm_ring/shm_ring.h"
 
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,7 +61,7 @@ BackendDescription Description() {
   // Rounded as comm/dtype's kernels say: in the ring after every hop, in
   // the one-shot, staged and registered paths once, after a float32 sum in
   // rank order.
-  d.types = {std::begin(kAllDataTypes), std::end(kAllDataTypes)};
+  d.types = AllDataTypes();
   d.tuning = ShmRingSettings();
   d.create = FactoryOf<shm::ShmRing>();
   return d;

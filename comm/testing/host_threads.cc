@@ -12,7 +12,6 @@
 // //comm/testing:host_threads is linked.
 #include <algorithm>
 #include <cstring>
-#include <iterator>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -160,7 +159,7 @@ BackendDescription Description() {
   d.memory = MemoryKind::kHost;
   d.launch = RankLaunch::kThreads;
   d.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
-  d.types = {std::begin(kAllDataTypes), std::end(kAllDataTypes)};
+  d.types = AllDataTypes();
   d.checks_calls = true;  // every line-up compares the ranks' calls
   d.create = FactoryOf<HostThreads>();
   return d;
