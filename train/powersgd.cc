@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "comm/dtype/kernels.h"
 #include "torch_compat/generator.h"
 #include "torch_compat/randn.h"
 
@@ -46,6 +47,12 @@ struct Aligned64 {
   bool operator!=(const Aligned64&) const { return false; }
 };
 using Floats = std::vector<float, Aligned64<float>>;
+
+// x /= world, a true division per element as torch's div_.
+void DivideBy(int world, float* x, size_t n) {
+  comm::dtype::KernelsFor(comm::DataType::kFloat32)
+      .scale(x, static_cast<float>(world), n);
+}
 
 // ||x|| of a contiguous column as torch.linalg.vector_norm computes it here:
 // 8 float lanes of fused multiply-adds, the lanes added in order, the tail
@@ -261,8 +268,7 @@ class PowerSgdHook : public CommHook {
     }
     if (iter_ < options_.start_iter) {
       // _allreduce_fut: divide, then sum.
-      const float world = static_cast<float>(comm.world_size());
-      for (size_t i = begin; i < end; ++i) grads[i] /= world;
+      DivideBy(comm.world_size(), grads + begin, end - begin);
       comm.AllReduce(grads + begin, end - begin, comm::ReduceOp::kSum);
     } else if (options_.batched) {
       CompressBatched(comm, bucket, grads);
@@ -365,7 +371,6 @@ void PowerSgdHook::LoadBucket(size_t b, const float* grads, size_t padded) {
 void PowerSgdHook::CompressBatched(comm::Communicator& comm, size_t b,
                                    float* grads) {
   const BucketPlan& plan = plans_[b];
-  const float world = static_cast<float>(comm.world_size());
   const size_t s = plan.side, r = static_cast<size_t>(options_.rank);
   LoadBucket(b, grads, s * s);
   Floats& q = q_[b];
@@ -381,7 +386,7 @@ void PowerSgdHook::CompressBatched(comm::Communicator& comm, size_t b,
   Orthogonalize(p_.data(), s, r);
   Gemm(true, false, s, r, s, x_.data(), s, p_.data(), r, q.data(), r);
   comm.AllReduce(q.data(), q.size(), comm::ReduceOp::kSum);
-  for (float& v : q) v /= world;
+  DivideBy(comm.world_size(), q.data(), q.size());
   Gemm(false, true, s, s, r, p_.data(), r, q.data(), r, x_.data(), s);
   if (options_.error_feedback) {
     for (size_t i = 0; i < x_.size(); ++i) error_[b][i] = copy_[i] - x_[i];
@@ -393,7 +398,6 @@ void PowerSgdHook::CompressBatched(comm::Communicator& comm, size_t b,
 
 void PowerSgdHook::Compress(comm::Communicator& comm, size_t b, float* grads) {
   const BucketPlan& plan = plans_[b];
-  const float world = static_cast<float>(comm.world_size());
   // The bucket in torch's order, with last step's error added.
   LoadBucket(b, grads, plan.size());
   // The uncompressed tensors: summed, then divided.
@@ -405,7 +409,7 @@ void PowerSgdHook::Compress(comm::Communicator& comm, size_t b, float* grads) {
     }
   }
   comm.AllReduce(u_.data(), u_.size(), comm::ReduceOp::kSum);
-  for (float& v : u_) v /= world;
+  DivideBy(comm.world_size(), u_.data(), u_.size());
   for (const TensorPlan& t : plan.tensors) {
     if (!t.compressed) {
       std::copy(u_.begin() + t.u, u_.begin() + t.u + t.n * t.m,
@@ -443,7 +447,7 @@ void PowerSgdHook::Compress(comm::Communicator& comm, size_t b, float* grads) {
          t.rank, q.data() + t.q, t.rank);
   }
   comm.AllReduce(q.data(), q.size(), comm::ReduceOp::kSum);
-  for (float& v : q) v /= world;
+  DivideBy(comm.world_size(), q.data(), q.size());
   for (size_t i : plan.compressed) {
     const TensorPlan& t = plan.tensors[i];
     Gemm(false, true, t.n, t.m, t.rank, p_.data() + t.p, t.rank, q.data() + t.q,
