@@ -308,4 +308,53 @@ std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
   return comm;
 }
 
+RankContext GroupContext(const RankContext& job,
+                         const std::vector<int>& members, Store* store) {
+  RankContext group;
+  group.world_size = static_cast<int>(members.size());
+  bool one_host = true;
+  for (int i = 0; i < group.world_size; ++i) {
+    if (members[i] == job.rank) group.rank = i;
+    if (static_cast<size_t>(members[i]) < job.peers.size()) {
+      group.peers.push_back(job.peers[members[i]]);
+      one_host = one_host && group.peers.back().SameHost(group.peers[0]);
+    }
+  }
+  group.local_rank = one_host ? group.rank : job.local_rank;
+  group.store = store;
+  group.job_secret = job.job_secret;
+  return group;
+}
+
+std::unique_ptr<Communicator> CreateGroupCommunicator(
+    const std::string& name, const RankContext& job,
+    const std::vector<int>& members, const CommOptions& options) {
+  std::string key = "group/";
+  std::vector<bool> seen(std::max(job.world_size, 0));
+  bool mine = false;
+  for (int m : members) {
+    if (m < 0 || m >= job.world_size || seen[m]) {
+      throw std::invalid_argument(
+          "CreateGroupCommunicator: members must be distinct ranks in [0, " +
+          std::to_string(job.world_size) + "), not " + std::to_string(m));
+    }
+    seen[m] = true;
+    mine = mine || m == job.rank;
+    key += (key.back() == '/' ? "" : ",") + std::to_string(m);
+  }
+  if (!mine) {
+    throw std::invalid_argument("CreateGroupCommunicator: rank " +
+                                std::to_string(job.rank) +
+                                " is not among the members");
+  }
+  std::unique_ptr<Store> store;
+  if (job.store != nullptr) {
+    store = std::make_unique<PrefixStore>(key, job.store);
+  }
+  auto comm = CreateCommunicator(name, GroupContext(job, members, store.get()),
+                                 options);
+  comm->group_store_ = std::move(store);
+  return comm;
+}
+
 }  // namespace ringlab::comm

@@ -154,6 +154,9 @@ class Communicator final {
   friend std::unique_ptr<Communicator> CreateCommunicator(
       const std::string& name, const RankContext& context,
       const CommOptions& options);
+  friend std::unique_ptr<Communicator> CreateGroupCommunicator(
+      const std::string& name, const RankContext& job,
+      const std::vector<int>& members, const CommOptions& options);
 
   // Agrees on the call where the backend cannot, runs `move` and counts its
   // bytes; a failure of the backend leaves the communicator broken.
@@ -170,8 +173,10 @@ class Communicator final {
                    const char* what) const;
   const std::string& Name() const;
 
-  // The communicator's own keys in the job's store (the backend's store);
-  // declared first, so that it outlives the backend.
+  // A group's keys in the job's store (CreateGroupCommunicator), then the
+  // communicator's own in those (the backend's store); declared first, so
+  // that they outlive the backend.
+  std::unique_ptr<Store> group_store_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Backend> backend_;
   const BackendDescription& description_;
@@ -195,6 +200,23 @@ class Communicator final {
 std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
                                                  const RankContext& context,
                                                  const CommOptions& options);
+
+// The context of a group of the job's ranks, as torch.distributed.new_group
+// makes one: `members` are job ranks in the order of their group ranks, this
+// rank among them; rank, world size and peers are the group's, local_rank its
+// index on the host where every member shares one (else the job's, by which a
+// GPU backend picks its device). Its store is `store`.
+RankContext GroupContext(const RankContext& job,
+                         const std::vector<int>& members, Store* store);
+
+// A communicator of backend `name` among `members` (every member calls it
+// with the same list; several groups may be made at once, each rank making
+// its own). Its keys lie under a prefix named by the members, so that groups
+// of different members never meet. Throws std::invalid_argument for members
+// out of range, repeated, or without this rank, then as CreateCommunicator.
+std::unique_ptr<Communicator> CreateGroupCommunicator(
+    const std::string& name, const RankContext& job,
+    const std::vector<int>& members, const CommOptions& options);
 
 }  // namespace ringlab::comm
 

@@ -368,5 +368,36 @@ TEST(CreateCommunicatorTest, AContextTheBackendCannotUseIsRefused) {
       << DescribeBackends();
 }
 
+TEST(CreateGroupCommunicatorTest, AGroupIsItsMembersAndMeetsOnlyThem) {
+  LocalStore store;
+  RankContext c = Context(&store, {"a", "a", "b", "b"});
+  c.rank = 3;
+  c.local_rank = 1;
+  EXPECT_EQ(RanksOnHostOf(c.peers, 3), (std::vector<int>{2, 3}));
+  EXPECT_EQ(RanksOnHostOf(c.peers, 0), (std::vector<int>{0, 1}));
+  // On one host: a one-host backend takes it, this rank is group rank 1.
+  auto host = CreateGroupCommunicator("front_test_one_host", c, {2, 3}, {});
+  EXPECT_EQ(host->rank(), 1);
+  EXPECT_EQ(host->world_size(), 2);
+  // Across hosts, in the members' order; another group of other members
+  // has keys of its own.
+  auto cross = CreateGroupCommunicator("front_test_spanning", c, {3, 1}, {});
+  EXPECT_EQ(cross->rank(), 0);
+  EXPECT_TRUE(store.Check({"group/2,3/comm/0/mine", "group/3,1/comm/0/mine"}));
+  const RankContext group = GroupContext(c, {3, 1}, &store);
+  EXPECT_EQ(group.peers[1].host, "a");
+  EXPECT_EQ(group.local_rank, 1);  // not one host: the job's
+  EXPECT_EQ(GroupContext(c, {2, 3}, &store).local_rank, 1);
+  for (const std::vector<int>& bad :
+       {std::vector<int>{0, 1}, {3, 3}, {3, 4}, {-1, 3}}) {
+    EXPECT_THROW(CreateGroupCommunicator("front_test_spanning", c, bad, {}),
+                 std::invalid_argument);
+  }
+  EXPECT_NE(ErrorOf<std::invalid_argument>([&] {
+              CreateGroupCommunicator("front_test_one_host", c, {0, 3}, {});
+            }).find("needs every rank on one host"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace ringlab::comm

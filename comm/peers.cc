@@ -53,6 +53,14 @@ std::vector<PeerInfo> ExchangePeers(Store& store, int rank, int world_size,
   return peers;
 }
 
+std::vector<int> RanksOnHostOf(const std::vector<PeerInfo>& peers, int rank) {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < peers.size(); ++r) {
+    if (peers[r].SameHost(peers.at(rank))) ranks.push_back(static_cast<int>(r));
+  }
+  return ranks;
+}
+
 std::string DescribeHosts(const std::vector<PeerInfo>& peers, size_t* count) {
   // Hosts in order of their lowest rank, each with its ranks.
   std::vector<std::pair<std::string, std::vector<int>>> groups;

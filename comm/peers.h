@@ -58,6 +58,9 @@ std::vector<PeerInfo> ExchangePeers(Store& store, int rank, int world_size,
 // null) says how many hosts.
 std::string DescribeHosts(const std::vector<PeerInfo>& peers, size_t* count);
 
+// The ranks on the host of `rank` (itself among them), in rank order.
+std::vector<int> RanksOnHostOf(const std::vector<PeerInfo>& peers, int rank);
+
 // Watches the peers of a rank that run on its host, so that a waiting rank
 // learns at once that one has died instead of at its deadline.
 class PeerWatch {

@@ -12,27 +12,9 @@
 namespace ringlab::comm::hier {
 namespace {
 
-// The context of a group of the job's ranks (`members`, by group rank), its
-// keys under `store`.
-RankContext GroupContext(const RankContext& job,
-                         const std::vector<int>& members, Store* store,
-                         bool same_host) {
-  RankContext group;
-  group.world_size = static_cast<int>(members.size());
-  for (int i = 0; i < group.world_size; ++i) {
-    if (members[i] == job.rank) group.rank = i;
-    group.peers.push_back(job.peers[members[i]]);
-  }
-  // Inside a host its index there; across hosts the rank's own (a GPU
-  // backend picks its device by it).
-  group.local_rank = same_host ? group.rank : job.local_rank;
-  group.store = store;
-  group.job_secret = job.job_secret;
-  return group;
-}
-
 std::unique_ptr<Communicator> CreatePart(const std::string& name,
-                                         const RankContext& group,
+                                         const RankContext& job,
+                                         const std::vector<int>& members,
                                          const CommOptions& options,
                                          const char* role) {
   const BackendDescription& d = BackendNamed(name);
@@ -41,7 +23,7 @@ std::unique_ptr<Communicator> CreatePart(const std::string& name,
         "hier: its " + std::string(role) + " backend " + name +
         " reduces GPU memory; hier reduces host memory");
   }
-  return CreateCommunicator(name, group, options);
+  return CreateGroupCommunicator(name, job, members, options);
 }
 
 }  // namespace
@@ -51,17 +33,9 @@ HierBackend::HierBackend(const RankContext& context, const CommOptions& options)
       world_size_(context.world_size) {
   // Every rank makes its host's part, then its cross-host group's: no group
   // waits for a rank still joining another.
-  intra_store_ = std::make_unique<PrefixStore>(
-      "intra/" + std::to_string(topology_.host), context.store);
-  intra_ = CreatePart(options.intra_host,
-                      GroupContext(context, topology_.HostGroup(),
-                                   intra_store_.get(), /*same_host=*/true),
+  intra_ = CreatePart(options.intra_host, context, topology_.HostGroup(),
                       options, "intra-host");
-  inter_store_ = std::make_unique<PrefixStore>(
-      "inter/" + std::to_string(topology_.local), context.store);
-  inter_ = CreatePart(options.inter_host,
-                      GroupContext(context, topology_.CrossGroup(),
-                                   inter_store_.get(), /*same_host=*/false),
+  inter_ = CreatePart(options.inter_host, context, topology_.CrossGroup(),
                       options, "inter-host");
 }
 

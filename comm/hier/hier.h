@@ -28,7 +28,6 @@
 #include "comm/backend.h"
 #include "comm/communicator.h"
 #include "comm/hier/topology.h"
-#include "comm/store/prefix_store.h"
 
 namespace ringlab::comm::hier {
 
@@ -50,7 +49,6 @@ class HierBackend : public Backend {
  private:
   Topology topology_;
   int world_size_;
-  std::unique_ptr<PrefixStore> intra_store_, inter_store_;
   std::unique_ptr<Communicator> intra_, inter_;
   std::vector<char> scratch_, gathered_;
 };
