@@ -55,6 +55,8 @@ Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
       {"--avg_period", std::to_string(c.sync_options.avg_period)},
       {"--avg_warmup", std::to_string(c.sync_options.avg_warmup)},
       {"--inner_steps", std::to_string(c.sync_options.inner_steps)},
+      {"--post_local_subgroup",
+       c.sync_options.post_local_host_subgroup ? "host" : "rank"},
       {"--powersgd_rank", std::to_string(c.sync_options.powersgd.rank)},
       {"--powersgd_start_iter",
        std::to_string(c.sync_options.powersgd.start_iter)},

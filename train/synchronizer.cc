@@ -112,21 +112,33 @@ class ParamAvgSynchronizer : public Synchronizer {
 
 // Post-local SGD: DDP's allreduce for the first avg_warmup steps, then each
 // rank's gradients stay its own (post_localSGD_hook with one-rank subgroups)
-// and the parameters are averaged every K steps (PeriodicModelAverager with
-// the same warm-up).
+// or are averaged among its host's ranks (its intra-node subgroup: DDP's
+// buckets over the host communicator), and the parameters are averaged over
+// every rank every K steps (PeriodicModelAverager with the same warm-up).
 class PostLocalSgdSynchronizer : public Synchronizer {
  public:
   PostLocalSgdSynchronizer(comm::Communicator& comm, nn::Mlp& model,
-                           const SyncOptions& options, Tracer& tracer)
+                           const SyncOptions& options, Tracer& tracer,
+                           comm::Communicator* host_comm)
       : warmup_(options.avg_warmup),
         allreduce_(comm, model, options, tracer),
-        average_(comm, options, tracer) {}
+        average_(comm, options, tracer) {
+    if (host_comm != nullptr) {
+      host_allreduce_ = std::make_unique<AllReduceSynchronizer>(
+          *host_comm, model, options, tracer, "post_local_sgd");
+    }
+  }
   const char* name() const override { return "post_local_sgd"; }
   nn::BackwardObserver* backward_observer(int64_t step) override {
-    return step < warmup_ ? allreduce_.backward_observer(step) : nullptr;
+    if (step < warmup_) return allreduce_.backward_observer(step);
+    return host_allreduce_ ? host_allreduce_->backward_observer(step) : nullptr;
   }
   void AfterBackward(nn::Mlp& model, int64_t step) override {
-    if (step < warmup_) allreduce_.AfterBackward(model, step);
+    if (step < warmup_) {
+      allreduce_.AfterBackward(model, step);
+    } else if (host_allreduce_) {
+      host_allreduce_->AfterBackward(model, step);
+    }
   }
   void AfterStep(nn::Mlp& model, int64_t step) override {
     average_.AfterStep(model, step);
@@ -135,6 +147,7 @@ class PostLocalSgdSynchronizer : public Synchronizer {
  private:
   const int64_t warmup_;
   AllReduceSynchronizer allreduce_;
+  std::unique_ptr<AllReduceSynchronizer> host_allreduce_;  // subgroup=host
   ParamAvgSynchronizer average_;
 };
 
@@ -185,6 +198,11 @@ void ValidateSync(const std::string& name, const SyncOptions& options) {
   CheckStepRange("--avg_period", options.avg_period, 1);
   CheckStepRange("--avg_warmup", options.avg_warmup, 0);
   CheckStepRange("--inner_steps", options.inner_steps, 1);
+  if (options.post_local_host_subgroup && name != "post_local_sgd") {
+    throw std::invalid_argument(
+        "--post_local_subgroup=host is post_local_sgd's, not --sync=" + name +
+        "'s");
+  }
   if (name == "powersgd") {
     ValidatePowerSgd(options.powersgd);
     CheckStepRange("--powersgd_start_iter", options.powersgd.start_iter, 0);
@@ -202,11 +220,9 @@ void ValidateSync(const std::string& name, const SyncOptions& options) {
   }
 }
 
-std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
-                                                 comm::Communicator& comm,
-                                                 nn::Mlp& model,
-                                                 const SyncOptions& options,
-                                                 Tracer* tracer) {
+std::unique_ptr<Synchronizer> CreateSynchronizer(
+    const std::string& name, comm::Communicator& comm, nn::Mlp& model,
+    const SyncOptions& options, Tracer* tracer, comm::Communicator* host_comm) {
   static Tracer disabled(/*enabled=*/false, 0);
   Tracer& trace = tracer != nullptr ? *tracer : disabled;
   if (name == "allreduce") {
@@ -247,8 +263,13 @@ std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
             options.powersgd));
   }
   if (name == "post_local_sgd") {
-    return std::make_unique<PostLocalSgdSynchronizer>(comm, model, options,
-                                                      trace);
+    if (options.post_local_host_subgroup && host_comm == nullptr) {
+      throw std::invalid_argument(
+          "post_local_sgd with host subgroups needs the host's communicator");
+    }
+    return std::make_unique<PostLocalSgdSynchronizer>(
+        comm, model, options, trace,
+        options.post_local_host_subgroup ? host_comm : nullptr);
   }
   if (name == "diloco") {
     return CreateDiLoCoSynchronizer(comm, model, options, trace);

@@ -69,6 +69,11 @@ struct SyncOptions {
   int64_t inner_steps = 16;
   float outer_lr = 0.7f;
   float outer_momentum = 0.9f;
+  // post_local_sgd after the warm-up: false, each rank's gradients stay its
+  // own (one-rank subgroups); true (--post_local_subgroup=host), they are
+  // averaged among the ranks of its host (post_localSGD_hook's intra-node
+  // subgroup) over the host communicator CreateSynchronizer is given.
+  bool post_local_host_subgroup = false;
   PowerSgdOptions powersgd;  // powersgd
   // allreduce: DDP's buckets (bucket_reducer.h) and whether their allreduces
   // overlap backward.
@@ -91,12 +96,13 @@ void ValidateSync(const std::string& name, const SyncOptions& options);
 // communicator cannot reach the model's memory (a CUDA model over a host
 // communicator), allreduce stages the whole gradient buffer through host
 // memory after backward instead of reducing buckets during it. tracer, when
-// not null, records its communication.
-std::unique_ptr<Synchronizer> CreateSynchronizer(const std::string& name,
-                                                 comm::Communicator& comm,
-                                                 nn::Mlp& model,
-                                                 const SyncOptions& options,
-                                                 Tracer* tracer = nullptr);
+// not null, records its communication. host_comm: the ranks of this rank's
+// host (post_local_sgd with post_local_host_subgroup needs it; std::
+// invalid_argument without).
+std::unique_ptr<Synchronizer> CreateSynchronizer(
+    const std::string& name, comm::Communicator& comm, nn::Mlp& model,
+    const SyncOptions& options, Tracer* tracer = nullptr,
+    comm::Communicator* host_comm = nullptr);
 
 // True where PeriodicModelAverager.average_parameters() averages at this step.
 bool IsAveragingStep(int64_t step, const SyncOptions& options);

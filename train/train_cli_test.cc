@@ -218,6 +218,35 @@ TEST(TrainCliTest, TheDocumentsRunWritesItsOutputs) {
             std::string::npos);
 }
 
+// On one host the host's ranks are the job's: post_local_sgd averaging the
+// gradients among them after its warm-up is DDP's allreduce over the same
+// backend, and averaging parameters that are already equal keeps them (four
+// equal floats sum and divide by 4 exactly), so the two train bit for bit.
+// With one-rank subgroups the ranks part after the warm-up.
+TEST(TrainCliTest, OnOneHostHostSubgroupsTrainAsAllreduce) {
+  const std::string job =
+      " --nprocs=4 --samples=512 --batch_size=16 "
+      "--epochs=2 --quiet --out_dir=";
+  const std::string post_local =
+      " --sync=post_local_sgd --avg_warmup=3 "
+      "--avg_period=5 --post_local_subgroup=";
+  const std::string ddp = TempDir("ddp"), host = TempDir("host"),
+                    rank = TempDir("rank");
+  ASSERT_EQ(RunTrain("--sync=allreduce" + job + ddp).status, 0);
+  const CommandResult hosts = RunTrain(post_local + "host" + job + host);
+  ASSERT_EQ(hosts.status, 0) << hosts.err;
+  ASSERT_EQ(RunTrain(post_local + "rank" + job + rank).status, 0);
+  EXPECT_EQ(Losses(host), Losses(ddp));
+  EXPECT_NE(Losses(rank), Losses(ddp));
+  EXPECT_NE(
+      ReadText(host + "/config.json").find("\"post_local_subgroup\": \"host\""),
+      std::string::npos);
+  ExpectUsageError(RunTrain("--post_local_subgroup=host"),
+                   "--post_local_subgroup=host is post_local_sgd's");
+  ExpectUsageError(RunTrain("--sync=post_local_sgd --post_local_subgroup=node"),
+                   "--post_local_subgroup must be rank or host");
+}
+
 // A job whose stdout nobody reads (a stopped terminal, `| less` left on its
 // first page) for longer than --timeout trains to its end, bitwise as the
 // same job read normally: the launcher drains its ranks whatever its own

@@ -116,6 +116,11 @@ DEFINE_int64(avg_period, 4,
 DEFINE_int64(avg_warmup, 0,
              "param_avg, post_local_sgd: steps before the first average "
              "(post_local_sgd: of DDP allreduce)");
+DEFINE_string(post_local_subgroup, "rank",
+              "post_local_sgd after the warm-up: rank (each rank's gradients "
+              "its own, PyTorch's one-rank subgroups) | host (averaged among "
+              "the ranks of its host, over --intra's backend or the job's GPU "
+              "one: post_localSGD_hook's intra-node subgroup)");
 DEFINE_int64(inner_steps, 16, "diloco: inner SGD steps per outer step (H)");
 DEFINE_int32(powersgd_rank, 1, "powersgd: matrix_approximation_rank");
 DEFINE_int64(powersgd_start_iter, 1000,
@@ -196,6 +201,20 @@ FaultInjection Faults() {
   return faults;
 }
 
+// --post_local_subgroup=host: a communicator among the ranks of this rank's
+// host (null otherwise), over the fastest backend there: --intra's (shm_ring)
+// for host memory, the job's own where it reduces GPU memory.
+std::unique_ptr<comm::Communicator> HostGroup(const TrainConfig& config,
+                                              const comm::RankContext& context,
+                                              const comm::CommOptions& options,
+                                              const comm::Communicator& job) {
+  if (!config.sync_options.post_local_host_subgroup) return nullptr;
+  return comm::CreateGroupCommunicator(
+      job.memory() == comm::MemoryKind::kDevice ? config.comm
+                                                : options.intra_host,
+      context, comm::RanksOnHostOf(context.peers, context.rank), options);
+}
+
 // --intra and --inter choose hier's parts and nothing else: given with
 // another backend they are refused rather than ignored.
 void CheckHierParts(const std::string& comm_name) {
@@ -256,6 +275,14 @@ TrainConfig ConfigFromFlags() {
   c.sync_options.avg_period = FLAGS_avg_period;
   c.sync_options.avg_warmup = FLAGS_avg_warmup;
   c.sync_options.inner_steps = FLAGS_inner_steps;
+  if (FLAGS_post_local_subgroup != "rank" &&
+      FLAGS_post_local_subgroup != "host") {
+    throw std::invalid_argument(
+        "--post_local_subgroup must be rank or host, "
+        "not " +
+        FLAGS_post_local_subgroup);
+  }
+  c.sync_options.post_local_host_subgroup = FLAGS_post_local_subgroup == "host";
   c.sync_options.powersgd.rank = FLAGS_powersgd_rank;
   c.sync_options.powersgd.start_iter = FLAGS_powersgd_start_iter;
   c.sync_options.powersgd.min_compression_rate =
@@ -354,9 +381,10 @@ int RunThisRank(const TrainConfig& config) {
         SelectRankDevice(config.cuda_device, context.local_rank);
   }
   auto communicator = comm::CreateCommunicator(config.comm, context, options);
+  const auto host_comm = HostGroup(config, context, options, *communicator);
   TrainConfig placed = config;
   placed.emulated_host = job.emulated_host;
-  RunRank(placed, *communicator, Faults());
+  RunRank(placed, *communicator, Faults(), host_comm.get());
   return 0;
 }
 
@@ -386,7 +414,8 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
         mine.cuda_device = SelectRankDevice(std::max(config.cuda_device, 0), 0);
         auto communicator =
             comm::CreateCommunicator(config.comm, context, mine);
-        RunRank(config, *communicator);
+        const auto host_comm = HostGroup(config, context, mine, *communicator);
+        RunRank(config, *communicator, {}, host_comm.get());
       },
       2 * config.timeout + std::chrono::seconds(10));
   if (result.ok()) return 0;

@@ -74,15 +74,25 @@ class TracingObserver : public nn::BackwardObserver {
   Clock::time_point last_;
 };
 
+// The bus bytes this rank's communicators have sent: the job's and, with
+// --post_local_subgroup=host, its host group's.
+struct SentBytes {
+  const comm::Communicator& job;
+  const comm::Communicator* host;
+  uint64_t operator()() const {
+    return job.bytes_sent() + (host != nullptr ? host->bytes_sent() : 0);
+  }
+};
+
 // One step: forward and backward (the synchroniser's observer reducing
 // buckets as they complete), the synchroniser, SGD; what losses.csv records
 // of it (comm_ms: the time this thread spent on communication, the part of
 // it that backward did not hide).
 StepRecord TakeStep(nn::Mlp& model, Synchronizer& synchronizer,
-                    comm::Communicator& comm, const Batch& batch, int64_t count,
+                    const SentBytes& sent, const Batch& batch, int64_t count,
                     const nn::SgdOptions& sgd, int64_t epoch, int64_t step,
                     Tracer& tracer) {
-  const uint64_t bytes_before = comm.bytes_sent();
+  const uint64_t bytes_before = sent();
   const auto start = Clock::now();
   nn::BackwardObserver* observer = synchronizer.backward_observer(step);
   TracingObserver traced(tracer, observer, start);
@@ -101,7 +111,7 @@ StepRecord TakeStep(nn::Mlp& model, Synchronizer& synchronizer,
   comm_ms += MillisecondsSince(average_start);
   return {epoch,   step,
           loss,    MillisecondsSince(start),
-          comm_ms, comm.bytes_sent() - bytes_before};
+          comm_ms, sent() - bytes_before};
 }
 // A CPU model over a host-memory communicator keeps the buffer its
 // synchroniser reduces (the gradients for allreduce, the parameters for
@@ -193,9 +203,8 @@ class Evaluator {
   // params: what to evaluate in place of the model's own parameters (null:
   // its own).
   void AfterEpoch(int64_t epochs, int64_t steps, nn::Mlp& model,
-                  const std::vector<float>* params,
-                  const comm::Communicator& comm, Tracer& tracer,
-                  std::vector<EvalRecord>* out) {
+                  const std::vector<float>* params, const SentBytes& sent,
+                  Tracer& tracer, std::vector<EvalRecord>* out) {
     if (!active_ || epochs % every_ != 0) return;
     const auto eval_start = Clock::now();
     ScopedSpan span(tracer, Track::kCompute, "evaluation", "eval");
@@ -203,8 +212,7 @@ class Evaluator {
         std::chrono::duration<double>(eval_start - start_).count() -
         excluded_s_;
     const EvalResult r = EvaluateWithParams(model, params, test_);
-    out->push_back(
-        {epochs, steps, r.loss, r.accuracy, wall_s, comm.bytes_sent()});
+    out->push_back({epochs, steps, r.loss, r.accuracy, wall_s, sent()});
     excluded_s_ +=
         std::chrono::duration<double>(Clock::now() - eval_start).count();
   }
@@ -250,7 +258,8 @@ std::vector<float> FinalParams(const Synchronizer& synchronizer,
 }  // namespace
 
 TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
-                    const FaultInjection& faults) {
+                    const FaultInjection& faults,
+                    comm::Communicator* host_comm) {
   const int rank = comm.rank();
   const int world_size = comm.world_size();
   const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
@@ -281,8 +290,9 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
 
   Tracer tracer(!config.trace_path.empty(), rank);
   std::unique_ptr<nn::Mlp> model = CreateModel(config, layout, comm);
-  auto synchronizer = CreateSynchronizer(config.sync, comm, *model,
-                                         config.sync_options, &tracer);
+  auto synchronizer = CreateSynchronizer(
+      config.sync, comm, *model, config.sync_options, &tracer, host_comm);
+  const SentBytes sent{comm, host_comm};
   TrainResult result;
   const int64_t first_step =
       StartingPoint(config, layout, params, comm, *model, synchronizer->state(),
@@ -311,7 +321,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
       ScopedSpan span(tracer, Track::kCompute, "load batch", "data");
       batch.Load(data.train, sampler, config.set_epoch ? epoch : 0, begin, end);
     }
-    result.history.push_back(TakeStep(*model, *synchronizer, comm, batch,
+    result.history.push_back(TakeStep(*model, *synchronizer, sent, batch,
                                       end - begin, sgd, epoch, step, tracer));
 
     if (config.checkpoint_every > 0 &&
@@ -323,7 +333,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
     MaybeFault(faults, rank, step, "after_step");
     if (index == schedule.steps_per_epoch - 1) {
       evaluator.AfterEpoch(epoch + 1, step + 1, *model,
-                           synchronizer->evaluated_params(), comm, tracer,
+                           synchronizer->evaluated_params(), sent, tracer,
                            &result.evaluations);
       if (rank == 0 && !config.quiet) {
         PrintEpochLine(config, result.history.back(), result.evaluations);

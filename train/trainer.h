@@ -38,9 +38,11 @@ struct TrainResult {
 // Runs one rank to the end. Rank 0 writes the outputs when out_dir is set.
 // Throws std::invalid_argument for bad input (files, disagreeing ranks) and
 // comm::CommError / std::runtime_error for failures.
-// faults: testing only (fault_injection.h).
+// faults: testing only (fault_injection.h). host_comm: the ranks of this
+// rank's host, for --post_local_subgroup=host (its bytes count as sent).
 TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
-                    const FaultInjection& faults = {});
+                    const FaultInjection& faults = {},
+                    comm::Communicator* host_comm = nullptr);
 
 }  // namespace ringlab::train
 
