@@ -1,6 +1,8 @@
 #include "train/bucket_reducer.h"
 
+#include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace ringlab::train {
@@ -31,6 +33,15 @@ std::vector<Bucket> AssignBuckets(const nn::MlpLayout& layout,
   return buckets;
 }
 
+Bucket WholeModelBucket(const nn::MlpLayout& layout) {
+  Bucket bucket;
+  bucket.end = layout.num_params();
+  for (const nn::TensorSlot& t : layout.tensors()) {
+    bucket.tensors.push_back(t.name);
+  }
+  return bucket;
+}
+
 BucketReducer::BucketReducer(comm::Communicator& comm, const nn::Mlp& model,
                              float* grads, std::vector<Bucket> buckets,
                              bool overlap, CommHook& hook, Tracer& tracer)
@@ -38,10 +49,35 @@ BucketReducer::BucketReducer(comm::Communicator& comm, const nn::Mlp& model,
       model_(model),
       grads_(grads),
       buckets_(std::move(buckets)),
+      first_step_({WholeModelBucket(model.layout())}),
       overlap_(overlap),
       hook_(hook),
       tracer_(tracer) {
+  // The same on every rank (world size, hook and memory agree), so the
+  // collective Allocate is made by all or none.
+  if (comm.world_size() >= 3 && hook.elementwise() &&
+      comm.memory() == comm::MemoryKind::kHost &&
+      model.device() == nn::Device::kCpu) {
+    staging_ = comm.Allocate(model.layout().num_params());
+  }
   if (overlap_) thread_ = std::thread([this] { ThreadMain(); });
+}
+
+void BucketReducer::Stage(const Bucket& bucket, bool to_bucket) {
+  size_t at = bucket.begin;
+  for (const std::string& name : bucket.tensors) {
+    for (const nn::TensorSlot& t : model_.layout().tensors()) {
+      if (t.name != name) continue;
+      float* const flat = grads_ + t.offset;
+      float* const staged = staging_ + at;
+      if (to_bucket) {
+        std::copy(flat, flat + t.size, staged);
+      } else {
+        std::copy(staged, staged + t.size, flat);
+      }
+      at += t.size;
+    }
+  }
 }
 
 BucketReducer::~BucketReducer() {
@@ -54,14 +90,19 @@ BucketReducer::~BucketReducer() {
   if (thread_.joinable()) thread_.join();
 }
 
+void BucketReducer::BeginStep(int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  active_ = step == 0 ? &first_step_ : &buckets_;
+}
+
 void BucketReducer::OnLayerGrads(int layer, std::function<void()> wait_ready) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (failure_) return;  // Finish reports it; nothing more goes out
   // Backward reports layers last to first: every bucket whose lowest layer
   // this is now holds final gradients (the first of them needs this layer's
   // kernels done; the wait covers the rest, which came earlier).
-  while (next_bucket_ < buckets_.size() &&
-         buckets_[next_bucket_].first_layer >= layer) {
+  while (next_bucket_ < active_->size() &&
+         (*active_)[next_bucket_].first_layer >= layer) {
     queue_.push_back({next_bucket_++, wait_ready});
   }
   if (overlap_) changed_.notify_all();
@@ -69,13 +110,20 @@ void BucketReducer::OnLayerGrads(int layer, std::function<void()> wait_ready) {
 
 void BucketReducer::Reduce(const Ready& ready) {
   ready.wait_ready();
-  const Bucket& bucket = buckets_[ready.bucket];
-  const size_t count = bucket.end - bucket.begin;
-  ScopedSpan span(tracer_, Track::kComm,
-                  "allreduce bucket " + std::to_string(ready.bucket), "comm",
-                  static_cast<int64_t>(
-                      hook_.BusBytes(ready.bucket, count, comm_.world_size())));
-  hook_.Reduce(comm_, ready.bucket, grads_, bucket.begin, bucket.end);
+  const Bucket& bucket = (*active_)[ready.bucket];
+  const GradBucket grad_bucket{ready.bucket, bucket.begin, bucket.end,
+                               ready.bucket + 1 == active_->size()};
+  ScopedSpan span(
+      tracer_, Track::kComm, "allreduce bucket " + std::to_string(ready.bucket),
+      "comm",
+      static_cast<int64_t>(hook_.BusBytes(grad_bucket, comm_.world_size())));
+  // A bucket already in model order (step 0's) needs no copy.
+  const bool staged =
+      staging_ != nullptr && bucket.tensors.size() > 1 &&
+      bucket.tensors.front() != model_.layout().tensors().front().name;
+  if (staged) Stage(bucket, /*to_bucket=*/true);
+  hook_.Reduce(comm_, grad_bucket, staged ? staging_ : grads_);
+  if (staged) Stage(bucket, /*to_bucket=*/false);
 }
 
 void BucketReducer::ThreadMain() {
@@ -105,14 +153,14 @@ void BucketReducer::ThreadMain() {
 
 void BucketReducer::Finish() {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (next_bucket_ != buckets_.size() && !failure_) {
+  if (next_bucket_ != active_->size() && !failure_) {
     throw std::logic_error(
         "BucketReducer::Finish before backward reported "
         "every layer");
   }
   if (overlap_) {
     changed_.wait(lock, [this] {
-      return failure_ != nullptr || reduced_ == buckets_.size();
+      return failure_ != nullptr || reduced_ == active_->size();
     });
   } else {
     while (!queue_.empty() && !failure_) {

@@ -10,6 +10,15 @@
 // are the same either way, so overlap changes no result bit. Because the layout
 // is layer by layer, weight then bias, a bucket of tensors in reverse order is
 // one contiguous range of the buffer.
+//
+// With 3 or more ranks an allreduce's sums depend on where each element sits
+// in the buffer it reduces (a ring's chunks), and DDP's buckets hold their
+// tensors in bucket order (the last bias first), not in the model's. Where
+// the hook is elementwise and the gradients are in host memory, each bucket
+// is therefore copied into that order in the communicator's registered
+// memory, reduced there and copied back (as DDP copies gradients into its
+// buckets), so that every sum is torch's. With 2 ranks no order changes a
+// sum, and the buckets are reduced in place.
 #ifndef RINGLAB_TRAIN_BUCKET_REDUCER_H_
 #define RINGLAB_TRAIN_BUCKET_REDUCER_H_
 
@@ -47,6 +56,13 @@ struct Bucket {
 std::vector<Bucket> AssignBuckets(const nn::MlpLayout& layout,
                                   size_t first_cap_bytes, size_t cap_bytes);
 
+// DDP's one bucket at its first step, before it rebuilds them in the order
+// backward produced the gradients: every tensor, in model order
+// (distributed.py's bucket_size_limits = [sys.maxsize]). Where the
+// algorithm's sum order depends on where a buffer starts (a ring of 3 or
+// more ranks), step 0 only agrees with torch's in this layout.
+Bucket WholeModelBucket(const nn::MlpLayout& layout);
+
 class BucketReducer : public nn::BackwardObserver {
  public:
   // grads is the model's gradient buffer, in the communicator's memory;
@@ -59,6 +75,9 @@ class BucketReducer : public nn::BackwardObserver {
   BucketReducer(const BucketReducer&) = delete;
   BucketReducer& operator=(const BucketReducer&) = delete;
 
+  // The layout of step `step`, before its backward: WholeModelBucket at step
+  // 0, the buckets given after (DDP's rebuild). Without a call, the latter.
+  void BeginStep(int64_t step);
   void OnLayerGrads(int layer, std::function<void()> wait_ready) override;
   // After ForwardBackward: returns once every bucket is averaged (without
   // overlap, averaging them here); rethrows the first failure of any.
@@ -73,11 +92,17 @@ class BucketReducer : public nn::BackwardObserver {
   };
   void Reduce(const Ready& ready);
   void ThreadMain();
+  // The bucket's tensors between the flat buffer and staging_, in bucket
+  // order from the bucket's begin (to_bucket) or back.
+  void Stage(const Bucket& bucket, bool to_bucket);
 
   comm::Communicator& comm_;
   const nn::Mlp& model_;
   float* grads_;
   std::vector<Bucket> buckets_;
+  const std::vector<Bucket> first_step_;
+  const std::vector<Bucket>* active_ = &buckets_;  // this step's layout
+  float* staging_ = nullptr;  // registered; null where buckets reduce in place
   bool overlap_;
   CommHook& hook_;
   Tracer& tracer_;

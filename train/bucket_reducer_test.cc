@@ -217,6 +217,40 @@ TEST(BucketReducerTest, WithoutOverlapBucketsWaitForBackward) {
   CheckBucketsReduced(/*overlap=*/false);
 }
 
+// DDP reduces its first step in one bucket, the whole model in model order,
+// and rebuilds the buckets for the steps after (pytorch-hooks-facts 1.0):
+// with 3 or more ranks a ring's sums depend on where each buffer starts.
+TEST(BucketReducerTest, StepZeroIsOneBucketOfTheWholeModel) {
+  Fixture f;
+  PeerComm peer(f.model->grads(), f.peer);
+  Tracer tracer(false, 0);
+  auto hook = MakeAllReduceHook();
+  const auto buckets = AssignBuckets(f.layout, 1, 1);
+  BucketReducer reducer(*peer.comm, *f.model, f.model->grads(), buckets,
+                        /*overlap=*/true, *hook, tracer);
+  const std::vector<float> expected = f.Expected();
+  std::vector<size_t> want = {0};
+  for (int step = 0; step < 3; ++step) {
+    reducer.BeginStep(step);
+    f.model->ForwardBackward(f.x.data(), f.y.data(), 2, &reducer);
+    reducer.Finish();
+    std::vector<float> grads(f.layout.num_params());
+    f.model->GetGrads(grads.data());
+    EXPECT_EQ(grads, expected) << "step " << step;
+    if (step > 0) {
+      for (const Bucket& b : buckets) want.push_back(b.begin);
+    }
+  }
+  EXPECT_EQ(peer.backend->offsets(), want);
+  const Bucket whole = WholeModelBucket(f.layout);
+  EXPECT_EQ(whole.begin, 0u);
+  EXPECT_EQ(whole.end, f.layout.num_params());
+  EXPECT_EQ(whole.first_layer, 0);
+  EXPECT_EQ(whole.tensors,
+            (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight",
+                                      "fc2.bias", "fc3.weight", "fc3.bias"}));
+}
+
 TEST(BucketReducerTest, AFailedBucketFailsFinishAndStopsTheRest) {
   for (bool overlap : {true, false}) {
     Fixture f;

@@ -11,13 +11,14 @@ namespace {
 
 class AllReduceHook : public CommHook {
  public:
-  void Reduce(comm::Communicator& comm, size_t, float* grads, size_t begin,
-              size_t end) override {
-    comm.AllReduce(grads + begin, end - begin, comm::ReduceOp::kAvg);
+  void Reduce(comm::Communicator& comm, const GradBucket& bucket,
+              float* grads) override {
+    comm.AllReduce(grads + bucket.begin, bucket.count(), comm::ReduceOp::kAvg);
   }
-  uint64_t BusBytes(size_t, size_t count, int world_size) const override {
-    return comm::AllReduceBusBytes(count * sizeof(float), world_size);
+  uint64_t BusBytes(const GradBucket& bucket, int world_size) const override {
+    return comm::AllReduceBusBytes(bucket.count() * sizeof(float), world_size);
   }
+  bool elementwise() const override { return true; }
 };
 
 class CompressHook : public CommHook {
@@ -28,21 +29,23 @@ class CompressHook : public CommHook {
         wire_(reinterpret_cast<uint16_t*>(comm.Allocate((max_count + 1) / 2))),
         max_count_(max_count) {}
 
-  void Reduce(comm::Communicator& comm, size_t, float* grads, size_t begin,
-              size_t end) override {
-    if (end > max_count_ || begin > end) {
+  void Reduce(comm::Communicator& comm, const GradBucket& bucket,
+              float* grads) override {
+    if (bucket.end > max_count_ || bucket.begin > bucket.end) {
       throw std::logic_error("compress hook: a bucket beyond its buffer");
     }
-    const size_t count = end - begin;
+    const size_t begin = bucket.begin, count = bucket.count();
     uint16_t* wire = wire_ + begin;
     kernels_.narrow(wire, grads + begin, count);
     kernels_.scale(wire, static_cast<float>(comm.world_size()), count);
     comm.AllReduce(wire, count, type_, comm::ReduceOp::kSum);
     kernels_.widen(grads + begin, wire, count);
   }
-  uint64_t BusBytes(size_t, size_t count, int world_size) const override {
-    return comm::AllReduceBusBytes(count * sizeof(uint16_t), world_size);
+  uint64_t BusBytes(const GradBucket& bucket, int world_size) const override {
+    return comm::AllReduceBusBytes(bucket.count() * sizeof(uint16_t),
+                                   world_size);
   }
+  bool elementwise() const override { return true; }
 
  private:
   const comm::DataType type_;

@@ -260,31 +260,34 @@ class PowerSgdHook : public CommHook {
     has_q_.assign(plans_.size(), false);
   }
 
-  void Reduce(comm::Communicator& comm, size_t bucket, float* grads,
-              size_t begin, size_t end) override {
-    const BucketPlan& plan = plans_.at(bucket);
-    if (begin != plan.begin || end != plan.end) {
-      throw std::logic_error("powersgd: a bucket it was not planned for");
-    }
+  void Reduce(comm::Communicator& comm, const GradBucket& bucket,
+              float* grads) override {
     if (iter_ < options_.start_iter) {
-      // _allreduce_fut: divide, then sum.
-      DivideBy(comm.world_size(), grads + begin, end - begin);
-      comm.AllReduce(grads + begin, end - begin, comm::ReduceOp::kSum);
-    } else if (options_.batched) {
-      CompressBatched(comm, bucket, grads);
+      // _allreduce_fut: divide, then sum (any layout: DDP's step 0 has one
+      // bucket, before the rebuild these plans are for).
+      DivideBy(comm.world_size(), grads + bucket.begin, bucket.count());
+      comm.AllReduce(grads + bucket.begin, bucket.count(),
+                     comm::ReduceOp::kSum);
     } else {
-      Compress(comm, bucket, grads);
+      const BucketPlan& plan = plans_.at(bucket.index);
+      if (bucket.begin != plan.begin || bucket.end != plan.end) {
+        throw std::logic_error("powersgd: a bucket it was not planned for");
+      }
+      if (options_.batched) {
+        CompressBatched(comm, bucket.index, grads);
+      } else {
+        Compress(comm, bucket.index, grads);
+      }
     }
-    if (bucket + 1 == plans_.size()) ++iter_;  // bucket.is_last()
+    if (bucket.is_last) ++iter_;
   }
 
-  uint64_t BusBytes(size_t bucket, size_t count,
-                    int world_size) const override {
-    const BucketPlan& plan = plans_.at(bucket);
+  uint64_t BusBytes(const GradBucket& bucket, int world_size) const override {
     auto bus = [&](size_t n) {
       return comm::AllReduceBusBytes(n * sizeof(float), world_size);
     };
-    if (iter_ < options_.start_iter) return bus(count);
+    if (iter_ < options_.start_iter) return bus(bucket.count());
+    const BucketPlan& plan = plans_.at(bucket.index);
     if (options_.batched) {
       return 2 * bus(plan.side * static_cast<size_t>(options_.rank));
     }
@@ -468,12 +471,13 @@ void ValidatePowerSgd(const PowerSgdOptions& options) {
     throw std::invalid_argument("--powersgd_rank must be in [1, 1024], not " +
                                 std::to_string(options.rank));
   }
-  if (options.start_iter < 0 ||
+  if (options.start_iter < 1 ||
       (options.start_iter < 2 &&
        (options.error_feedback || options.warm_start))) {
     throw std::invalid_argument(
         "--powersgd_start_iter must be at least 2 with error feedback or warm "
-        "start (DDP rebuilds its buckets after step 0, as torch says), not " +
+        "start (DDP rebuilds its buckets after step 0, as torch says), and at "
+        "least 1 without (step 0's one bucket is not compressed here), not " +
         std::to_string(options.start_iter));
   }
   if (!(options.min_compression_rate >= 1) ||

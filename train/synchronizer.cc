@@ -55,7 +55,8 @@ class AllReduceSynchronizer : public Synchronizer {
     if (resumed) hook_->Restored();
   }
   std::vector<SyncTensor> state() override { return hook_->state(); }
-  nn::BackwardObserver* backward_observer(int64_t) override {
+  nn::BackwardObserver* backward_observer(int64_t step) override {
+    if (reducer_) reducer_->BeginStep(step);  // DDP's one bucket at step 0
     return reducer_.get();
   }
   void AfterBackward(nn::Mlp& model, int64_t) override {
@@ -66,12 +67,13 @@ class AllReduceSynchronizer : public Synchronizer {
       return;
     }
     const size_t count = model.layout().num_params();
+    const GradBucket whole{0, 0, count, true};
     ScopedSpan reduce(
         tracer_, Track::kComm, "allreduce gradients", "comm",
-        static_cast<int64_t>(hook_->BusBytes(0, count, comm_.world_size())));
+        static_cast<int64_t>(hook_->BusBytes(whole, comm_.world_size())));
     std::vector<float> host(count);
     model.GetGrads(host.data());
-    hook_->Reduce(comm_, 0, host.data(), 0, count);
+    hook_->Reduce(comm_, whole, host.data());
     model.SetGrads(host.data());
   }
   void AfterStep(nn::Mlp&, int64_t) override {}
