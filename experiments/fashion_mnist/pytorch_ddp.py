@@ -25,6 +25,7 @@ allreduce, the default), fp16 (DDP with fp16_compress_hook; 1.13 refuses bf16_co
 CUDA and NCCL), powersgd (DDP with powerSGD_hook, error feedback and warm start, each bucket's
 future waited for in the hook: 1.13's own order of collectives races on gloo), post_local_sgd (DDP with post_localSGD_hook, start_localSGD_iter =
 --avg_warmup, over one-rank subgroups made with new_group, since 1.13's new_subgroups needs CUDA,
+or with --post_local_subgroup=host over those of each host's ranks, --ranks_per_host of them,
 and PeriodicModelAverager(--avg_period, --avg_warmup) after each optimiser step) or diloco (no DDP:
 each rank takes --inner_steps SGD steps on its own, then the change of its parameters from the
 outer ones, divided by the world size, is allreduced and applied to the outer parameters by
@@ -245,13 +246,24 @@ def synchronise(torch, dist, model, args, rank, world):
         return net, None, None
     from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_local
     from torch.distributed.algorithms.model_averaging import averagers
-    groups = [dist.new_group([r]) for r in range(world)]  # every rank makes every group
-    state = post_local.PostLocalSGDState(process_group=None, subgroup=groups[rank],
+    # Subgroups of one rank, or of the ranks of one host (contiguous, as torchrun places them).
+    size = 1 if args.post_local_subgroup == "rank" else ranks_per_host(args, world)
+    groups = [dist.new_group(list(range(first, first + size)))
+              for first in range(0, world, size)]  # every rank makes every group
+    state = post_local.PostLocalSGDState(process_group=None, subgroup=groups[rank // size],
                                          start_localSGD_iter=args.avg_warmup)
     net.register_comm_hook(state, post_local.post_localSGD_hook)
     averager = averagers.PeriodicModelAverager(period=args.avg_period,
                                                warmup_steps=args.avg_warmup)
     return net, lambda step: averager.average_parameters(net.parameters()), None
+
+
+def ranks_per_host(args, world):
+    """--ranks_per_host, else the launcher's LOCAL_WORLD_SIZE, else all: one host."""
+    size = args.ranks_per_host or int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if size < 1 or world % size:
+        raise UsageError(f"{world} ranks do not fill hosts of {size}")
+    return size
 
 
 def train_rank(rank, args, scratch):
@@ -387,6 +399,7 @@ def write_outputs(args, scratch, wall, torch_version):
             "sync": args.sync,
             "avg_period": args.avg_period,
             "avg_warmup": args.avg_warmup,
+            "post_local_subgroup": args.post_local_subgroup,
             "inner_steps": args.inner_steps,
             "outer_lr": args.outer_lr,
             "outer_momentum": args.outer_momentum,
@@ -440,6 +453,12 @@ def parse_args(argv):
     parser.add_argument("--avg_period", type=int, default=4, help="post_local_sgd: K")
     parser.add_argument("--avg_warmup", type=int, default=0,
                         help="post_local_sgd: steps of DDP allreduce first")
+    parser.add_argument("--post_local_subgroup", choices=("rank", "host"), default="rank",
+                        help="post_local_sgd after the warm-up: each rank's gradients its own, "
+                        "or averaged among its host's ranks (an intra-node subgroup)")
+    parser.add_argument("--ranks_per_host", type=int, default=0,
+                        help="post_local_subgroup=host: ranks per host, contiguous (0: "
+                        "LOCAL_WORLD_SIZE under a launcher, else every rank)")
     parser.add_argument("--inner_steps", type=int, default=16, help="diloco: H")
     parser.add_argument("--outer_lr", type=float, default=0.7, help="diloco")
     parser.add_argument("--outer_momentum", type=float, default=0.9, help="diloco (Nesterov)")
@@ -454,7 +473,11 @@ def parse_args(argv):
     for name in ("world_size", "epochs", "batch_size", "eval_every", "avg_period", "inner_steps"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be at least 1")
-    if min(args.train_subset, args.seed, args.sampler_seed, args.avg_warmup) < 0:
+    if args.ranks_per_host and args.world_size % args.ranks_per_host:
+        raise UsageError(f"--world_size={args.world_size} is not a multiple of "
+                         f"--ranks_per_host={args.ranks_per_host}")
+    if min(args.train_subset, args.seed, args.sampler_seed, args.avg_warmup,
+           args.ranks_per_host) < 0:
         raise UsageError("--train_subset, --seed, --sampler_seed and --avg_warmup must be >= 0")
     if not (args.outer_lr >= 0) or not (0 <= args.outer_momentum < 1):
         raise UsageError("--outer_lr must be >= 0 and --outer_momentum in [0, 1)")

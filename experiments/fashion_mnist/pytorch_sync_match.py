@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """ringlab's synchronisers against PyTorch's own, bit for bit: for each pair below, ringlab's
-trainer (2 ranks over shm_ring) and pytorch_ddp.py (2 gloo ranks, one BLAS thread each) train the
+trainer (2 ranks over shm_ring; 4 over gloo, for two pairs, one of them on 2 emulated hosts) and
+pytorch_ddp.py (as many gloo ranks, one BLAS thread each) train the
 Fashion-MNIST MLP from the same seed on the same first --train_subset images, and every training
 loss of every rank must be the same float32 value, each evaluation's test accuracy the same. Both
 sides reach the same OpenBLAS at run time, so this holds on any CPU and kernel (the arithmetic
@@ -46,7 +47,25 @@ PAIRS = {
                        ["--sync=post_local_sgd", "--avg_warmup=10", "--avg_period=4"]),
     "diloco": (["--sync=diloco", "--inner_steps=8", "--outer_lr=0.7", "--outer_momentum=0.9"],
                ["--sync=diloco", "--inner_steps=8", "--outer_lr=0.7", "--outer_momentum=0.9"]),
+    # 4 ranks: a ring's sums now depend on where each gradient sits in its bucket (DDP's order,
+    # not the model's), so these go over gloo on both sides.
+    "allreduce_4_ranks": (["--sync=allreduce"], ["--sync=ddp"]),
+    "post_local_sgd_host": (["--sync=post_local_sgd", "--avg_warmup=4", "--avg_period=3",
+                             "--post_local_subgroup=host"],
+                            ["--sync=post_local_sgd", "--avg_warmup=4", "--avg_period=3",
+                             "--post_local_subgroup=host"]),
 }
+# Where each side's ranks run: 2 over shm_ring (ringlab) and gloo (PyTorch) unless named here.
+# post_local_sgd_host: 2 emulated hosts of 2 ranks (ringlab's --hosts; PyTorch's subgroups of
+# --ranks_per_host on one machine: the arithmetic does not see the hosts).
+JOBS = {
+    "allreduce_4_ranks": (["--comm=gloo", "--nprocs=4"], ["--world_size=4"]),
+    "post_local_sgd_host": (["--comm=gloo", "--nprocs=4", "--hosts=2"],
+                            ["--world_size=4", "--ranks_per_host=2"]),
+}
+DEFAULT_JOB = (["--comm=shm_ring", "--nprocs=2"], ["--world_size=2"])
+# What train says where this machine cannot make emulated hosts (the pair is skipped).
+NO_HOSTS = ("--hosts needs", "cannot create a network namespace")
 
 
 def read_run(run_dir):
@@ -129,14 +148,21 @@ def main():
                 continue
             ringlab_dir, torch_dir = os.path.join(tmp, name, "ringlab"), os.path.join(tmp, name,
                                                                                      "pytorch")
-            run([args.train, "--dataset=fashion_mnist", "--comm=shm_ring", "--nprocs=2",
-                 f"--out_dir={ringlab_dir}"] + common + ours, f"ringlab --sync={name}")
+            ringlab_job, torch_job = JOBS.get(name, DEFAULT_JOB)
+            try:
+                run([args.train, "--dataset=fashion_mnist", f"--out_dir={ringlab_dir}"] +
+                    ringlab_job + common + ours, f"ringlab --sync={name}")
+            except RuntimeError as e:
+                if "--hosts=2" not in ringlab_job or not any(m in str(e) for m in NO_HOSTS):
+                    raise
+                print(f"{name}: skipped ({str(e).splitlines()[-1]})", flush=True)
+                continue
             run_pytorch(["/usr/bin/python3", os.path.join(HERE, "pytorch_ddp.py"),
-                         "--world_size=2", f"--timeout={PYTORCH_TIMEOUT_S}",
-                         f"--out_dir={torch_dir}"] + common + theirs, f"pytorch {theirs[0]}")
+                         f"--timeout={PYTORCH_TIMEOUT_S}", f"--out_dir={torch_dir}"] +
+                        torch_job + common + theirs, f"pytorch {theirs[0]}")
             ringlab_run = read_run(ringlab_dir)
             difference = compare(ringlab_run, read_run(torch_dir))
-            steps = len(ringlab_run[0]) // 2
+            steps = len(ringlab_run[0]) // (1 + max(r for r, _ in ringlab_run[0]))
             print(f"{name}: {'bit for bit' if not difference else 'FAIL: ' + difference} "
                   f"({steps} steps per rank, test accuracy {ringlab_run[1][-1][1]:.4f})",
                   flush=True)
