@@ -53,10 +53,9 @@ BucketReducer::BucketReducer(comm::Communicator& comm, const nn::Mlp& model,
       overlap_(overlap),
       hook_(hook),
       tracer_(tracer) {
-  // The same on every rank (world size, hook and memory agree), so the
-  // collective Allocate is made by all or none.
-  if (comm.world_size() >= 3 && hook.elementwise() &&
-      comm.memory() == comm::MemoryKind::kHost &&
+  // The same on every rank (world size and memory agree), so the collective
+  // Allocate is made by all or none.
+  if (comm.world_size() >= 3 && comm.memory() == comm::MemoryKind::kHost &&
       model.device() == nn::Device::kCpu) {
     staging_ = comm.Allocate(model.layout().num_params());
   }
@@ -119,7 +118,7 @@ void BucketReducer::Reduce(const Ready& ready) {
       static_cast<int64_t>(hook_.BusBytes(grad_bucket, comm_.world_size())));
   // A bucket already in model order (step 0's) needs no copy.
   const bool staged =
-      staging_ != nullptr && bucket.tensors.size() > 1 &&
+      staging_ != nullptr && hook_.elementwise() && bucket.tensors.size() > 1 &&
       bucket.tensors.front() != model_.layout().tensors().front().name;
   if (staged) Stage(bucket, /*to_bucket=*/true);
   hook_.Reduce(comm_, grad_bucket, staged ? staging_ : grads_);

@@ -39,10 +39,11 @@ class CommHook {
   // The bus bytes of the bucket in the step about to be reduced, for the
   // traces.
   virtual uint64_t BusBytes(const GradBucket& bucket, int world_size) const = 0;
-  // True where the result of each element depends only on that element
-  // across ranks (and the collective's order of summing it), not on where
-  // the bucket's tensors lie: the bucket reducer may then hand it the bucket
-  // in another buffer, in DDP's order of its tensors.
+  // True where, for the bucket about to be reduced, the result of each
+  // element depends only on that element across ranks (and the collective's
+  // order of summing it), not on where the bucket's tensors lie: the bucket
+  // reducer may then hand it the bucket in another buffer, in DDP's order of
+  // its tensors.
   virtual bool elementwise() const { return false; }
   // Its state for checkpoints (Synchronizer::state); Restored is called once
   // a checkpoint's values are back in those vectors.

@@ -282,6 +282,10 @@ class PowerSgdHook : public CommHook {
     if (bucket.is_last) ++iter_;
   }
 
+  // Its plain steps are; its compressed ones lay out U, P and Q in DDP's
+  // tensor order themselves.
+  bool elementwise() const override { return iter_ < options_.start_iter; }
+
   uint64_t BusBytes(const GradBucket& bucket, int world_size) const override {
     auto bus = [&](size_t n) {
       return comm::AllReduceBusBytes(n * sizeof(float), world_size);

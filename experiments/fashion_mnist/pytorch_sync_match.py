@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """ringlab's synchronisers against PyTorch's own, bit for bit: for each pair below, ringlab's
-trainer (2 ranks over shm_ring; 4 over gloo, for two pairs, one of them on 2 emulated hosts) and
+trainer (2 ranks over shm_ring; 4 over gloo, for three pairs, one of them on 2 emulated hosts) and
 pytorch_ddp.py (as many gloo ranks, one BLAS thread each) train the
 Fashion-MNIST MLP from the same seed on the same first --train_subset images, and every training
 loss of every rank must be the same float32 value, each evaluation's test accuracy the same. Both
@@ -50,6 +50,8 @@ PAIRS = {
     # 4 ranks: a ring's sums now depend on where each gradient sits in its bucket (DDP's order,
     # not the model's), so these go over gloo on both sides.
     "allreduce_4_ranks": (["--sync=allreduce"], ["--sync=ddp"]),
+    "powersgd_r4_4_ranks": (["--sync=powersgd", "--powersgd_rank=4", "--powersgd_start_iter=6"],
+                            ["--sync=powersgd", "--powersgd_rank=4", "--powersgd_start_iter=6"]),
     "post_local_sgd_host": (["--sync=post_local_sgd", "--avg_warmup=4", "--avg_period=3",
                              "--post_local_subgroup=host"],
                             ["--sync=post_local_sgd", "--avg_warmup=4", "--avg_period=3",
@@ -60,6 +62,7 @@ PAIRS = {
 # --ranks_per_host on one machine: the arithmetic does not see the hosts).
 JOBS = {
     "allreduce_4_ranks": (["--comm=gloo", "--nprocs=4"], ["--world_size=4"]),
+    "powersgd_r4_4_ranks": (["--comm=gloo", "--nprocs=4"], ["--world_size=4"]),
     "post_local_sgd_host": (["--comm=gloo", "--nprocs=4", "--hosts=2"],
                             ["--world_size=4", "--ranks_per_host=2"]),
 }
