@@ -312,15 +312,13 @@ RankContext GroupContext(const RankContext& job,
                          const std::vector<int>& members, Store* store) {
   RankContext group;
   group.world_size = static_cast<int>(members.size());
-  bool one_host = true;
   for (int i = 0; i < group.world_size; ++i) {
     if (members[i] == job.rank) group.rank = i;
     if (static_cast<size_t>(members[i]) < job.peers.size()) {
       group.peers.push_back(job.peers[members[i]]);
-      one_host = one_host && group.peers.back().SameHost(group.peers[0]);
     }
   }
-  group.local_rank = one_host ? group.rank : job.local_rank;
+  group.local_rank = job.local_rank;  // a rank's device stays its own
   group.store = store;
   group.job_secret = job.job_secret;
   return group;

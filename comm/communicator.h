@@ -203,9 +203,9 @@ std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
 
 // The context of a group of the job's ranks, as torch.distributed.new_group
 // makes one: `members` are job ranks in the order of their group ranks, this
-// rank among them; rank, world size and peers are the group's, local_rank its
-// index on the host where every member shares one (else the job's, by which a
-// GPU backend picks its device). Its store is `store`.
+// rank among them; rank, world size and peers are the group's, local_rank the
+// job's (by which a GPU backend picks its device: a rank's stays its own, as
+// in torch's groups). Its store is `store`.
 RankContext GroupContext(const RankContext& job,
                          const std::vector<int>& members, Store* store);
 

@@ -386,8 +386,9 @@ TEST(CreateGroupCommunicatorTest, AGroupIsItsMembersAndMeetsOnlyThem) {
   EXPECT_TRUE(store.Check({"group/2,3/comm/0/mine", "group/3,1/comm/0/mine"}));
   const RankContext group = GroupContext(c, {3, 1}, &store);
   EXPECT_EQ(group.peers[1].host, "a");
-  EXPECT_EQ(group.local_rank, 1);  // not one host: the job's
-  EXPECT_EQ(GroupContext(c, {2, 3}, &store).local_rank, 1);
+  EXPECT_EQ(group.local_rank, 1);  // the job's
+  c.local_rank = 5;
+  EXPECT_EQ(GroupContext(c, {2, 3}, &store).local_rank, 5);
   for (const std::vector<int>& bad :
        {std::vector<int>{0, 1}, {3, 3}, {3, 4}, {-1, 3}}) {
     EXPECT_THROW(CreateGroupCommunicator("front_test_spanning", c, bad, {}),

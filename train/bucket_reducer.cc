@@ -77,6 +77,9 @@ void BucketReducer::Stage(const Bucket& bucket, bool to_bucket) {
       at += t.size;
     }
   }
+  if (at != bucket.end) {
+    throw std::logic_error("bucket reducer: a bucket's tensors do not fill it");
+  }
 }
 
 BucketReducer::~BucketReducer() {

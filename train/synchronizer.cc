@@ -207,7 +207,7 @@ void ValidateSync(const std::string& name, const SyncOptions& options) {
   }
   if (name == "powersgd") {
     ValidatePowerSgd(options.powersgd);
-    CheckStepRange("--powersgd_start_iter", options.powersgd.start_iter, 0);
+    CheckStepRange("--powersgd_start_iter", options.powersgd.start_iter, 1);
   }
   if (options.first_bucket_bytes == 0 || options.bucket_cap_bytes == 0) {
     throw std::invalid_argument("bucket caps must be positive");

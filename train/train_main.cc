@@ -119,13 +119,13 @@ DEFINE_int64(avg_warmup, 0,
 DEFINE_string(post_local_subgroup, "rank",
               "post_local_sgd after the warm-up: rank (each rank's gradients "
               "its own, PyTorch's one-rank subgroups) | host (averaged among "
-              "the ranks of its host, over --intra's backend or the job's GPU "
-              "one: post_localSGD_hook's intra-node subgroup)");
+              "the ranks of its host, over shm_ring or the job's GPU "
+              "backend: post_localSGD_hook's intra-node subgroup)");
 DEFINE_int64(inner_steps, 16, "diloco: inner SGD steps per outer step (H)");
 DEFINE_int32(powersgd_rank, 1, "powersgd: matrix_approximation_rank");
 DEFINE_int64(powersgd_start_iter, 1000,
              "powersgd: steps of plain allreduce first (start_powerSGD_iter; "
-             "at least 2 with error feedback or warm start)");
+             "at least 2 with error feedback or warm start, else 1)");
 DEFINE_double(powersgd_min_compression_rate, 2,
               "powersgd: compress a matrix only if it shrinks this much");
 DEFINE_bool(powersgd_error_feedback, true,
@@ -201,18 +201,23 @@ FaultInjection Faults() {
   return faults;
 }
 
-// --post_local_subgroup=host: a communicator among the ranks of this rank's
-// host (null otherwise), over the fastest backend there: --intra's (shm_ring)
-// for host memory, the job's own where it reduces GPU memory.
-std::unique_ptr<comm::Communicator> HostGroup(const TrainConfig& config,
-                                              const comm::RankContext& context,
-                                              const comm::CommOptions& options,
-                                              const comm::Communicator& job) {
+// --post_local_subgroup=host: what makes a communicator among the ranks of
+// this rank's host (null otherwise), over the fastest backend there:
+// shm_ring for host memory, the job's own where it reduces GPU memory. The
+// context and options are copied: the factory runs later, in RunRank.
+HostCommFactory HostGroup(const TrainConfig& config,
+                          const comm::RankContext& context,
+                          const comm::CommOptions& options,
+                          const comm::Communicator& job) {
   if (!config.sync_options.post_local_host_subgroup) return nullptr;
-  return comm::CreateGroupCommunicator(
-      job.memory() == comm::MemoryKind::kDevice ? config.comm
-                                                : options.intra_host,
-      context, comm::RanksOnHostOf(context.peers, context.rank), options);
+  const std::string name = job.memory() == comm::MemoryKind::kDevice
+                               ? config.comm
+                               : options.intra_host;
+  return [name, context, options] {
+    return comm::CreateGroupCommunicator(
+        name, context, comm::RanksOnHostOf(context.peers, context.rank),
+        options);
+  };
 }
 
 // --intra and --inter choose hier's parts and nothing else: given with
@@ -381,10 +386,11 @@ int RunThisRank(const TrainConfig& config) {
         SelectRankDevice(config.cuda_device, context.local_rank);
   }
   auto communicator = comm::CreateCommunicator(config.comm, context, options);
-  const auto host_comm = HostGroup(config, context, options, *communicator);
+  const HostCommFactory host_comm =
+      HostGroup(config, context, options, *communicator);
   TrainConfig placed = config;
   placed.emulated_host = job.emulated_host;
-  RunRank(placed, *communicator, Faults(), host_comm.get());
+  RunRank(placed, *communicator, Faults(), host_comm);
   return 0;
 }
 
@@ -414,8 +420,8 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
         mine.cuda_device = SelectRankDevice(std::max(config.cuda_device, 0), 0);
         auto communicator =
             comm::CreateCommunicator(config.comm, context, mine);
-        const auto host_comm = HostGroup(config, context, mine, *communicator);
-        RunRank(config, *communicator, {}, host_comm.get());
+        RunRank(config, *communicator, {},
+                HostGroup(config, context, mine, *communicator));
       },
       2 * config.timeout + std::chrono::seconds(10));
   if (result.ok()) return 0;

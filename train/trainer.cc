@@ -259,7 +259,7 @@ std::vector<float> FinalParams(const Synchronizer& synchronizer,
 
 TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
                     const FaultInjection& faults,
-                    comm::Communicator* host_comm) {
+                    const HostCommFactory& make_host_comm) {
   const int rank = comm.rank();
   const int world_size = comm.world_size();
   const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
@@ -287,6 +287,9 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
     PrepareCheckpoints(config, world_size, data.train.size);
   }
   CheckRanksAgree(config, data.train.size, comm);
+  const std::unique_ptr<comm::Communicator> host =
+      make_host_comm ? make_host_comm() : nullptr;
+  comm::Communicator* const host_comm = host.get();
 
   Tracer tracer(!config.trace_path.empty(), rank);
   std::unique_ptr<nn::Mlp> model = CreateModel(config, layout, comm);

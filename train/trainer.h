@@ -6,6 +6,8 @@
 #ifndef RINGLAB_TRAIN_TRAINER_H_
 #define RINGLAB_TRAIN_TRAINER_H_
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,11 +40,17 @@ struct TrainResult {
 // Runs one rank to the end. Rank 0 writes the outputs when out_dir is set.
 // Throws std::invalid_argument for bad input (files, disagreeing ranks) and
 // comm::CommError / std::runtime_error for failures.
-// faults: testing only (fault_injection.h). host_comm: the ranks of this
-// rank's host, for --post_local_subgroup=host (its bytes count as sent).
+// Makes the communicator among the ranks of this rank's host, for
+// --post_local_subgroup=host; called once the ranks agree on the settings
+// (so that a rank with other ones fails the agreement instead of leaving the
+// others waiting to meet it).
+using HostCommFactory = std::function<std::unique_ptr<comm::Communicator>()>;
+
+// faults: testing only (fault_injection.h). make_host_comm: where the
+// settings want one (its bytes count as sent).
 TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
                     const FaultInjection& faults = {},
-                    comm::Communicator* host_comm = nullptr);
+                    const HostCommFactory& make_host_comm = nullptr);
 
 }  // namespace ringlab::train
 

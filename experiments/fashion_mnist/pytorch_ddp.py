@@ -473,12 +473,15 @@ def parse_args(argv):
     for name in ("world_size", "epochs", "batch_size", "eval_every", "avg_period", "inner_steps"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be at least 1")
+    if args.post_local_subgroup == "host" and args.sync != "post_local_sgd":
+        raise UsageError("--post_local_subgroup=host is post_local_sgd's")
     if args.ranks_per_host and args.world_size % args.ranks_per_host:
         raise UsageError(f"--world_size={args.world_size} is not a multiple of "
                          f"--ranks_per_host={args.ranks_per_host}")
     if min(args.train_subset, args.seed, args.sampler_seed, args.avg_warmup,
            args.ranks_per_host) < 0:
-        raise UsageError("--train_subset, --seed, --sampler_seed and --avg_warmup must be >= 0")
+        raise UsageError("--train_subset, --seed, --sampler_seed, --avg_warmup and "
+                         "--ranks_per_host must be >= 0")
     if not (args.outer_lr >= 0) or not (0 <= args.outer_momentum < 1):
         raise UsageError("--outer_lr must be >= 0 and --outer_momentum in [0, 1)")
     if not (args.lr >= 0) or not (0 < args.timeout <= 86400):

@@ -104,8 +104,17 @@ def compare(ours, theirs):
 # PyTorch's ranks wait at most this long for each other, and each dumps its threads' stacks and
 # exits after (epochs + 1.5) times it (pytorch_ddp.py): a hang costs 4 minutes, not the test.
 PYTORCH_TIMEOUT_S = 90
-# How faulthandler's dump begins, and how pytorch_ddp.py reports ranks it had to kill.
-HANG_MARKS = ("Timeout (", "did not finish within")
+# How faulthandler's dump begins, how pytorch_ddp.py reports ranks it had to kill, and how gloo
+# reports a collective that waited past --timeout.
+HANG_MARKS = ("Timeout (", "did not finish within", "Timed out waiting")
+
+
+class RunFailed(RuntimeError):
+    """A run that exited non-zero; `output` is all it printed."""
+
+    def __init__(self, message, output):
+        super().__init__(message)
+        self.output = output
 
 
 def run(argv, what):
@@ -113,7 +122,8 @@ def run(argv, what):
     result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             timeout=600)
     if result.returncode != 0:
-        raise RuntimeError(f"{what} exited {result.returncode}: {result.stdout[-4000:]}")
+        raise RunFailed(f"{what} exited {result.returncode}: {result.stdout[-4000:]}",
+                        result.stdout)
     return result.stdout
 
 
@@ -123,8 +133,8 @@ def run_pytorch(argv, what):
     reported with its stacks and run again, while any other failure, and a second hang, fails."""
     try:
         return run(argv, what)
-    except RuntimeError as e:
-        if not any(mark in str(e) for mark in HANG_MARKS):
+    except RunFailed as e:
+        if not any(mark in e.output for mark in HANG_MARKS):
             raise
         print(f"note: {what} hung; its ranks' stacks:\n{e}\nretrying once", flush=True)
         return run(argv, what)
@@ -155,10 +165,10 @@ def main():
             try:
                 run([args.train, "--dataset=fashion_mnist", f"--out_dir={ringlab_dir}"] +
                     ringlab_job + common + ours, f"ringlab --sync={name}")
-            except RuntimeError as e:
-                if "--hosts=2" not in ringlab_job or not any(m in str(e) for m in NO_HOSTS):
+            except RunFailed as e:
+                if "--hosts=2" not in ringlab_job or not any(m in e.output for m in NO_HOSTS):
                     raise
-                print(f"{name}: skipped ({str(e).splitlines()[-1]})", flush=True)
+                print(f"{name}: skipped ({e.output.strip().splitlines()[-1]})", flush=True)
                 continue
             run_pytorch(["/usr/bin/python3", os.path.join(HERE, "pytorch_ddp.py"),
                          f"--timeout={PYTORCH_TIMEOUT_S}", f"--out_dir={torch_dir}"] +
