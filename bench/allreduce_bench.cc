@@ -52,6 +52,7 @@
 #include "comm/cluster/link_probe.h"
 #include "comm/communicator.h"
 #include "comm/job/launch.h"
+#include "comm/job/mpirun_on_hosts.h"
 #include "comm/job/rendezvous.h"
 #include "comm/tuning.h"
 #include "comm/tuning_env.h"
@@ -335,7 +336,21 @@ int RunRank(const comm::BackendTuning& tuning) {
   return 0;
 }
 
-// The ranks, on emulated hosts with --hosts: then the link's floor is
+// Whether a backend of --backends takes its ranks from mpirun (mpi).
+bool WantsMpirun() {
+  for (const std::string& spec : SplitList(FLAGS_backends, ',')) {
+    const comm::BackendDescription* description =
+        comm::FindBackend(SplitList(spec, ':').front());
+    if (description != nullptr &&
+        description->launch == comm::RankLaunch::kMpirun) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The ranks, on emulated hosts with --hosts (under mpirun when a backend
+// needs it): then the link's floor is
 // measured first (one TCP stream from host 0 to host 1 for a second) and
 // handed to the ranks.
 int Launch(std::vector<std::string> argv) {
@@ -357,6 +372,10 @@ int Launch(std::vector<std::string> argv) {
                  bits / 1e9);
     argv.push_back("--link_tcp_bits=" + std::to_string(bits));
     options.cluster = cluster.get();
+    // mpi's ranks must be mpirun's; the other backends' ranks join its too.
+    if (WantsMpirun()) {
+      return comm::LaunchMpirunOnHosts(FLAGS_nprocs, argv, *cluster);
+    }
   }
   return comm::LaunchRanks(FLAGS_nprocs, argv, options);
 }

@@ -12,7 +12,8 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   echo "skipped: torch does not import with /usr/bin/python3"; exit 0
 fi
 flags=(--world_size=2 --epochs=1 --train_subset=1024 --model=784,32,10 --quiet --timeout=60)
-namespaces() { find /proc/[0-9]*/ns/net /proc/[0-9]*/fd -lname 'net:*' -printf '%l\n' 2>/dev/null | sort -u; }
+# (find fails for processes that end while it reads: not an error here)
+namespaces() { { find /proc/[0-9]*/ns/net /proc/[0-9]*/fd -lname 'net:*' -printf '%l\n' 2>/dev/null || true; } | sort -u; }
 before=$(namespaces)
 
 timeout -k 5 300 /usr/bin/python3 "$script" "${flags[@]}" --out_dir="$out/one_host"
