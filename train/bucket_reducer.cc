@@ -21,7 +21,7 @@ std::vector<Bucket> AssignBuckets(const nn::MlpLayout& layout,
     if (current.tensors.empty()) current.end = t.offset + t.size;
     current.begin = t.offset;
     current.first_layer = static_cast<int>(i / 2);  // weight, bias per layer
-    current.tensors.push_back(t.name);
+    current.tensors.push_back(t);
     bytes += t.size * sizeof(float);
     const size_t cap = buckets.empty() ? first_cap_bytes : cap_bytes;
     if (bytes >= cap || i == 0) {
@@ -36,9 +36,7 @@ std::vector<Bucket> AssignBuckets(const nn::MlpLayout& layout,
 Bucket WholeModelBucket(const nn::MlpLayout& layout) {
   Bucket bucket;
   bucket.end = layout.num_params();
-  for (const nn::TensorSlot& t : layout.tensors()) {
-    bucket.tensors.push_back(t.name);
-  }
+  bucket.tensors = layout.tensors();
   return bucket;
 }
 
@@ -64,18 +62,15 @@ BucketReducer::BucketReducer(comm::Communicator& comm, const nn::Mlp& model,
 
 void BucketReducer::Stage(const Bucket& bucket, bool to_bucket) {
   size_t at = bucket.begin;
-  for (const std::string& name : bucket.tensors) {
-    for (const nn::TensorSlot& t : model_.layout().tensors()) {
-      if (t.name != name) continue;
-      float* const flat = grads_ + t.offset;
-      float* const staged = staging_ + at;
-      if (to_bucket) {
-        std::copy(flat, flat + t.size, staged);
-      } else {
-        std::copy(staged, staged + t.size, flat);
-      }
-      at += t.size;
+  for (const nn::TensorSlot& t : bucket.tensors) {
+    float* const flat = grads_ + t.offset;
+    float* const staged = staging_ + at;
+    if (to_bucket) {
+      std::copy(flat, flat + t.size, staged);
+    } else {
+      std::copy(staged, staged + t.size, flat);
     }
+    at += t.size;
   }
   if (at != bucket.end) {
     throw std::logic_error("bucket reducer: a bucket's tensors do not fill it");
@@ -120,9 +115,9 @@ void BucketReducer::Reduce(const Ready& ready) {
       "comm",
       static_cast<int64_t>(hook_.BusBytes(grad_bucket, comm_.world_size())));
   // A bucket already in model order (step 0's) needs no copy.
-  const bool staged =
-      staging_ != nullptr && hook_.elementwise() && bucket.tensors.size() > 1 &&
-      bucket.tensors.front() != model_.layout().tensors().front().name;
+  const bool staged = staging_ != nullptr && hook_.elementwise() &&
+                      bucket.tensors.size() > 1 &&
+                      bucket.tensors.front().offset != bucket.begin;
   if (staged) Stage(bucket, /*to_bucket=*/true);
   hook_.Reduce(comm_, grad_bucket, staged ? staging_ : grads_);
   if (staged) Stage(bucket, /*to_bucket=*/false);

@@ -47,7 +47,7 @@ struct Bucket {
   size_t end = 0;
   int first_layer = 0;  // the lowest layer with a tensor in it: once backward
                         // reports it, the bucket is complete
-  std::vector<std::string> tensors;  // state_dict names, in bucket order
+  std::vector<nn::TensorSlot> tensors;  // the layout's slots, in bucket order
 };
 
 // Tensors in reverse order into buckets: the first closes once it holds at

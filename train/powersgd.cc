@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <map>
 #include <new>
 #include <random>
 #include <stdexcept>
@@ -181,17 +180,13 @@ struct BucketPlan {
   size_t size() const { return end - begin; }
 };
 
-BucketPlan PlanBucket(const nn::MlpLayout& layout, const Bucket& bucket,
-                      const PowerSgdOptions& options) {
+BucketPlan PlanBucket(const Bucket& bucket, const PowerSgdOptions& options) {
   BucketPlan plan;
   plan.begin = bucket.begin;
   plan.end = bucket.end;
-  std::map<std::string, const nn::TensorSlot*> by_name;
-  for (const nn::TensorSlot& t : layout.tensors()) by_name[t.name] = &t;
   size_t at = 0;
   std::vector<std::pair<size_t, size_t>> shapes;  // first appearance order
-  for (const std::string& name : bucket.tensors) {
-    const nn::TensorSlot& slot = *by_name.at(name);
+  for (const nn::TensorSlot& slot : bucket.tensors) {
     TensorPlan t;
     t.flat = slot.offset;
     t.at = at;
@@ -248,7 +243,7 @@ class PowerSgdHook : public CommHook {
                const PowerSgdOptions& options)
       : options_(options), counters_(4, 0.0f) {
     for (const Bucket& b : buckets) {
-      plans_.push_back(PlanBucket(layout, b, options));
+      plans_.push_back(PlanBucket(b, options));
       const BucketPlan& plan = plans_.back();
       const size_t r = static_cast<size_t>(options.rank);
       error_.emplace_back(options.batched ? plan.side * plan.side : plan.size(),

@@ -32,12 +32,19 @@ same per-rank batch); backward is 2/3 of compute (two GEMMs per layer against fo
         --bench=bench/results/links/2026-12-01-allreduce-2hosts-x2-1gbit.txt [--plot=out.png]
 
 It prints the fit, the prediction beside every measured row (the fit's own check), and the
-extrapolation to N = 8 ... 1024 ranks at 8 per host on 25, 100 and 400 Gbit/s links.
+extrapolation to N = 8 ... 1024 ranks at 8 per host on 25, 100 and 400 Gbit/s links. With
+`--runs=DIR,...` (the trainer's --out_dir of runs made with the bench's --nprocs, --hosts and
+--link) it also predicts each run's mean step from its own compute (step minus exposed
+communication, losses.csv) and its backend's fit, and prints it beside the measured step.
 """
 
 import argparse
+import csv
+import json
 import math
+import os
 import re
+import statistics
 import sys
 
 import numpy as np
@@ -48,6 +55,12 @@ BACKWARD_SHARE = 2 / 3
 EXTRAPOLATE_RANKS = (8, 16, 32, 64, 128, 256, 512, 1024)
 EXTRAPOLATE_LINKS_GBIT = (25, 100, 400)
 RANKS_PER_HOST = 8
+
+
+RUN_WARMUP_STEPS = 20  # a run's first steps (allocation, caches), left out of its mean
+# What each synchroniser's step sends (the model's size): fp16 and bf16 two bytes a gradient.
+SIZE_DIVISOR = {"allreduce": 1, "fp16": 2, "bf16": 2, "param_avg": 1, "post_local_sgd": 1,
+                "diloco": 1, "none": 1}
 
 
 class ModelError(Exception):
@@ -198,6 +211,61 @@ def plot(table, path, compute_ms):
     plt.close(fig)
 
 
+def read_run(run_dir):
+    """(config, mean step ms, mean compute ms) of rank 0's steps after the warm-up in a
+    trainer's out_dir; compute is the step less its exposed communication (comm_ms)."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            config = json.load(f)
+        with open(os.path.join(run_dir, "losses.csv")) as f:
+            rows = [r for r in csv.DictReader(f) if r.get("rank") == "0"]
+        steps = [float(r["step_ms"]) for r in rows[RUN_WARMUP_STEPS:]]
+        comms = [float(r["comm_ms"] or 0) for r in rows[RUN_WARMUP_STEPS:]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"{run_dir}: not a finished trainer run ({e})") from None
+    if not steps:
+        raise ModelError(f"{run_dir}: fewer than {RUN_WARMUP_STEPS + 1} steps of rank 0")
+    step = statistics.fmean(steps)
+    return config, step, step - statistics.fmean(comms)
+
+
+def predict_run(config, compute_ms, fits, ranks, hosts, b_intra, buffer_bytes):
+    """The model's step (ms) for a run: its synchroniser's formula with its backend's fit.
+    Each rank here has at most a core for backward and communication both: nothing hides
+    (hidden_share 0), as in the Fashion-MNIST report."""
+    sync, comm = config.get("sync"), config.get("comm")
+    if sync not in SIZE_DIVISOR:
+        raise ModelError(f"no model for --sync={sync}")
+    if config.get("world_size") != ranks:
+        raise ModelError(f"{config.get('world_size')} ranks, the bench's {ranks}")
+    row = f"allreduce/{comm}"
+    if row not in fits:
+        raise ModelError(f"the bench has no {row} table")
+    alpha, b_eff, _, hier = fits[row]
+    seconds = allreduce_s(buffer_bytes // SIZE_DIVISOR[sync], ranks, hosts, alpha, b_eff,
+                          hier, b_intra)
+    k = config.get("inner_steps", 16) if sync == "diloco" else config.get("avg_period", 1)
+    return step_ms(sync, compute_ms, seconds, k, hidden_share=0.0)
+
+
+def report_runs(run_dirs, fits, ranks, hosts, b_intra, buffer_bytes):
+    lines = ["", f"# training runs: mean step of rank 0 after {RUN_WARMUP_STEPS} steps beside "
+             "the model's (compute from the run, communication from the fit, nothing hidden)",
+             f"{'run':40} {'sync':>10} {'comm':>6} {'compute(ms)':>12} {'measured(ms)':>13} "
+             f"{'predicted(ms)':>14} {'measured/predicted':>19}"]
+    for run_dir in run_dirs:
+        config, step, compute = read_run(run_dir)
+        try:
+            predicted = predict_run(config, compute, fits, ranks, hosts, b_intra,
+                                    buffer_bytes)
+        except ModelError as e:
+            raise ModelError(f"{run_dir}: {e}") from None
+        lines.append(f"{os.path.basename(os.path.normpath(run_dir)):40} {config['sync']:>10} "
+                     f"{config['comm']:>6} {compute:12.1f} {step:13.1f} {predicted:14.1f} "
+                     f"{step / predicted:19.2f}")
+    return lines
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bench", required=True, help="allreduce_bench output across a link")
@@ -214,6 +282,9 @@ def main(argv=None):
                              "fitted one (on a machine whose ranks share cores the fit "
                              "measures the scheduler more than the network)")
     parser.add_argument("--plot", help="write the extrapolation's PNG here")
+    parser.add_argument("--runs", default="",
+                        help="comma-separated trainer out_dirs run on the bench's ranks, hosts "
+                             "and link: each one's step predicted beside its measured one")
     args = parser.parse_args(argv)
     try:
         if args.hosts < 2 or args.compute_ms <= 0 or args.buffer_bytes <= 0 or \
@@ -234,6 +305,9 @@ def main(argv=None):
         if flat is None:
             raise ModelError("the bench has no flat allreduce row to fit")
         lines = report_fit(fits, rows, ranks, args.hosts, b_intra, link_bits)
+        runs = [r for r in args.runs.split(",") if r]
+        if runs:
+            lines += report_runs(runs, fits, ranks, args.hosts, b_intra, args.buffer_bytes)
         if args.alpha_us is not None:
             if args.alpha_us < 0:
                 raise ModelError("--alpha_us must be >= 0")

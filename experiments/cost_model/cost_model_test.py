@@ -1,6 +1,7 @@
 """The cost model on synthetic bench output whose terms are known: the fit recovers them, the
 predictions follow the formulas, and bad input is one error line with exit status 2."""
 
+import json
 import os
 import subprocess
 import sys
@@ -72,6 +73,46 @@ class CliTest(unittest.TestCase):
         self.assertIn("# prediction beside measurement", result.stdout)
         self.assertIn("1024", result.stdout)
         self.assertEqual(result.stdout.count(" hier "), 6)  # 3 links x 2 synchronisers
+
+    def write_run(self, sync, comm, step_ms, comm_ms, world_size=4):
+        run = tempfile.mkdtemp()
+        with open(os.path.join(run, "config.json"), "w") as f:
+            json.dump({"sync": sync, "comm": comm, "world_size": world_size,
+                       "avg_period": 16}, f)
+        with open(os.path.join(run, "losses.csv"), "w") as f:
+            f.write("rank,epoch,step,loss,step_ms,comm_ms,bytes_sent\n")
+            for step in range(30):  # the warm-up's 20 steps are slower and left out
+                slow = 100.0 if step < cost_model.RUN_WARMUP_STEPS else 0.0
+                for rank in range(world_size):
+                    f.write(f"{rank},0,{step},1.0,{step_ms + slow},{comm_ms},0\n")
+        return run
+
+    def test_predicts_each_run_from_its_compute_and_its_backends_fit(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(bench_text())
+        size = cost_model.DEFAULT_BUFFER_BYTES
+        flat = cost_model.allreduce_s(size, 4, 2, ALPHA, B_EFF, False, 7.7e9) * 1e3
+        hier = cost_model.allreduce_s(size, 4, 2, ALPHA, B_EFF, True, 7.7e9) * 1e3
+        runs = [self.write_run("allreduce", "gloo", 50.0 + flat, flat),
+                self.write_run("allreduce", "hier", 50.0 + 2 * hier, 2 * hier),
+                self.write_run("param_avg", "gloo", 50.0, 0.0)]
+        result = self.run_model(f"--bench={f.name}", "--runs=" + ",".join(runs))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = result.stdout.split("# training runs")[1].split("\n\n")[0].splitlines()[2:]
+        self.assertEqual(len(rows), 3, result.stdout)
+        ratios = [float(r.split()[-1]) for r in rows]
+        # measured / predicted: 1 for the flat run, (50 + 2 hier) / (50 + hier) for hier's,
+        # 50 / (50 + flat / 16) for param_avg's (its averaging amortised over K). Within 0.02:
+        # the fit recovers the terms to about 1%, and the ratio is printed to 2 decimals.
+        self.assertAlmostEqual(ratios[0], 1.0, delta=0.02)
+        self.assertAlmostEqual(ratios[1], (50 + 2 * hier) / (50 + hier), delta=0.02)
+        self.assertAlmostEqual(ratios[2], 50 / (50 + flat / 16), delta=0.02)
+        wrong_size = self.write_run("allreduce", "gloo", 60.0, 10.0, world_size=2)
+        no_table = self.write_run("allreduce", "mpi", 60.0, 10.0)
+        for run in (wrong_size, no_table, "/nonexistent"):
+            result = self.run_model(f"--bench={f.name}", f"--runs={run}")
+            self.assertEqual(result.returncode, 2, run)
+            self.assertTrue(result.stderr.startswith(f"error: {run}"), result.stderr)
 
     def test_bad_input_is_one_error_line(self):
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
