@@ -338,7 +338,9 @@ int RunRank(const comm::BackendTuning& tuning) {
 
 // Whether a backend of --backends takes its ranks from mpirun (mpi).
 bool WantsMpirun() {
-  for (const std::string& spec : SplitList(FLAGS_backends, ',')) {
+  std::vector<std::string> specs = SplitList(FLAGS_backends, ',');
+  if (specs.empty()) specs = comm::RegisteredBackendNames();  // as CreateBackends
+  for (const std::string& spec : specs) {
     const comm::BackendDescription* description =
         comm::FindBackend(SplitList(spec, ':').front());
     if (description != nullptr &&

@@ -40,6 +40,19 @@ Bucket WholeModelBucket(const nn::MlpLayout& layout) {
   return bucket;
 }
 
+void CheckBucketInLayout(const Bucket& bucket, const nn::MlpLayout& layout) {
+  size_t at = bucket.begin;
+  for (const nn::TensorSlot& t : bucket.tensors) {
+    if (t.offset + t.size > layout.num_params()) {
+      throw std::logic_error("bucket: " + t.name + " lies outside the model");
+    }
+    at += t.size;
+  }
+  if (at != bucket.end || bucket.end > layout.num_params()) {
+    throw std::logic_error("bucket: its tensors do not fill it");
+  }
+}
+
 BucketReducer::BucketReducer(comm::Communicator& comm, const nn::Mlp& model,
                              float* grads, std::vector<Bucket> buckets,
                              bool overlap, CommHook& hook, Tracer& tracer)
@@ -51,6 +64,7 @@ BucketReducer::BucketReducer(comm::Communicator& comm, const nn::Mlp& model,
       overlap_(overlap),
       hook_(hook),
       tracer_(tracer) {
+  for (const Bucket& b : buckets_) CheckBucketInLayout(b, model.layout());
   // The same on every rank (world size and memory agree), so the collective
   // Allocate is made by all or none.
   if (comm.world_size() >= 3 && comm.memory() == comm::MemoryKind::kHost &&
@@ -71,9 +85,6 @@ void BucketReducer::Stage(const Bucket& bucket, bool to_bucket) {
       std::copy(staged, staged + t.size, flat);
     }
     at += t.size;
-  }
-  if (at != bucket.end) {
-    throw std::logic_error("bucket reducer: a bucket's tensors do not fill it");
   }
 }
 

@@ -63,6 +63,11 @@ std::vector<Bucket> AssignBuckets(const nn::MlpLayout& layout,
 // more ranks), step 0 only agrees with torch's in this layout.
 Bucket WholeModelBucket(const nn::MlpLayout& layout);
 
+// Throws std::logic_error unless `bucket`'s tensors lie in `layout` and fill
+// [begin, end) exactly, in bucket order: what staging and PowerSGD's plans,
+// which copy by the slots, rely on.
+void CheckBucketInLayout(const Bucket& bucket, const nn::MlpLayout& layout);
+
 class BucketReducer : public nn::BackwardObserver {
  public:
   // grads is the model's gradient buffer, in the communicator's memory;

@@ -239,8 +239,7 @@ namespace {
 
 class PowerSgdHook : public CommHook {
  public:
-  PowerSgdHook(const nn::MlpLayout& layout, std::vector<Bucket> buckets,
-               const PowerSgdOptions& options)
+  PowerSgdHook(std::vector<Bucket> buckets, const PowerSgdOptions& options)
       : options_(options), counters_(4, 0.0f) {
     for (const Bucket& b : buckets) {
       plans_.push_back(PlanBucket(b, options));
@@ -490,7 +489,8 @@ std::unique_ptr<CommHook> MakePowerSgdHook(const nn::MlpLayout& layout,
                                            std::vector<Bucket> buckets,
                                            const PowerSgdOptions& options) {
   ValidatePowerSgd(options);
-  return std::make_unique<PowerSgdHook>(layout, std::move(buckets), options);
+  for (const Bucket& b : buckets) CheckBucketInLayout(b, layout);
+  return std::make_unique<PowerSgdHook>(std::move(buckets), options);
 }
 
 }  // namespace ringlab::train

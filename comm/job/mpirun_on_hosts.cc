@@ -114,8 +114,8 @@ int LaunchMpirunOnHosts(int nprocs, const std::vector<std::string>& argv,
   for (const char* tool : {"mpirun", "nsenter"}) {
     if (std::system(
             ("command -v " + std::string(tool) + " >/dev/null").c_str()) != 0) {
-      throw std::runtime_error(std::string("--comm=mpi --hosts needs ") + tool +
-                               ", which is not installed");
+      throw std::runtime_error(std::string("--hosts needs ") + tool +
+                               " for mpi's ranks, and it is not installed");
     }
   }
   const std::unique_ptr<TcpStoreServer> server = StartLauncherStore(&hosts);

@@ -35,7 +35,8 @@ It prints the fit, the prediction beside every measured row (the fit's own check
 extrapolation to N = 8 ... 1024 ranks at 8 per host on 25, 100 and 400 Gbit/s links. With
 `--runs=DIR,...` (the trainer's --out_dir of runs made with the bench's --nprocs, --hosts and
 --link) it also predicts each run's mean step from its own compute (step minus exposed
-communication, losses.csv) and its backend's fit, and prints it beside the measured step.
+communication, losses.csv), its model's gradient bytes and its backend's fit, and prints it
+beside the measured step.
 """
 
 import argparse
@@ -220,35 +221,58 @@ def read_run(run_dir):
         with open(os.path.join(run_dir, "losses.csv")) as f:
             rows = [r for r in csv.DictReader(f) if r.get("rank") == "0"]
         steps = [float(r["step_ms"]) for r in rows[RUN_WARMUP_STEPS:]]
-        comms = [float(r["comm_ms"] or 0) for r in rows[RUN_WARMUP_STEPS:]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        comms = [float(r["comm_ms"]) for r in rows[RUN_WARMUP_STEPS:]]
+    except (OSError, ValueError, KeyError, TypeError, csv.Error) as e:
         raise ModelError(f"{run_dir}: not a finished trainer run ({e})") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"{run_dir}: config.json is not the trainer's")
     if not steps:
         raise ModelError(f"{run_dir}: fewer than {RUN_WARMUP_STEPS + 1} steps of rank 0")
     step = statistics.fmean(steps)
-    return config, step, step - statistics.fmean(comms)
+    compute = step - statistics.fmean(comms)
+    if not (step > 0 and compute > 0 and math.isfinite(step)):
+        raise ModelError(f"{run_dir}: its steps ({step:g} ms) leave no compute ({compute:g} ms)")
+    return config, step, compute
 
 
-def predict_run(config, compute_ms, fits, ranks, hosts, b_intra, buffer_bytes):
+def gradient_bytes(model):
+    """The float32 gradients of an MLP "784,1024,1024,10": every layer's weight and bias."""
+    try:
+        widths = [int(w) for w in str(model).split(",")]
+    except ValueError:
+        raise ModelError(f"--model={model} is not a list of widths") from None
+    if len(widths) < 2 or min(widths) < 1:
+        raise ModelError(f"--model={model} is not a list of widths")
+    return 4 * sum(i * o + o for i, o in zip(widths, widths[1:]))
+
+
+def predict_run(config, compute_ms, fits, ranks, hosts, b_intra):
     """The model's step (ms) for a run: its synchroniser's formula with its backend's fit.
     Each rank here has at most a core for backward and communication both: nothing hides
     (hidden_share 0), as in the Fashion-MNIST report."""
     sync, comm = config.get("sync"), config.get("comm")
     if sync not in SIZE_DIVISOR:
         raise ModelError(f"no model for --sync={sync}")
+    # Its warm-up allreduces every step, its host subgroup adds an allreduce inside each host.
+    if sync == "post_local_sgd" and (config.get("avg_warmup", 0) > RUN_WARMUP_STEPS or
+                                     config.get("post_local_subgroup") == "host"):
+        raise ModelError(f"no model for post_local_sgd with a warm-up beyond "
+                         f"{RUN_WARMUP_STEPS} steps or --post_local_subgroup=host")
     if config.get("world_size") != ranks:
         raise ModelError(f"{config.get('world_size')} ranks, the bench's {ranks}")
     row = f"allreduce/{comm}"
     if row not in fits:
         raise ModelError(f"the bench has no {row} table")
     alpha, b_eff, _, hier = fits[row]
-    seconds = allreduce_s(buffer_bytes // SIZE_DIVISOR[sync], ranks, hosts, alpha, b_eff,
-                          hier, b_intra)
-    k = config.get("inner_steps", 16) if sync == "diloco" else config.get("avg_period", 1)
+    size = gradient_bytes(config.get("model")) // SIZE_DIVISOR[sync]
+    seconds = allreduce_s(size, ranks, hosts, alpha, b_eff, hier, b_intra)
+    k = config.get("inner_steps") if sync == "diloco" else config.get("avg_period")
+    if not isinstance(k, int) or k < 1:
+        raise ModelError(f"config.json has no period for --sync={sync}")
     return step_ms(sync, compute_ms, seconds, k, hidden_share=0.0)
 
 
-def report_runs(run_dirs, fits, ranks, hosts, b_intra, buffer_bytes):
+def report_runs(run_dirs, fits, ranks, hosts, b_intra):
     lines = ["", f"# training runs: mean step of rank 0 after {RUN_WARMUP_STEPS} steps beside "
              "the model's (compute from the run, communication from the fit, nothing hidden)",
              f"{'run':40} {'sync':>10} {'comm':>6} {'compute(ms)':>12} {'measured(ms)':>13} "
@@ -256,8 +280,7 @@ def report_runs(run_dirs, fits, ranks, hosts, b_intra, buffer_bytes):
     for run_dir in run_dirs:
         config, step, compute = read_run(run_dir)
         try:
-            predicted = predict_run(config, compute, fits, ranks, hosts, b_intra,
-                                    buffer_bytes)
+            predicted = predict_run(config, compute, fits, ranks, hosts, b_intra)
         except ModelError as e:
             raise ModelError(f"{run_dir}: {e}") from None
         lines.append(f"{os.path.basename(os.path.normpath(run_dir)):40} {config['sync']:>10} "
@@ -307,7 +330,7 @@ def main(argv=None):
         lines = report_fit(fits, rows, ranks, args.hosts, b_intra, link_bits)
         runs = [r for r in args.runs.split(",") if r]
         if runs:
-            lines += report_runs(runs, fits, ranks, args.hosts, b_intra, args.buffer_bytes)
+            lines += report_runs(runs, fits, ranks, args.hosts, b_intra)
         if args.alpha_us is not None:
             if args.alpha_us < 0:
                 raise ModelError("--alpha_us must be >= 0")

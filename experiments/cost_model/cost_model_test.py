@@ -78,7 +78,7 @@ class CliTest(unittest.TestCase):
         run = tempfile.mkdtemp()
         with open(os.path.join(run, "config.json"), "w") as f:
             json.dump({"sync": sync, "comm": comm, "world_size": world_size,
-                       "avg_period": 16}, f)
+                       "avg_period": 16, "model": "784,1024,1024,10"}, f)
         with open(os.path.join(run, "losses.csv"), "w") as f:
             f.write("rank,epoch,step,loss,step_ms,comm_ms,bytes_sent\n")
             for step in range(30):  # the warm-up's 20 steps are slower and left out
@@ -109,7 +109,8 @@ class CliTest(unittest.TestCase):
         self.assertAlmostEqual(ratios[2], 50 / (50 + flat / 16), delta=0.02)
         wrong_size = self.write_run("allreduce", "gloo", 60.0, 10.0, world_size=2)
         no_table = self.write_run("allreduce", "mpi", 60.0, 10.0)
-        for run in (wrong_size, no_table, "/nonexistent"):
+        no_compute = self.write_run("allreduce", "gloo", 10.0, 10.0)
+        for run in (wrong_size, no_table, no_compute, "/nonexistent"):
             result = self.run_model(f"--bench={f.name}", f"--runs={run}")
             self.assertEqual(result.returncode, 2, run)
             self.assertTrue(result.stderr.startswith(f"error: {run}"), result.stderr)

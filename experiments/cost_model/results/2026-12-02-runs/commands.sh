@@ -1,7 +1,8 @@
 #!/bin/bash
 # How the files beside this one were made (2026-12-02, 2 vCPUs Intel Xeon 2.3 GHz, 1 Gbit/s
 # links): per layout (2 ranks on 2 hosts, 3 on 3, 4 on 2), the allreduce bench across the link,
-# then the training runs (Fashion-MNIST MLP, 1 epoch), then the cost model on both.
+# then the training runs (Fashion-MNIST MLP, 1 epoch), then the cost model on both. Made with
+# the tree of commit 7fb1d4d (links queued 5 ms); the model-*.txt lists are the last step's.
 #   bazel build -c opt //train //bench:allreduce_bench && bash <this file>
 set -u
 cd "$(git rev-parse --show-toplevel)"
