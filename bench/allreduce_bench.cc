@@ -339,7 +339,8 @@ int RunRank(const comm::BackendTuning& tuning) {
 // Whether a backend of --backends takes its ranks from mpirun (mpi).
 bool WantsMpirun() {
   std::vector<std::string> specs = SplitList(FLAGS_backends, ',');
-  if (specs.empty()) specs = comm::RegisteredBackendNames();  // as CreateBackends
+  // None named: every backend, as CreateBackends takes it.
+  if (specs.empty()) specs = comm::RegisteredBackendNames();
   for (const std::string& spec : specs) {
     const comm::BackendDescription* description =
         comm::FindBackend(SplitList(spec, ':').front());

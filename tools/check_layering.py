@@ -27,6 +27,7 @@ LEVELS = {
     "third_party": -1,
     "tools/cuda": -1,
     "tools/platforms": -1,
+    "tools/torch": -1,
     # the bottom of ringlab: no ringlab dependency at all
     "cli": 0,
     "cuda": 0,
@@ -37,8 +38,9 @@ LEVELS = {
     # the model and the communication, independent of each other
     "nn": 2,
     "comm": 2,
-    # training: both
+    # training: both; torch.distributed's backend over comm, beside it
     "train": 3,
+    "torch_backend": 3,
     # on top: what measures, runs and checks everything below; the experiments
     # run the bench (its sweeps across links feed their cost model)
     "bench": 4,

@@ -4,7 +4,7 @@ file over 600 lines (issue 12's "done when").
 
     tools/check_sizes.py [--max_function_lines=100] [--max_file_lines=600] [DIR...]
 
-DIRs default to the C++ packages (nn comm train bench cuda io torch_compat
+DIRs default to the C++ packages (nn comm train bench cuda io torch_compat torch_backend
 cli). Prints one line per function or file over its limit and exits 1 when
 there is any, 0 otherwise.
 
@@ -24,7 +24,8 @@ import os
 import re
 import sys
 
-DEFAULT_DIRS = ["nn", "comm", "train", "bench", "cuda", "io", "torch_compat", "cli"]
+DEFAULT_DIRS = ["nn", "comm", "train", "bench", "cuda", "io", "torch_compat", "cli",
+                "torch_backend"]
 CODE_EXTENSIONS = (".h", ".cc", ".cu", ".cuh")
 FILE_EXTENSIONS = CODE_EXTENSIONS + (".py", ".sh")
 SCOPE_RE = re.compile(r"^(template\s*<.*>\s*)?(namespace|class|struct|union|enum|extern)\b", re.S)

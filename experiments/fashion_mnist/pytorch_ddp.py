@@ -280,7 +280,9 @@ def train_rank(rank, args, scratch):
     world = args.world_size
     distributed = world > 1
     if distributed:
-        dist.init_process_group("gloo", rank=rank, world_size=world,
+        if args.backend == "ringlab":
+            import ringlab_torch  # noqa: F401  (registers the backend)
+        dist.init_process_group(args.backend, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=args.timeout))
     try:
         widths = [int(w) for w in args.model.split(",")]
@@ -462,6 +464,10 @@ def parse_args(argv):
     parser.add_argument("--inner_steps", type=int, default=16, help="diloco: H")
     parser.add_argument("--outer_lr", type=float, default=0.7, help="diloco")
     parser.add_argument("--outer_momentum", type=float, default=0.9, help="diloco (Nesterov)")
+    parser.add_argument("--backend", choices=("gloo", "ringlab"), default="gloo",
+                        help="torch.distributed's backend; ringlab needs the module built "
+                             "(bazel build -c opt //torch_backend:ringlab_torch) on PYTHONPATH "
+                             "(bazel-bin/torch_backend)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,43 @@
+// The Python module ringlab_torch: importing it registers "ringlab" with
+// torch.distributed, so that a PyTorch program changes one word,
+// dist.init_process_group("ringlab", ...), to run over ringlab's
+// collectives (torch_backend/process_group.h).
+#include <pybind11/chrono.h>
+#include <torch/extension.h>
+
+#include <chrono>
+
+#include "torch_backend/process_group.h"
+
+namespace {
+
+using ringlab::torch_backend::ProcessGroupRinglab;
+
+c10::intrusive_ptr<ProcessGroupRinglab> Create(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout) {
+  return c10::make_intrusive<ProcessGroupRinglab>(store, rank, size, timeout);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(ringlab_torch, module) {
+  module.doc() = "ringlab's collectives as a torch.distributed backend";
+  // torch's ProcessGroup type must be known to pybind11 before ours derives.
+  pybind11::module_ dist = pybind11::module_::import("torch.distributed");
+  pybind11::class_<ProcessGroupRinglab, c10d::ProcessGroup,
+                   c10::intrusive_ptr<ProcessGroupRinglab>>(
+      module, "ProcessGroupRinglab")
+      .def(pybind11::init(&Create), pybind11::arg("store"),
+           pybind11::arg("rank"), pybind11::arg("size"),
+           pybind11::arg("timeout"),
+           pybind11::call_guard<pybind11::gil_scoped_release>())
+      .def_property_readonly("communicator",
+                             &ProcessGroupRinglab::communicator);
+  // torch calls it with (store, rank, world_size, timeout).
+  module.def("create", &Create, pybind11::arg("store"), pybind11::arg("rank"),
+             pybind11::arg("size"), pybind11::arg("timeout"),
+             pybind11::call_guard<pybind11::gil_scoped_release>());
+  dist.attr("Backend").attr("register_backend")("ringlab",
+                                                module.attr("create"));
+}

@@ -1,0 +1,144 @@
+"""ringlab's torch.distributed backend from Python, with torch's own tensors: 2 ranks as real
+processes meeting through torch's TCPStore (MASTER_ADDR/MASTER_PORT). Exact sums (small
+integers, which float32, float16 and bfloat16 hold exactly, so every order of summing gives
+the same bits), avg, every root of broadcast, allgather of float and int64 tensors, barrier,
+asynchronous work and its future; then PyTorch's DDP over ringlab against DDP over gloo on the
+same model and data, plain and with PyTorch's fp16 and PowerSGD hooks: with 2 ranks g0 + g1
+is one rounding whatever the algorithm, so the parameters must agree bit for bit. Skips, saying why, where torch does not import.
+
+    process_group_test.py PATH/TO/ringlab_torch.so
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import unittest
+
+WORLD = 2
+
+
+def rank_main():
+    import torch
+    import torch.distributed as dist
+    import datetime
+    import ringlab_torch  # noqa: F401  (registers "ringlab")
+
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("ringlab", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))
+    failures = []
+
+    def check(name, ok):
+        if not ok:
+            failures.append(name)
+
+    group = dist.distributed_c10d._get_default_group()
+    check("the default group is ringlab's, on shm_ring",
+          type(group).__name__ == "ProcessGroupRinglab" and group.communicator == "shm_ring")
+
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        t = (torch.arange(1000) % 50 + rank).to(dtype)
+        dist.all_reduce(t)
+        want = sum((torch.arange(1000) % 50 + r) for r in range(WORLD)).to(dtype)
+        check(f"allreduce sum {dtype}", torch.equal(t, want))
+        t = (torch.arange(10) * 2 + 2 * rank).to(dtype)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        check(f"allreduce avg {dtype}", torch.equal(t, (torch.arange(10) * 2 + 1).to(dtype)))
+    for root in range(WORLD):
+        t = torch.full((7,), float(rank + 10))
+        dist.broadcast(t, src=root)
+        check(f"broadcast root {root}", torch.equal(t, torch.full((7,), float(root + 10))))
+    for dtype in (torch.float32, torch.int64):
+        out = [torch.zeros(5, dtype=dtype) for _ in range(WORLD)]
+        dist.all_gather(out, torch.arange(5, dtype=dtype) + 100 * rank)
+        check(f"allgather {dtype}",
+              all(torch.equal(out[r], torch.arange(5, dtype=dtype) + 100 * r)
+                  for r in range(WORLD)))
+    dist.barrier()
+    t = torch.ones(100)
+    work = dist.all_reduce(t, async_op=True)
+    result = work.get_future().wait()
+    check("async allreduce", work.wait() and torch.equal(t, torch.full((100,), 2.0)) and
+          torch.equal(result[0], t))
+
+    # DDP over ringlab and over gloo, from the same start, on the same batches: plain, and
+    # with PyTorch's own communication hooks (whose callbacks wait for further collectives).
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    gloo = dist.new_group(backend="gloo")
+    for hook in ("none", "fp16", "powersgd"):
+        params = []
+        for group in (None, gloo):
+            start, final = train_ddp(torch, rank, group, hook, default_hooks, powersgd)
+            params.append(final)
+        check(f"DDP ({hook} hook) over ringlab = over gloo",
+              all(torch.equal(a, b) for a, b in zip(*params)))
+        check(f"DDP ({hook} hook) moved the parameters",
+              not any(torch.equal(a, b) for a, b in zip(start, params[0])))
+    dist.destroy_process_group()
+    print("FAILED: " + ", ".join(failures) if failures else "all passed", flush=True)
+    return 1 if failures else 0
+
+
+def train_ddp(torch, rank, group, hook, default_hooks, powersgd):
+    """(initial, final) parameters of 5 DDP steps of a small MLP over `group` (None: the
+    default group) with `hook`."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 3))
+    start = [p.detach().clone() for p in model.parameters()]
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+    if hook == "fp16":
+        ddp.register_comm_hook(group, default_hooks.fp16_compress_hook)
+    elif hook == "powersgd":
+        state = powersgd.PowerSGDState(process_group=group, matrix_approximation_rank=1,
+                                       start_powerSGD_iter=2, random_seed=0)
+        ddp.register_comm_hook(state, powersgd.powerSGD_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(1 + rank)
+    for _ in range(5):
+        x = torch.randn(16, 20, generator=gen)
+        y = torch.randint(0, 3, (16,), generator=gen)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return start, [p.detach().clone() for p in model.parameters()]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ProcessGroupTest(unittest.TestCase):
+    def test_collectives_and_ddp_across_two_processes(self):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                   WORLD_SIZE=str(WORLD), PYTHONPATH=MODULE_DIR, OMP_NUM_THREADS="1")
+        ranks = [subprocess.Popen([sys.executable, __file__, "--rank"],
+                                  env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for r in range(WORLD)]
+        outputs = []
+        for p in ranks:
+            try:
+                outputs.append(p.communicate(timeout=240)[0])
+            except subprocess.TimeoutExpired:
+                for q in ranks:
+                    q.kill()
+                self.fail("a rank did not finish within 240 s")
+        for r, (p, out) in enumerate(zip(ranks, outputs)):
+            self.assertEqual(p.returncode, 0, f"rank {r}:\n{out}")
+            self.assertIn("all passed", out, f"rank {r}:\n{out}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--rank"]:
+        sys.exit(rank_main())
+    MODULE_DIR = os.path.dirname(os.path.abspath(sys.argv.pop(1)))
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        print(f"skipped: torch does not import ({e})")
+        sys.exit(0)
+    unittest.main()
