@@ -4,7 +4,9 @@ integers, which float32, float16 and bfloat16 hold exactly, so every order of su
 the same bits), avg, every root of broadcast, allgather of float and int64 tensors, barrier,
 asynchronous work and its future; then PyTorch's DDP over ringlab against DDP over gloo on the
 same model and data, plain and with PyTorch's fp16 and PowerSGD hooks: with 2 ranks g0 + g1
-is one rounding whatever the algorithm, so the parameters must agree bit for bit. Skips, saying why, where torch does not import.
+is one rounding whatever the algorithm, so the parameters must agree bit for bit. And what goes
+wrong: mismatched calls fail on every rank naming the mismatch, and a killed rank fails the
+survivor naming it. Skips, saying why, where torch does not import.
 
     process_group_test.py PATH/TO/ringlab_torch.so
 """
@@ -81,6 +83,29 @@ def rank_main():
     return 1 if failures else 0
 
 
+def fault_main(fault):
+    """A rank of a job that goes wrong on purpose: `mismatch` (rank 0 allreduces 10 floats,
+    rank 1 20) or `kill` (rank 1 exits before the allreduce). Prints the error rank 0 met."""
+    import datetime
+    import torch
+    import torch.distributed as dist
+    import ringlab_torch  # noqa: F401
+
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("ringlab", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=20))
+    dist.barrier()
+    if fault == "kill" and rank == 1:
+        os._exit(0)
+    try:
+        dist.all_reduce(torch.ones(10 if rank == 0 or fault == "kill" else 20))
+    except RuntimeError as e:
+        print(f"error: {e}", flush=True)
+        os._exit(3)
+    print("no error", flush=True)
+    os._exit(0)
+
+
 def train_ddp(torch, rank, group, hook, default_hooks, powersgd):
     """(initial, final) parameters of 5 DDP steps of a small MLP over `group` (None: the
     default group) with `hook`."""
@@ -112,29 +137,48 @@ def free_port():
         return s.getsockname()[1]
 
 
+def run_ranks(test, *args):
+    """Runs this file with `args` as WORLD ranks; returns [(status, output)] once all ended."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE=str(WORLD), PYTHONPATH=MODULE_DIR, OMP_NUM_THREADS="1")
+    ranks = [subprocess.Popen([sys.executable, __file__] + list(args),
+                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(WORLD)]
+    outputs = []
+    for p in ranks:
+        try:
+            outputs.append((p.communicate(timeout=240)[0]))
+        except subprocess.TimeoutExpired:
+            for q in ranks:
+                q.kill()
+            test.fail("a rank did not finish within 240 s")
+    return [(p.returncode, out) for p, out in zip(ranks, outputs)]
+
+
 class ProcessGroupTest(unittest.TestCase):
+    def test_mismatched_calls_fail_on_every_rank_naming_them(self):
+        for r, (status, out) in enumerate(run_ranks(self, "--fault=mismatch")):
+            self.assertEqual(status, 3, f"rank {r}:\n{out}")
+            self.assertIn("mismatched", out, f"rank {r}:\n{out}")
+
+    def test_a_killed_peer_fails_the_survivor_naming_it(self):
+        (status, out), _ = run_ranks(self, "--fault=kill")
+        self.assertEqual(status, 3, out)
+        # Noticed from the peer's process, not waited out (the deadline is 20 s).
+        self.assertIn("rank 1", out)
+        self.assertIn("died", out)
+
     def test_collectives_and_ddp_across_two_processes(self):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                   WORLD_SIZE=str(WORLD), PYTHONPATH=MODULE_DIR, OMP_NUM_THREADS="1")
-        ranks = [subprocess.Popen([sys.executable, __file__, "--rank"],
-                                  env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True) for r in range(WORLD)]
-        outputs = []
-        for p in ranks:
-            try:
-                outputs.append(p.communicate(timeout=240)[0])
-            except subprocess.TimeoutExpired:
-                for q in ranks:
-                    q.kill()
-                self.fail("a rank did not finish within 240 s")
-        for r, (p, out) in enumerate(zip(ranks, outputs)):
-            self.assertEqual(p.returncode, 0, f"rank {r}:\n{out}")
+        for r, (status, out) in enumerate(run_ranks(self, "--rank")):
+            self.assertEqual(status, 0, f"rank {r}:\n{out}")
             self.assertIn("all passed", out, f"rank {r}:\n{out}")
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--rank"]:
         sys.exit(rank_main())
+    if len(sys.argv) == 2 and sys.argv[1].startswith("--fault="):
+        fault_main(sys.argv[1].split("=", 1)[1])
     MODULE_DIR = os.path.dirname(os.path.abspath(sys.argv.pop(1)))
     try:
         import torch  # noqa: F401
