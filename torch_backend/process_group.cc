@@ -263,7 +263,8 @@ void ProcessGroupRinglab::ThreadMain() {
       failure = std::current_exception();
     }
     job.work->Finish(failure);
-    callbacks_.Post([work = job.work, failure] { work->CompleteFuture(failure); });
+    callbacks_.Post(
+        [work = job.work, failure] { work->CompleteFuture(failure); });
     lock.lock();
   }
 }
@@ -275,10 +276,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::broadcast(
   CheckTensor(t, "broadcast");
   const auto [type, count] = CopiedWords(t);
   const int root = static_cast<int>(opts.rootRank);
-  return Enqueue(c10d::OpType::BROADCAST, {t}, [this, t, type = type,
-                                               count = count, root] {
-    comm_->Broadcast(t.data_ptr(), count, type, root);
-  });
+  return Enqueue(c10d::OpType::BROADCAST, {t},
+                 [this, t, type = type, count = count, root] {
+                   comm_->Broadcast(t.data_ptr(), count, type, root);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allreduce(
@@ -309,14 +310,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allgather(
                 "ringlab: allgather's outputs must match its input");
   }
   const auto [type, count] = CopiedWords(in);
-  return Enqueue(c10d::OpType::ALLGATHER, out, [this, in, out, type = type,
-                                                count = count] {
-    at::Tensor gathered = at::empty({getSize() * in.numel()}, in.options());
-    comm_->AllGather(in.data_ptr(), gathered.data_ptr(), count, type);
-    for (int r = 0; r < getSize(); ++r) {
-      out[r].view(-1).copy_(gathered.narrow(0, r * in.numel(), in.numel()));
-    }
-  });
+  return Enqueue(
+      c10d::OpType::ALLGATHER, out,
+      [this, in, out, type = type, count = count] {
+        at::Tensor gathered = at::empty({getSize() * in.numel()}, in.options());
+        comm_->AllGather(in.data_ptr(), gathered.data_ptr(), count, type);
+        for (int r = 0; r < getSize(); ++r) {
+          out[r].view(-1).copy_(gathered.narrow(0, r * in.numel(), in.numel()));
+        }
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::_allgather_base(

@@ -16,9 +16,6 @@
 #ifndef RINGLAB_TORCH_BACKEND_PROCESS_GROUP_H_
 #define RINGLAB_TORCH_BACKEND_PROCESS_GROUP_H_
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -27,6 +24,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <utility>
 #include <vector>
 

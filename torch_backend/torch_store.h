@@ -6,10 +6,9 @@
 #ifndef RINGLAB_TORCH_BACKEND_TORCH_STORE_H_
 #define RINGLAB_TORCH_BACKEND_TORCH_STORE_H_
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
 #include "comm/store/store.h"
