@@ -13,9 +13,12 @@ namespace {
 
 using ringlab::torch_backend::ProcessGroupRinglab;
 
+// Joining waits for the other ranks: without the GIL, released here rather
+// than by a call guard on the constructor (pybind11 #5473).
 c10::intrusive_ptr<ProcessGroupRinglab> Create(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout) {
+  pybind11::gil_scoped_release release;
   return c10::make_intrusive<ProcessGroupRinglab>(store, rank, size, timeout);
 }
 
@@ -30,14 +33,12 @@ PYBIND11_MODULE(ringlab_torch, module) {
       module, "ProcessGroupRinglab")
       .def(pybind11::init(&Create), pybind11::arg("store"),
            pybind11::arg("rank"), pybind11::arg("size"),
-           pybind11::arg("timeout"),
-           pybind11::call_guard<pybind11::gil_scoped_release>())
+           pybind11::arg("timeout"))
       .def_property_readonly("communicator",
                              &ProcessGroupRinglab::communicator);
   // torch calls it with (store, rank, world_size, timeout).
   module.def("create", &Create, pybind11::arg("store"), pybind11::arg("rank"),
-             pybind11::arg("size"), pybind11::arg("timeout"),
-             pybind11::call_guard<pybind11::gil_scoped_release>());
+             pybind11::arg("size"), pybind11::arg("timeout"));
   dist.attr("Backend").attr("register_backend")("ringlab",
                                                 module.attr("create"));
 }

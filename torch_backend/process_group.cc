@@ -33,10 +33,9 @@ class ProcessGroupRinglab::RingWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     return future_;
   }
-  // What wait() and isCompleted() see, on the communication thread.
+  // What wait() and isCompleted() see.
   void Finish(std::exception_ptr failure) { finish(failure); }
-  // The future, whose callbacks run here (a callers' thread, see
-  // CallbackThreads).
+  // The future, whose callbacks run here (on CallbackThreads).
   void CompleteFuture(std::exception_ptr failure) {
     if (failure) {
       future_->setError(failure);
@@ -164,7 +163,8 @@ CallbackThreads::~CallbackThreads() {
 void CallbackThreads::Post(std::function<void()> task) {
   std::lock_guard<std::mutex> lock(mutex_);
   tasks_.push_back(std::move(task));
-  if (idle_ == 0) {
+  // A thread already woken for an earlier task still counts as idle.
+  if (tasks_.size() > static_cast<size_t>(idle_)) {
     threads_.emplace_back([this] { ThreadMain(); });
   } else {
     changed_.notify_one();
@@ -239,8 +239,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
   // A callback's collective while the group is destroyed: nothing will run it.
   const std::exception_ptr failure = std::make_exception_ptr(
       comm::CommError("ringlab: the process group was destroyed"));
-  work->Finish(failure);
   work->CompleteFuture(failure);
+  work->Finish(failure);
   return work;
 }
 
@@ -251,20 +251,20 @@ void ProcessGroupRinglab::ThreadMain() {
     if (queue_.empty()) return;  // stopped, nothing left
     Job job = std::move(queue_.front());
     queue_.pop_front();
-    const bool stopping = stop_;
     lock.unlock();
+    // What was queued runs, even while the group is destroyed: the peers run
+    // it too (as gloo's queue drains), and each ends by its deadline.
     std::exception_ptr failure;
     try {
-      if (stopping) {
-        throw comm::CommError("ringlab: the process group was destroyed");
-      }
       job.run();
     } catch (...) {
       failure = std::current_exception();
     }
-    job.work->Finish(failure);
-    callbacks_.Post(
-        [work = job.work, failure] { work->CompleteFuture(failure); });
+    // The future first, as gloo's: a caller whose wait() returned may read it.
+    callbacks_.Post([work = job.work, failure] {
+      work->CompleteFuture(failure);
+      work->Finish(failure);
+    });
     lock.lock();
   }
 }

@@ -51,18 +51,30 @@ def rank_main():
         t = torch.full((7,), float(rank + 10))
         dist.broadcast(t, src=root)
         check(f"broadcast root {root}", torch.equal(t, torch.full((7,), float(root + 10))))
+    def gathered(dtype, r):  # int64's extremes and -1: words that read as NaNs or -0
+        if dtype == torch.int64:
+            return torch.tensor([-1, 2 ** 63 - 1, -2 ** 63, 100 * r, -5], dtype=dtype)
+        return torch.arange(5, dtype=dtype) + 100 * r
+
     for dtype in (torch.float32, torch.int64):
         out = [torch.zeros(5, dtype=dtype) for _ in range(WORLD)]
-        dist.all_gather(out, torch.arange(5, dtype=dtype) + 100 * rank)
+        dist.all_gather(out, gathered(dtype, rank))
         check(f"allgather {dtype}",
-              all(torch.equal(out[r], torch.arange(5, dtype=dtype) + 100 * r)
-                  for r in range(WORLD)))
+              all(torch.equal(out[r], gathered(dtype, r)) for r in range(WORLD)))
+    t = gathered(torch.int64, rank)
+    dist.broadcast(t, src=1)
+    check("broadcast int64", torch.equal(t, gathered(torch.int64, 1)))
     dist.barrier()
     t = torch.ones(100)
     work = dist.all_reduce(t, async_op=True)
     result = work.get_future().wait()
     check("async allreduce", work.wait() and torch.equal(t, torch.full((100,), 2.0)) and
-          torch.equal(result[0], t))
+          torch.equal(result[0], torch.full((100,), 2.0)))
+    # Once wait() returned, the future holds the result too.
+    t = torch.ones(10)
+    work = dist.all_reduce(t, async_op=True)
+    check("future after wait", work.wait() and work.get_future().done() and
+          torch.equal(work.get_future().value()[0], torch.full((10,), 2.0)))
 
     # DDP over ringlab and over gloo, from the same start, on the same batches: plain, and
     # with PyTorch's own communication hooks (whose callbacks wait for further collectives).

@@ -2,7 +2,7 @@
 // init_process_group made (from MASTER_ADDR/MASTER_PORT or init_method,
 // under the group's prefix), through which the ranks of a ringlab process
 // group meet, as every ringlab backend's ranks meet through the job's. Its
-// waits are torch's, server-side; their deadline is the one asked for.
+// waits poll torch's check (see Wait), to the deadline asked for.
 #ifndef RINGLAB_TORCH_BACKEND_TORCH_STORE_H_
 #define RINGLAB_TORCH_BACKEND_TORCH_STORE_H_
 
@@ -20,7 +20,7 @@ class TorchStore : public comm::Store {
   explicit TorchStore(c10::intrusive_ptr<c10d::Store> store);
 
   void Set(const std::string& key, const std::string& value) override;
-  // StoreTimeout at the deadline; StoreError for any other failure.
+  // StoreTimeout at the deadline; StoreError for any failure of torch's.
   std::string Get(const std::string& key,
                   std::chrono::milliseconds timeout) override;
   int64_t Add(const std::string& key, int64_t delta) override;
