@@ -95,6 +95,7 @@ proc_conformance+=":Conformance/ipc_ring.argument_errors:Conformance/ipc_ring.mi
 proc_conformance+=":Conformance/ipc_ring.mismatched_op_one_shot:Conformance/ipc_ring.mismatched_root_inline"
 proc_conformance+=":Conformance/ipc_ring.rank_killed_mid_collective/rank0"
 proc_conformance+=":Conformance/ipc_ring.absent_rank_times_out_naming_it"
+proc_conformance+=":Conformance/ipc_ring.dtype_exact_sums:Conformance/ipc_ring.mismatched_dtype_ring"
 threads_args="--ranks=4 --variants=ipc_ring,ipc_ring:oneshot=0,ipc_ring:oneshot=1073741824"
 threads_args+=" --min_bytes=4 --max_bytes=67108864 --iters_cap=200 --timeout_s=30"
 threads_rows=$(sweep_iterations 4 67108864 200)  # per variant, and the floor

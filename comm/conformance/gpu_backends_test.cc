@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/dtype/kernels.h"
 #include "comm/ipc_ring/ipc_ring.h"
 #include "comm/ipc_ring/kernels.h"
 #include "comm/store/store.h"
@@ -190,6 +191,13 @@ TEST(GpuBackendsHostTest, DescriptorsNameCountOpAndRoot) {
   launch.root = 3;
   EXPECT_EQ(IpcRingDescriptorText(IpcRingDescribe(launch)),
             "Broadcast(count=1021, root=3)");
+  launch.type = DataType::kBFloat16;
+  EXPECT_EQ(IpcRingDescriptorText(IpcRingDescribe(launch)),
+            "Broadcast(count=1021, dtype=bfloat16, root=3)");
+  IpcRingLaunch float16 = launch;
+  float16.type = DataType::kFloat16;
+  EXPECT_NE(IpcRingDescribe(float16).word[0], IpcRingDescribe(launch).word[0]);
+  launch.type = DataType::kFloat32;
   launch.kind = IpcRingKind::kBarrier;
   EXPECT_EQ(IpcRingDescriptorText(IpcRingDescribe(launch)), "Barrier");
   IpcRingLaunch later = launch;
@@ -230,24 +238,29 @@ TEST(GpuBackendsHostTest, ThreadsModeRefusesRanksInSeparateProcesses) {
 }
 
 // Every element belongs to exactly one (segment, chunk, block) slice, and
-// every slice starts 16-byte aligned: the kernel's float4 loads rely on it.
+// every slice starts 16-byte aligned: the kernel's 16-byte packs rely on it.
 TEST(GpuBackendsHostTest, RingSlicesPartitionTheBuffer) {
   for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{17},
                        size_t{1021}, size_t{65537}, size_t{1000003}}) {
     for (int world : {1, 2, 3, 4, 7, 16}) {
-      for (size_t chunk_bytes : {size_t{4096}, size_t{1} << 20}) {
-        const int chunks = IpcRingChunks(count, world, chunk_bytes);
+      for (auto [chunk_bytes, size] : {std::pair<size_t, size_t>{4096, 4},
+                                       {size_t{1} << 20, 4},
+                                       {4096, 2},
+                                       {size_t{1} << 20, 2}}) {
+        SCOPED_TRACE("element bytes " + std::to_string(size));
+        const int chunks = IpcRingChunks(count, world, chunk_bytes, size);
         ASSERT_GE(chunks, 1);
         ASSERT_LE(chunks, 64);
         std::vector<int> seen(count, 0);
         for (int s = 0; s < world; ++s) {
           for (int k = 0; k < chunks; ++k) {
             for (int b = 0; b < kIpcRingBlocks; ++b) {
-              IpcRingRange r = IpcRingSlice(count, world, chunks, s, k, b);
+              IpcRingRange r =
+                  IpcRingSlice(count, world, chunks, s, k, b, size);
               ASSERT_LE(r.begin, r.end);
               ASSERT_LE(r.end, count);
               if (r.begin < r.end) {
-                ASSERT_EQ(r.begin % 4, 0u);
+                ASSERT_EQ(r.begin * size % 16, 0u);
               }
               for (size_t i = r.begin; i < r.end; ++i) ++seen[i];
             }
@@ -460,6 +473,74 @@ TEST_P(IpcRingTest, BroadcastLargerThanBufferGoesInPieces) {
         milliseconds(120000));
     for (const RankResult& r : results) {
       EXPECT_EQ(r.exit_code, 0) << Describe(results);
+    }
+  }
+}
+
+// The 16-bit kernels round where kernels.h says: the ring after every
+// partial sum, in the ring's order (comm/dtype's `add` on the host, the same
+// widen-add-round), the one-shot once after a float32 sum in rank order
+// (`sum_into`). Inputs whose sums round, so that another order or another
+// rounding shows; 0 ulp demanded, as both sides do the same float32
+// additions and round to nearest even.
+TEST_P(IpcRingTest, SixteenBitSumsRoundAsTheHostKernels) {
+  const size_t count = 65537;
+  for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
+    for (int world : Worlds2To4()) {
+      for (bool ring : {true, false}) {
+        SCOPED_TRACE(std::string(DataTypeName(type)) + " world " +
+                     std::to_string(world) + (ring ? " ring" : " one-shot"));
+        IpcRingTuning tuning;
+        tuning.oneshot_bytes = ring ? 0 : size_t{1} << 30;
+        auto results = RunJob(
+            backend(), world,
+            [&](const RankContext& c) {
+              const dtype::ElementKernels& k = dtype::ScalarKernelsFor(type);
+              std::vector<std::vector<uint16_t>> in(
+                  world, std::vector<uint16_t>(count));
+              for (int r = 0; r < world; ++r) {
+                std::mt19937 gen(1000 * r + 7);
+                std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+                for (uint16_t& v : in[r]) {
+                  const float x = u(gen);
+                  k.narrow(&v, &x, 1);
+                }
+              }
+              std::vector<float> carrier((count + 1) / 2);
+              std::memcpy(carrier.data(), in[c.rank].data(), count * 2);
+              auto d = Device(carrier);
+              auto comm = Make(backend(), c, tuning);
+              comm->AllReduce(d->data(), count, type, ReduceOp::kSum);
+              carrier = d->Download();
+              std::vector<uint16_t> got(count);
+              std::memcpy(got.data(), carrier.data(), count * 2);
+              // Segments are ceil(n/N) rounded up to 8 elements (16 bytes).
+              const size_t seg = ((count + world - 1) / world + 7) & ~size_t{7};
+              for (size_t i = 0; i < count; ++i) {
+                uint16_t want = 0;
+                if (ring) {
+                  const int first = static_cast<int>(i / seg);
+                  want = in[first][i];
+                  for (int q = 1; q < world; ++q) {
+                    k.add(&want, &in[(first + q) % world][i], &want, 1);
+                  }
+                } else {
+                  std::vector<const void*> srcs;
+                  for (int q = 0; q < world; ++q) srcs.push_back(&in[q][i]);
+                  void* dst = &want;
+                  k.sum_into(srcs.data(), srcs.size(), &dst, 1, 1, 0.0f);
+                }
+                Check(got[i] == want, "element " + std::to_string(i) +
+                                          " has bits " +
+                                          std::to_string(got[i]) + ", not " +
+                                          std::to_string(want));
+              }
+            },
+            milliseconds(120000));
+        for (const RankResult& r : results) {
+          EXPECT_EQ(r.exit_code, 0) << Describe(results);
+        }
+      }
     }
   }
 }

@@ -67,8 +67,7 @@ void IpcRingCore::CreateResources(unsigned stream_flags, bool wait_for_legacy) {
     CudaCheck(cudaEventCreateWithFlags(&legacy_done_, cudaEventDisableTiming),
               name_, "cudaEventCreate");
   }
-  capacity_ =
-      std::max<size_t>(4, tuning_.buffer_bytes / sizeof(float) & ~size_t{3});
+  buffer_bytes_ = std::max<size_t>(16, tuning_.buffer_bytes & ~size_t{15});
   void* status = nullptr;
   CudaCheck(cudaHostAlloc(&status, sizeof(IpcRingStatus), cudaHostAllocMapped),
             name_, "cudaHostAlloc(status)");
@@ -79,7 +78,7 @@ void IpcRingCore::CreateResources(unsigned stream_flags, bool wait_for_legacy) {
             "cudaHostGetDevicePointer(status)");
   status_dev_ = static_cast<IpcRingStatus*>(status_dev);
 
-  const size_t region_bytes = kIpcRingDataOffset + capacity_ * sizeof(float);
+  const size_t region_bytes = kIpcRingDataOffset + buffer_bytes_;
   CudaCheck(cudaMalloc(&region_, region_bytes), name_,
             "cudaMalloc(" + std::to_string(region_bytes) + " bytes)");
   // Counters, descriptors and the claim word start at 0; they must be before
@@ -95,35 +94,44 @@ void IpcRingCore::AttachOwnRegion() {
 
 void IpcRingCore::AttachPeerRegion(int peer, void* base, size_t data_offset) {
   peers_.progress[peer] = static_cast<uint64_t*>(base);
-  peers_.data[peer] =
-      reinterpret_cast<float*>(static_cast<char*>(base) + data_offset);
+  peers_.data[peer] = static_cast<char*>(base) + data_offset;
 }
 
-void IpcRingCore::AllReduce(void* buffer, size_t count, DataType, ReduceOp op) {
-  float* const data = static_cast<float*>(buffer);
+size_t IpcRingCore::CapacityOf(DataType type) const {
+  return buffer_bytes_ / DataTypeSize(type);
+}
+
+void IpcRingCore::AllReduce(void* buffer, size_t count, DataType type,
+                            ReduceOp op) {
+  char* const data = static_cast<char*>(buffer);
   if (count == 0) return;  // agreed on in the kernel only when data moves
+  const size_t size = DataTypeSize(type), capacity = CapacityOf(type);
   const bool one_shot =
-      count * sizeof(float) <= tuning_.oneshot_bytes && count <= capacity_;
-  for (size_t offset = 0; offset < count; offset += capacity_) {
+      count * size <= tuning_.oneshot_bytes && count <= capacity;
+  for (size_t offset = 0; offset < count; offset += capacity) {
     IpcRingLaunch launch;
     launch.kind = one_shot ? IpcRingKind::kOneShot : IpcRingKind::kRing;
-    launch.in = launch.out = data + offset;
-    launch.count = std::min(capacity_, count - offset);
+    launch.type = type;
+    launch.in = launch.out = data + offset * size;
+    launch.count = std::min(capacity, count - offset);
     launch.average = op == ReduceOp::kAvg;
     launch.chunks =
-        IpcRingChunks(launch.count, world_size_, tuning_.chunk_bytes);
+        IpcRingChunks(launch.count, world_size_, tuning_.chunk_bytes, size);
     Run(launch, "AllReduce");
   }
 }
 
-void IpcRingCore::Broadcast(void* buffer, size_t count, DataType, int root) {
-  float* const data = static_cast<float*>(buffer);
+void IpcRingCore::Broadcast(void* buffer, size_t count, DataType type,
+                            int root) {
+  char* const data = static_cast<char*>(buffer);
   if (count == 0) return;
-  for (size_t offset = 0; offset < count; offset += capacity_) {
+  const size_t size = DataTypeSize(type), capacity = CapacityOf(type);
+  for (size_t offset = 0; offset < count; offset += capacity) {
     IpcRingLaunch launch;
     launch.kind = IpcRingKind::kBroadcast;
-    launch.in = launch.out = data + offset;
-    launch.count = std::min(capacity_, count - offset);
+    launch.type = type;
+    launch.in = launch.out = data + offset * size;
+    launch.count = std::min(capacity, count - offset);
     launch.root = root;
     Run(launch, "Broadcast");
   }
@@ -132,24 +140,25 @@ void IpcRingCore::Broadcast(void* buffer, size_t count, DataType, int root) {
 // Each piece: every rank posts its part of its block in its registered
 // buffer, then copies every peer's (ipc_ring_kernels.cu, AllGather).
 void IpcRingCore::AllGather(const void* send_buffer, void* recv_buffer,
-                            size_t count, DataType) {
-  const float* const send = static_cast<const float*>(send_buffer);
-  float* const recv = static_cast<float*>(recv_buffer);
+                            size_t count, DataType type) {
+  const char* const send = static_cast<const char*>(send_buffer);
+  char* const recv = static_cast<char*>(recv_buffer);
   if (count == 0) return;
+  const size_t size = DataTypeSize(type), capacity = CapacityOf(type);
   if (world_size_ == 1) {
     if (send != recv) {
-      CudaCheck(cudaMemcpy(recv, send, count * sizeof(float),
-                           cudaMemcpyDeviceToDevice),
+      CudaCheck(cudaMemcpy(recv, send, count * size, cudaMemcpyDeviceToDevice),
                 name_, "cudaMemcpy (AllGather of one rank)");
     }
     return;
   }
-  for (size_t offset = 0; offset < count; offset += capacity_) {
+  for (size_t offset = 0; offset < count; offset += capacity) {
     IpcRingLaunch launch;
     launch.kind = IpcRingKind::kAllGather;
-    launch.in = send + offset;
-    launch.out = recv + offset;
-    launch.count = std::min(capacity_, count - offset);
+    launch.type = type;
+    launch.in = send + offset * size;
+    launch.out = recv + offset * size;
+    launch.count = std::min(capacity, count - offset);
     launch.stride = count;
     Run(launch, "AllGather");
   }
@@ -299,8 +308,7 @@ void IpcRingCore::FreeResources(bool peers_done) noexcept {
       std::fprintf(stderr,
                    "%s: rank %d leaves its %zu-byte buffer allocated: a peer "
                    "may still map it\n",
-                   name_, rank_,
-                   kIpcRingDataOffset + capacity_ * sizeof(float));
+                   name_, rank_, kIpcRingDataOffset + buffer_bytes_);
     }
   }
   region_ = nullptr;

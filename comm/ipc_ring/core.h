@@ -79,11 +79,13 @@ class IpcRingCore : public Backend {
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds join_timeout_;
   int device_ = -1;
-  size_t capacity_ = 0;  // floats in the registered buffer
+  size_t buffer_bytes_ = 0;  // the registered buffer's, a multiple of 16
   void* region_ = nullptr;
   IpcRingPeers peers_;
 
  private:
+  // Elements of `type` the registered buffer holds.
+  size_t CapacityOf(DataType type) const;
   void Run(IpcRingLaunch launch, const char* what);
   void Wait(const char* what, const IpcRingDescriptor& ours);
   [[noreturn]] void ThrowKernelFailure(const char* what,

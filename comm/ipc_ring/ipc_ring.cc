@@ -185,7 +185,8 @@ BackendDescription Description() {
       "on one host";
   d.memory = MemoryKind::kDevice;
   d.spans_hosts = false;
-  d.checks_calls = true;  // every launch compares the ranks' descriptors
+  d.checks_calls = true;     // every launch compares the ranks' descriptors
+  d.types = AllDataTypes();  // rounded as kernels.h says
   d.tuning = IpcRingSettings();
   d.create = FactoryOf<IpcRing>();
   return d;

@@ -130,7 +130,8 @@ BackendDescription Description() {
   d.memory = MemoryKind::kDevice;
   d.launch = RankLaunch::kThreads;
   d.spans_hosts = false;
-  d.checks_calls = true;  // every launch compares the ranks' descriptors
+  d.checks_calls = true;     // every launch compares the ranks' descriptors
+  d.types = AllDataTypes();  // rounded as kernels.h says
   d.tuning = IpcRingSettings();
   d.create = FactoryOf<IpcRingThreads>();
   return d;

@@ -1,3 +1,6 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "comm/ipc_ring/kernels.h"
 
 namespace ringlab::comm {
@@ -6,22 +9,27 @@ namespace {
 __host__ __device__ inline size_t CeilDiv(size_t a, size_t b) {
   return (a + b - 1) / b;
 }
-__host__ __device__ inline size_t RoundUp4(size_t a) {
-  return (a + 3) & ~size_t{3};
+__host__ __device__ inline size_t RoundUp(size_t a, size_t multiple) {
+  return CeilDiv(a, multiple) * multiple;
+}
+// Elements in a 16-byte pack.
+__host__ __device__ inline size_t PackLength(size_t element_bytes) {
+  return 16 / element_bytes;
 }
 __host__ __device__ inline size_t Min(size_t a, size_t b) {
   return a < b ? a : b;
 }
 
-// Segment i is [i*seg, (i+1)*seg) clipped to count, seg a multiple of 4; its
-// chunks and their per-block slices likewise, so every range is 16-byte
-// aligned relative to the buffer's start.
+// Segment i is [i*seg, (i+1)*seg) clipped to count, seg a multiple of a
+// pack (`pack` elements); its chunks and their per-block slices likewise, so
+// every range is 16-byte aligned relative to the buffer's start.
 __host__ __device__ inline IpcRingRange Slice(size_t count, int world_size,
                                               int chunks, int segment,
-                                              int chunk, int block) {
-  const size_t seg = RoundUp4(CeilDiv(count, world_size));
-  const size_t chunk_len = RoundUp4(CeilDiv(seg, chunks));
-  const size_t slice = RoundUp4(CeilDiv(chunk_len, kIpcRingBlocks));
+                                              int chunk, int block,
+                                              size_t pack) {
+  const size_t seg = RoundUp(CeilDiv(count, world_size), pack);
+  const size_t chunk_len = RoundUp(CeilDiv(seg, chunks), pack);
+  const size_t slice = RoundUp(CeilDiv(chunk_len, kIpcRingBlocks), pack);
   const size_t seg_begin = Min(count, segment * seg);
   const size_t seg_end = Min(count, seg_begin + seg);
   const size_t chunk_begin = Min(seg_end, seg_begin + chunk * chunk_len);
@@ -46,6 +54,7 @@ __host__ __device__ inline uint64_t Units(const IpcRingLaunch& launch) {
 __host__ __device__ inline IpcRingDescriptor Describe(const IpcRingLaunch& l) {
   IpcRingDescriptor d;
   d.word[0] = static_cast<uint64_t>(l.kind) | (uint64_t(l.average) << 4) |
+              (static_cast<uint64_t>(l.type) << 5) |
               (uint64_t(l.root & 0xff) << 8) | (l.base << 32);
   d.word[1] = l.kind == IpcRingKind::kAllGather ? l.stride : l.count;
   return d;
@@ -73,6 +82,46 @@ __device__ inline void StoreReleaseSys(uint64_t* p, uint64_t v) {
 
 __device__ inline bool Aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+// The element types, as the kernels see them: their bits (what moves), and
+// the exact widening to float32 and the rounding back (to nearest, ties to
+// even) that reductions use.
+struct Float32 {
+  using Bits = float;
+  __device__ static float Widen(float v) { return v; }
+  __device__ static float Narrow(float v) { return v; }
+};
+struct Float16 {
+  using Bits = unsigned short;
+  __device__ static float Widen(unsigned short v) {
+    return __half2float(__ushort_as_half(v));
+  }
+  __device__ static unsigned short Narrow(float v) {
+    return __half_as_ushort(__float2half_rn(v));
+  }
+};
+struct BFloat16 {
+  using Bits = unsigned short;
+  __device__ static float Widen(unsigned short v) {
+    return __bfloat162float(__ushort_as_bfloat16(v));
+  }
+  __device__ static unsigned short Narrow(float v) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+};
+
+// 16 bytes of elements, moved as one load or store.
+template <typename Bits>
+union Pack {
+  static constexpr int kLength = 16 / sizeof(Bits);
+  uint4 raw;
+  Bits v[kLength];
+};
+
+template <typename T>
+__device__ inline T Load(const T* p, bool remote) {
+  return remote ? __ldcv(p) : *p;
 }
 
 struct Ctx {
@@ -190,52 +239,70 @@ __device__ bool WaitForEveryPeersEntry(Ctx& c) {
   return true;
 }
 
+// The part of [begin, end) that 16-byte packs cover, from begin: all of it
+// but a ragged tail when both buffers are 16-byte aligned at begin, else
+// nothing (the caller's buffer need only be aligned to its type).
+template <typename Bits>
+__device__ inline size_t PackedEnd(const Bits* a, const Bits* b, size_t begin,
+                                   size_t end) {
+  constexpr size_t kLength = Pack<Bits>::kLength;
+  if (!Aligned16(a + begin) || !Aligned16(b + begin)) return begin;
+  return begin + (end - begin) / kLength * kLength;
+}
+
 // dst[i] = src[i] over [begin, end); src may be a peer's buffer (uncached).
-__device__ void Copy(float* dst, const float* src, size_t begin, size_t end,
+template <typename Bits>
+__device__ void Copy(Bits* dst, const Bits* src, size_t begin, size_t end,
                      bool remote) {
-  size_t i = begin + 4 * threadIdx.x;
-  if (Aligned16(dst) && Aligned16(src)) {
-    for (; i + 4 <= end; i += 4 * blockDim.x) {
-      const float4* s = reinterpret_cast<const float4*>(src + i);
-      *reinterpret_cast<float4*>(dst + i) = remote ? __ldcv(s) : *s;
-    }
-    i = begin + ((end - begin) & ~size_t{3}) + threadIdx.x;
-    for (; i < end; i += blockDim.x) dst[i] = remote ? __ldcv(src + i) : src[i];
-  } else {
-    for (i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      dst[i] = remote ? __ldcv(src + i) : src[i];
-    }
+  constexpr size_t kLength = Pack<Bits>::kLength;
+  const size_t packed_end = PackedEnd(dst, src, begin, end);
+  for (size_t i = begin + kLength * threadIdx.x; i < packed_end;
+       i += kLength * blockDim.x) {
+    *reinterpret_cast<uint4*>(dst + i) =
+        Load(reinterpret_cast<const uint4*>(src + i), remote);
   }
+  for (size_t i = packed_end + threadIdx.x; i < end; i += blockDim.x) {
+    dst[i] = Load(src + i, remote);
+  }
+}
+
+// One element of a ring step: left + mine in float32 (divided by scale when
+// `divide`), rounded to the type once.
+template <typename E>
+__device__ inline typename E::Bits Add(typename E::Bits left,
+                                       typename E::Bits mine, bool divide,
+                                       float scale) {
+  float v = E::Widen(left) + E::Widen(mine);
+  if (divide) v /= scale;
+  return E::Narrow(v);
 }
 
 // mine[i] = left[i] + mine[i] (divided by scale when scale != 1), also
 // written to out when out is not null. mine and left are registered buffers
 // (16-byte aligned); out is the caller's.
-__device__ void Reduce(float* mine, const float* left, float* out, size_t begin,
-                       size_t end, float scale) {
-  const bool div = scale != 1.0f;
-  size_t i = begin + 4 * threadIdx.x;
-  const bool out_vec = out == nullptr || Aligned16(out);
-  size_t vec_end = out_vec ? begin + ((end - begin) & ~size_t{3}) : begin;
-  for (; i + 4 <= vec_end; i += 4 * blockDim.x) {
-    const float4 a = __ldcv(reinterpret_cast<const float4*>(left + i));
-    float4 b = *reinterpret_cast<const float4*>(mine + i);
-    b.x = a.x + b.x;
-    b.y = a.y + b.y;
-    b.z = a.z + b.z;
-    b.w = a.w + b.w;
-    if (div) {
-      b.x /= scale;
-      b.y /= scale;
-      b.z /= scale;
-      b.w /= scale;
+template <typename E>
+__device__ void Reduce(typename E::Bits* mine, const typename E::Bits* left,
+                       typename E::Bits* out, size_t begin, size_t end,
+                       float scale) {
+  using Bits = typename E::Bits;
+  constexpr size_t kLength = Pack<Bits>::kLength;
+  const bool divide = scale != 1.0f;
+  const size_t packed_end =
+      PackedEnd<Bits>(mine, out == nullptr ? mine : out, begin, end);
+  for (size_t i = begin + kLength * threadIdx.x; i < packed_end;
+       i += kLength * blockDim.x) {
+    Pack<Bits> a, b;
+    a.raw = __ldcv(reinterpret_cast<const uint4*>(left + i));
+    b.raw = *reinterpret_cast<const uint4*>(mine + i);
+#pragma unroll
+    for (size_t j = 0; j < kLength; ++j) {
+      b.v[j] = Add<E>(a.v[j], b.v[j], divide, scale);
     }
-    *reinterpret_cast<float4*>(mine + i) = b;
-    if (out) *reinterpret_cast<float4*>(out + i) = b;
+    *reinterpret_cast<uint4*>(mine + i) = b.raw;
+    if (out) *reinterpret_cast<uint4*>(out + i) = b.raw;
   }
-  for (i = vec_end + threadIdx.x; i < end; i += blockDim.x) {
-    float v = __ldcv(left + i) + mine[i];
-    if (div) v /= scale;
+  for (size_t i = packed_end + threadIdx.x; i < end; i += blockDim.x) {
+    const Bits v = Add<E>(__ldcv(left + i), mine[i], divide, scale);
     mine[i] = v;
     if (out) out[i] = v;
   }
@@ -243,22 +310,32 @@ __device__ void Reduce(float* mine, const float* left, float* out, size_t begin,
 
 __device__ inline int Mod(int a, int n) { return ((a % n) + n) % n; }
 
+template <typename Bits>
+__device__ inline Bits* DataOf(const Ctx& c, int rank) {
+  return static_cast<Bits*>(c.peers.data[rank]);
+}
+
 // The ring of shm_ring. Units: 1 (input in place), then one per (step, chunk)
 // for the N-1 reduce-scatter and N-1 all-gather steps, then 1 (exit barrier).
 // In reduce-scatter step s, rank r adds segment (r-1-s) mod N from its left
 // neighbour into its own buffer; after it, rank r holds segment r+1 fully
 // reduced. In all-gather step s it copies segment (r-s) mod N from the left.
+template <typename E>
 __device__ void RingAllReduce(Ctx& c) {
+  using Bits = typename E::Bits;
+  constexpr size_t kPack = Pack<Bits>::kLength;
   const IpcRingLaunch& p = c.p;
   const int n = p.world_size, r = p.rank, left = Mod(r - 1, n), b = blockIdx.x;
-  float* mine = c.peers.data[r];
-  const float* lbuf = c.peers.data[left];
+  Bits* mine = DataOf<Bits>(c, r);
+  const Bits* lbuf = DataOf<Bits>(c, left);
+  const Bits* in = static_cast<const Bits*>(p.in);
+  Bits* out = static_cast<Bits*>(p.out);
   const int chunks = p.chunks;
 
   for (int seg = 0; seg < n; ++seg) {
     for (int k = 0; k < chunks; ++k) {
-      IpcRingRange rg = Slice(p.count, n, chunks, seg, k, b);
-      Copy(mine, p.in, rg.begin, rg.end, false);
+      IpcRingRange rg = Slice(p.count, n, chunks, seg, k, b, kPack);
+      Copy(mine, in, rg.begin, rg.end, false);
     }
   }
   Publish(c, 1);
@@ -279,14 +356,14 @@ __device__ void RingAllReduce(Ctx& c) {
                    rs ? kIpcRingReduceScatter : kIpcRingAllGather, s)) {
         return;
       }
-      IpcRingRange rg = Slice(p.count, n, chunks, seg, k, b);
+      IpcRingRange rg = Slice(p.count, n, chunks, seg, k, b, kPack);
       if (rs) {
-        Reduce(mine, lbuf, last_rs ? p.out : nullptr, rg.begin, rg.end,
-               last_rs ? scale : 1.0f);
+        Reduce<E>(mine, lbuf, last_rs ? out : nullptr, rg.begin, rg.end,
+                  last_rs ? scale : 1.0f);
       } else {
         Copy(mine, lbuf, rg.begin, rg.end, true);
         __syncthreads();
-        Copy(p.out, mine, rg.begin, rg.end, false);
+        Copy(out, static_cast<const Bits*>(mine), rg.begin, rg.end, false);
       }
       Publish(c, 1 + uint64_t(step) * chunks + k + 1);
     }
@@ -300,24 +377,29 @@ __device__ void RingAllReduce(Ctx& c) {
 }
 
 // Small messages: every rank reads every buffer and adds them in rank order
-// 0..N-1, so all ranks compute bitwise the same result. Units: 1 (input in
-// place), 2 (done reading, exit barrier).
+// 0..N-1 in float32, rounding once, so all ranks compute bitwise the same
+// result. Units: 1 (input in place), 2 (done reading, exit barrier).
+template <typename E>
 __device__ void OneShotAllReduce(Ctx& c) {
+  using Bits = typename E::Bits;
   const IpcRingLaunch& p = c.p;
   const int n = p.world_size, r = p.rank;
-  const IpcRingRange rg = Slice(p.count, 1, 1, 0, 0, blockIdx.x);
-  float* mine = c.peers.data[r];
-  Copy(mine, p.in, rg.begin, rg.end, false);
+  const IpcRingRange rg =
+      Slice(p.count, 1, 1, 0, 0, blockIdx.x, Pack<Bits>::kLength);
+  Bits* mine = DataOf<Bits>(c, r);
+  Bits* out = static_cast<Bits*>(p.out);
+  Copy(mine, static_cast<const Bits*>(p.in), rg.begin, rg.end, false);
   Publish(c, 1);
   if (!WaitForEveryPeersEntry(c)) return;
   const float scale = static_cast<float>(n);
   for (size_t i = rg.begin + threadIdx.x; i < rg.end; i += blockDim.x) {
     float sum = 0.0f;
     for (int q = 0; q < n; ++q) {
-      const float v = q == r ? mine[i] : __ldcv(c.peers.data[q] + i);
+      const float v =
+          E::Widen(q == r ? mine[i] : __ldcv(DataOf<Bits>(c, q) + i));
       sum = q == 0 ? v : sum + v;
     }
-    p.out[i] = p.average ? sum / scale : sum;
+    out[i] = E::Narrow(p.average ? sum / scale : sum);
   }
   Publish(c, 2);
   for (int q = 0; q < n; ++q) {
@@ -329,15 +411,22 @@ __device__ void OneShotAllReduce(Ctx& c) {
 // Units as the one-shot. Every rank, the root too, checks every peer's
 // descriptor: ranks that disagree on the root would otherwise each copy from
 // a root of their own and return without noticing.
+template <typename Bits>
 __device__ void Broadcast(Ctx& c) {
   const IpcRingLaunch& p = c.p;
   const int n = p.world_size, r = p.rank;
-  const IpcRingRange rg = Slice(p.count, 1, 1, 0, 0, blockIdx.x);
-  if (r == p.root) Copy(c.peers.data[r], p.in, rg.begin, rg.end, false);
+  const IpcRingRange rg =
+      Slice(p.count, 1, 1, 0, 0, blockIdx.x, Pack<Bits>::kLength);
+  if (r == p.root) {
+    Copy(DataOf<Bits>(c, r), static_cast<const Bits*>(p.in), rg.begin, rg.end,
+         false);
+  }
   Publish(c, 1);
   if (!WaitForEveryPeersEntry(c)) return;
   if (r != p.root) {
-    Copy(p.out, c.peers.data[p.root], rg.begin, rg.end, true);
+    Copy(static_cast<Bits*>(p.out),
+         static_cast<const Bits*>(DataOf<Bits>(c, p.root)), rg.begin, rg.end,
+         true);
   }
   Publish(c, 2);
   for (int q = 0; q < n; ++q) {
@@ -348,19 +437,23 @@ __device__ void Broadcast(Ctx& c) {
 // Every rank posts its piece in its registered buffer, then copies every
 // peer's (one hop each) to out + q * stride, its own from its input unless
 // that is in place. Units as the one-shot.
+template <typename Bits>
 __device__ void AllGather(Ctx& c) {
   const IpcRingLaunch& p = c.p;
   const int n = p.world_size, r = p.rank;
-  const IpcRingRange rg = Slice(p.count, 1, 1, 0, 0, blockIdx.x);
-  Copy(c.peers.data[r], p.in, rg.begin, rg.end, false);
+  const IpcRingRange rg =
+      Slice(p.count, 1, 1, 0, 0, blockIdx.x, Pack<Bits>::kLength);
+  const Bits* in = static_cast<const Bits*>(p.in);
+  Copy(DataOf<Bits>(c, r), in, rg.begin, rg.end, false);
   Publish(c, 1);
   if (!WaitForEveryPeersEntry(c)) return;
   for (int q = 0; q < n; ++q) {
-    float* dst = p.out + q * p.stride;
+    Bits* dst = static_cast<Bits*>(p.out) + q * p.stride;
     if (q != r) {
-      Copy(dst, c.peers.data[q], rg.begin, rg.end, true);
-    } else if (dst != p.in) {
-      Copy(dst, p.in, rg.begin, rg.end, false);
+      Copy(dst, static_cast<const Bits*>(DataOf<Bits>(c, q)), rg.begin, rg.end,
+           true);
+    } else if (dst != in) {
+      Copy(dst, in, rg.begin, rg.end, false);
     }
   }
   Publish(c, 2);
@@ -380,8 +473,10 @@ __device__ void Barrier(Ctx& c) {
   }
 }
 
+template <typename E>
 __global__ void __launch_bounds__(kIpcRingThreads)
     IpcRingKernel(IpcRingPeers peers, IpcRingLaunch launch) {
+  using Bits = typename E::Bits;
   Ctx c{peers, launch, peers.progress[launch.rank] + blockIdx.x, 0,
         Describe(launch)};
   // Published (with the data) by the first Publish's release.
@@ -392,19 +487,19 @@ __global__ void __launch_bounds__(kIpcRingThreads)
   }
   switch (launch.kind) {
     case IpcRingKind::kRing:
-      RingAllReduce(c);
+      RingAllReduce<E>(c);
       break;
     case IpcRingKind::kOneShot:
-      OneShotAllReduce(c);
+      OneShotAllReduce<E>(c);
       break;
     case IpcRingKind::kBroadcast:
-      Broadcast(c);
+      Broadcast<Bits>(c);
       break;
     case IpcRingKind::kBarrier:
       Barrier(c);
       break;
     case IpcRingKind::kAllGather:
-      AllGather(c);
+      AllGather<Bits>(c);
       break;
   }
 }
@@ -419,7 +514,12 @@ IpcRingDescriptor IpcRingDescribe(const IpcRingLaunch& launch) {
 
 std::string IpcRingDescriptorText(const IpcRingDescriptor& d) {
   const auto kind = static_cast<IpcRingKind>(d.word[0] & 15);
-  const std::string count = "count=" + std::to_string(d.word[1]);
+  const auto type = static_cast<DataType>((d.word[0] >> 5) & 3);
+  const std::string count =
+      "count=" + std::to_string(d.word[1]) +
+      (type == DataType::kFloat32
+           ? ""
+           : std::string(", dtype=") + DataTypeName(type));
   const std::string op = (d.word[0] >> 4) & 1 ? "op=avg" : "op=sum";
   switch (kind) {
     case IpcRingKind::kRing:
@@ -437,23 +537,40 @@ std::string IpcRingDescriptorText(const IpcRingDescriptor& d) {
   return "an unknown call";
 }
 
-int IpcRingChunks(size_t count, int world_size, size_t chunk_bytes) {
-  const size_t seg_bytes = RoundUp4(CeilDiv(count, world_size)) * sizeof(float);
+int IpcRingChunks(size_t count, int world_size, size_t chunk_bytes,
+                  size_t element_bytes) {
+  const size_t seg_bytes =
+      RoundUp(CeilDiv(count, world_size), PackLength(element_bytes)) *
+      element_bytes;
   const size_t chunks = CeilDiv(seg_bytes, chunk_bytes == 0 ? 1 : chunk_bytes);
   return static_cast<int>(chunks < 1 ? 1 : (chunks > 64 ? 64 : chunks));
 }
 
 IpcRingRange IpcRingSlice(size_t count, int world_size, int chunks, int segment,
-                          int chunk, int block) {
-  return Slice(count, world_size, chunks, segment, chunk, block);
+                          int chunk, int block, size_t element_bytes) {
+  return Slice(count, world_size, chunks, segment, chunk, block,
+               PackLength(element_bytes));
 }
 
 cudaError_t LaunchIpcRing(const IpcRingPeers& peers,
                           const IpcRingLaunch& launch, cudaStream_t stream) {
   (void)cudaGetLastError();  // an older, non-sticky error is not this launch's
-  IpcRingKernel<<<kIpcRingBlocks,
-                  launch.kind == IpcRingKind::kBarrier ? 32 : kIpcRingThreads,
-                  0, stream>>>(peers, launch);
+  const int threads =
+      launch.kind == IpcRingKind::kBarrier ? 32 : kIpcRingThreads;
+  switch (launch.type) {
+    case DataType::kFloat32:
+      IpcRingKernel<Float32>
+          <<<kIpcRingBlocks, threads, 0, stream>>>(peers, launch);
+      break;
+    case DataType::kFloat16:
+      IpcRingKernel<Float16>
+          <<<kIpcRingBlocks, threads, 0, stream>>>(peers, launch);
+      break;
+    case DataType::kBFloat16:
+      IpcRingKernel<BFloat16>
+          <<<kIpcRingBlocks, threads, 0, stream>>>(peers, launch);
+      break;
+  }
   return cudaGetLastError();
 }
 

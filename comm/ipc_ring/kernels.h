@@ -20,6 +20,14 @@
 // records why in a host-mapped status (the first failing block of the launch
 // only), and poisons its own counter so that waiting peers stop at once
 // instead of at their own deadline.
+//
+// Element types: float32, float16 and bfloat16. Data moves in 16-byte
+// packs (4 or 8 elements); a reduction widens each element to float32
+// exactly, adds, and rounds back to the type after every partial sum, as
+// gloo's and NCCL's rings do (the ring's last reduce-scatter step divides
+// an average before that one rounding); the one-shot sums every rank's
+// element in float32 in rank order and rounds once. Both are what
+// comm/dtype's `add_divide2` and `sum_into` compute on the host.
 #ifndef RINGLAB_COMM_IPC_RING_KERNELS_H_
 #define RINGLAB_COMM_IPC_RING_KERNELS_H_
 
@@ -28,6 +36,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "comm/dtype/dtype.h"
 
 namespace ringlab::comm {
 
@@ -45,7 +55,7 @@ inline constexpr uint64_t kIpcRingPoison = 1ull << 63;
 // claim word: the first of this rank's blocks to fail in a launch records
 // why (atomicMax of base + 1, so that it never needs resetting).
 struct IpcRingPeers {
-  float* data[kIpcRingMaxRanks];
+  void* data[kIpcRingMaxRanks];  // 16-byte aligned
   uint64_t* progress[kIpcRingMaxRanks];
 };
 inline constexpr size_t kIpcRingClaimWord = 3 * kIpcRingBlocks;
@@ -85,12 +95,14 @@ struct IpcRingLaunch {
   IpcRingKind kind = IpcRingKind::kRing;
   int rank = 0;
   int world_size = 1;
-  const float* in = nullptr;  // the caller's device buffer (may equal out)
-  float* out = nullptr;
-  size_t count = 0;  // floats, at most the registered capacity
-  // kAllGather: every rank's piece of `count` floats lands at out + q *
-  // stride (the caller's count per rank; pieces of it when larger than the
-  // registered buffer).
+  DataType type = DataType::kFloat32;
+  // The caller's device buffer (may equal out), aligned to its type only.
+  const void* in = nullptr;
+  void* out = nullptr;
+  size_t count = 0;  // elements, at most the registered capacity
+  // kAllGather: every rank's piece of `count` elements lands at out + q *
+  // stride elements (the caller's count per rank; pieces of it when larger
+  // than the registered buffer).
   size_t stride = 0;
   bool average = false;
   int root = 0;       // kBroadcast
@@ -102,33 +114,38 @@ struct IpcRingLaunch {
 
 // What a rank is doing, published next to its counters so that peers check
 // that they are in the same collective (as shm_ring does): word 0 holds the
-// kind, op, root and the low 32 bits of the base (the call history), word 1
-// the count (an allgather's: the caller's count per rank, its stride).
+// kind, op, type, root and the low 32 bits of the base (the call history),
+// word 1 the count (an allgather's: the caller's count per rank, its
+// stride).
 struct IpcRingDescriptor {
   uint64_t word[2];
 };
 IpcRingDescriptor IpcRingDescribe(const IpcRingLaunch& launch);
 // In the words of every backend's mismatch reports (the conformance suite
 // looks for them): "AllReduce(count=1021, op=avg; one-shot)",
-// "Broadcast(count=5, root=1)", "AllGather(count=8)", "Barrier".
+// "Broadcast(count=5, root=1)", "AllGather(count=8)", "Barrier"; the type
+// where it is not float32 ("AllReduce(count=8, dtype=float16, op=sum; ring)").
 std::string IpcRingDescriptorText(const IpcRingDescriptor& descriptor);
 
 // Counter increments one launch makes (the same on every rank and block).
 uint64_t IpcRingUnits(const IpcRingLaunch& launch);
 
-// Chunks per segment for the ring: about chunk_bytes each, at most 64, so
-// that reading chunk k+1 from the left overlaps reducing chunk k.
-int IpcRingChunks(size_t count, int world_size, size_t chunk_bytes);
+// Chunks per segment for the ring of `count` elements of `element_bytes`:
+// about chunk_bytes each, at most 64, so that reading chunk k+1 from the left
+// overlaps reducing chunk k.
+int IpcRingChunks(size_t count, int world_size, size_t chunk_bytes,
+                  size_t element_bytes);
 
-// [begin, end) of the floats that block `block` handles in chunk `chunk` of
-// segment `segment` (all ranges start at a multiple of 4 floats, so 16-byte
-// loads stay aligned). Host-callable so that tests can check the partition.
+// [begin, end) of the elements that block `block` handles in chunk `chunk`
+// of segment `segment` (all ranges start at a multiple of 16 bytes, so the
+// 16-byte packs stay aligned). Host-callable so that tests can check the
+// partition.
 struct IpcRingRange {
   size_t begin;
   size_t end;
 };
 IpcRingRange IpcRingSlice(size_t count, int world_size, int chunks, int segment,
-                          int chunk, int block);
+                          int chunk, int block, size_t element_bytes);
 
 // Enqueues one collective on `stream`; returns the launch's error, if any:
 // the error state is cleared first, so that an older error is not taken for
