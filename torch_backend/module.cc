@@ -6,12 +6,41 @@
 #include <torch/extension.h>
 
 #include <chrono>
+#include <utility>
 
 #include "torch_backend/process_group.h"
 
 namespace {
 
 using ringlab::torch_backend::ProcessGroupRinglab;
+
+// Python's reference to a group, dropped without the GIL: the group's
+// destructor joins threads whose futures' Python callbacks take the GIL, so
+// holding it there would deadlock (torch's own bindings hold its process
+// groups this way). Laid out as c10::intrusive_ptr, which torch's casters
+// read the holder as when the group is passed to them.
+template <typename T>
+class NoGilReference {
+ public:
+  NoGilReference() = default;
+  explicit NoGilReference(T* p)
+      : ptr_(c10::intrusive_ptr<T>::reclaim_copy(p)) {}
+  NoGilReference(c10::intrusive_ptr<T> p) : ptr_(std::move(p)) {}  // NOLINT
+  NoGilReference(const NoGilReference&) = default;
+  NoGilReference& operator=(const NoGilReference&) = default;
+  ~NoGilReference() {
+    if (ptr_ && PyGILState_Check()) {
+      pybind11::gil_scoped_release release;
+      ptr_.reset();
+    }
+  }
+  T* get() const { return ptr_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> ptr_;
+};
+static_assert(sizeof(NoGilReference<ProcessGroupRinglab>) ==
+              sizeof(c10::intrusive_ptr<ProcessGroupRinglab>));
 
 // Joining waits for the other ranks: without the GIL, released here rather
 // than by a call guard on the constructor (pybind11 #5473).
@@ -24,13 +53,15 @@ c10::intrusive_ptr<ProcessGroupRinglab> Create(
 
 }  // namespace
 
+PYBIND11_DECLARE_HOLDER_TYPE(T, NoGilReference<T>, true);
+
 PYBIND11_MODULE(ringlab_torch, module) {
   module.doc() = "ringlab's collectives as a torch.distributed backend";
   // torch's ProcessGroup type must be known to pybind11 before ours derives.
   pybind11::module_ dist = pybind11::module_::import("torch.distributed");
   pybind11::class_<ProcessGroupRinglab, c10d::ProcessGroup,
-                   c10::intrusive_ptr<ProcessGroupRinglab>>(
-      module, "ProcessGroupRinglab")
+                   NoGilReference<ProcessGroupRinglab>>(module,
+                                                        "ProcessGroupRinglab")
       .def(pybind11::init(&Create), pybind11::arg("store"),
            pybind11::arg("rank"), pybind11::arg("size"),
            pybind11::arg("timeout"))

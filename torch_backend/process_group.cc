@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <stdexcept>
 
+#include "comm/backend.h"
 #include "comm/job/job_environment.h"
 #include "comm/job/launch_variables.h"
 #include "comm/peers.h"
@@ -106,85 +108,90 @@ void CheckTensor(const at::Tensor& t, const char* what) {
               ": the tensor must be contiguous");
 }
 
-// The element type of a reduction: float32, float16 or bfloat16.
-comm::DataType ReducedType(const at::Tensor& t) {
+// The communicator's element type for `t`, where it has one.
+bool RingType(const at::Tensor& t, comm::DataType* type) {
   switch (t.scalar_type()) {
     case at::kFloat:
-      return comm::DataType::kFloat32;
+      *type = comm::DataType::kFloat32;
+      return true;
     case at::kHalf:
-      return comm::DataType::kFloat16;
+      *type = comm::DataType::kFloat16;
+      return true;
     case at::kBFloat16:
-      return comm::DataType::kBFloat16;
+      *type = comm::DataType::kBFloat16;
+      return true;
     default:
-      throw std::invalid_argument(
-          std::string("ringlab: allreduce of ") +
-          c10::toString(t.scalar_type()) +
-          ": only float32, float16 and bfloat16 reduce");
+      return false;
+  }
+}
+
+bool RingOp(const c10d::ReduceOp& op, comm::ReduceOp* ring) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      *ring = comm::ReduceOp::kSum;
+      return true;
+    case c10d::ReduceOp::AVG:
+      *ring = comm::ReduceOp::kAvg;
+      return true;
+    case c10d::ReduceOp::MAX:
+      *ring = comm::ReduceOp::kMax;
+      return true;
+    case c10d::ReduceOp::MIN:
+      *ring = comm::ReduceOp::kMin;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether the rows of a gathered tensor can reduce by `op` for `t`'s type
+// (torch's own ops on them); otherwise a RuntimeError, as gloo's.
+void CheckGatheredReduction(const at::Tensor& t, c10d::ReduceOp::RedOpType op) {
+  const at::ScalarType s = t.scalar_type();
+  const bool integral = at::isIntegralType(s, /*includeBool=*/true);
+  TORCH_CHECK(integral || at::isFloatingType(s), "ringlab: allreduce of ", s,
+              ": only real and integer types reduce");
+  switch (op) {
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::PRODUCT:
+      return;
+    case c10d::ReduceOp::MIN:
+    case c10d::ReduceOp::MAX:
+      TORCH_CHECK(s != at::kBool, "ringlab: min and max of Bool do not reduce");
+      return;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      TORCH_CHECK(integral,
+                  "ringlab: bitwise reductions need an integer type, "
+                  "not ",
+                  s);
+      return;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(false, "ringlab: allreduce avg of ", s,
+                  ": only floating types average");
+    default:
+      TORCH_CHECK(false, "ringlab: this reduction op (", static_cast<int>(op),
+                  ") is not supported");
   }
 }
 
 // What a copying collective moves: the tensor's own type where ringlab has
 // it, else its bytes as 4- or 2-byte words (DDP broadcasts and gathers int64
-// metadata too); the bits arrive unchanged either way.
-std::pair<comm::DataType, size_t> CopiedWords(const at::Tensor& t) {
-  const at::ScalarType s = t.scalar_type();
-  if (s == at::kFloat || s == at::kHalf || s == at::kBFloat16) {
-    return {ReducedType(t), static_cast<size_t>(t.numel())};
+// metadata too); the bits arrive unchanged either way. False for an odd
+// count of bytes.
+bool CopiedWords(const at::Tensor& t, comm::DataType* type, size_t* count) {
+  if (RingType(t, type)) {
+    *count = static_cast<size_t>(t.numel());
+    return true;
   }
   const size_t bytes = t.nbytes();
-  if (bytes % 4 == 0) return {comm::DataType::kFloat32, bytes / 4};
-  TORCH_CHECK(bytes % 2 == 0, "ringlab: a ", s, " tensor of ", bytes,
-              " bytes (an odd count of bytes) cannot be sent yet");
-  return {comm::DataType::kFloat16, bytes / 2};
-}
-
-comm::ReduceOp RingOp(const c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      return comm::ReduceOp::kSum;
-    case c10d::ReduceOp::AVG:
-      return comm::ReduceOp::kAvg;
-    default:
-      throw std::invalid_argument("ringlab: only sum and avg reduce so far");
-  }
+  *type = bytes % 4 == 0 ? comm::DataType::kFloat32 : comm::DataType::kFloat16;
+  *count = bytes / comm::DataTypeSize(*type);
+  return bytes % 2 == 0;
 }
 
 }  // namespace
-
-CallbackThreads::~CallbackThreads() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  changed_.notify_all();
-  for (std::thread& t : threads_) t.join();
-}
-
-void CallbackThreads::Post(std::function<void()> task) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  tasks_.push_back(std::move(task));
-  // A thread already woken for an earlier task still counts as idle.
-  if (tasks_.size() > static_cast<size_t>(idle_)) {
-    threads_.emplace_back([this] { ThreadMain(); });
-  } else {
-    changed_.notify_one();
-  }
-}
-
-void CallbackThreads::ThreadMain() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (true) {
-    ++idle_;
-    changed_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
-    --idle_;
-    if (tasks_.empty()) return;  // stopped, nothing left
-    std::function<void()> task = std::move(tasks_.front());
-    tasks_.pop_front();
-    lock.unlock();
-    task();  // callbacks report their own failures through their futures
-    lock.lock();
-  }
-}
 
 ProcessGroupRinglab::ProcessGroupRinglab(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -211,16 +218,13 @@ ProcessGroupRinglab::ProcessGroupRinglab(
     TORCH_CHECK(false, "ringlab: rank ", rank, " of ", size,
                 " could not join its group: ", e.what());
   }
-  thread_ = std::thread([this] { ThreadMain(); });
 }
 
 ProcessGroupRinglab::~ProcessGroupRinglab() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  changed_.notify_all();
-  thread_.join();  // a collective in flight ends by the communicator's deadline
+  // No collective task holds a reference to the group, so this never runs on
+  // the communication thread.
+  communication_.Stop();
+  callbacks_.Stop();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
@@ -228,45 +232,74 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
     std::function<void()> run) {
   auto work =
       c10::make_intrusive<RingWork>(getRank(), type, std::move(outputs));
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!stop_) {
-      queue_.push_back({work, std::move(run)});
-      changed_.notify_all();
-      return work;
-    }
-  }
+  auto complete = [work](std::exception_ptr failure) {
+    // The future first, as gloo's: a caller whose wait() returned may read it.
+    work->CompleteFuture(failure);
+    work->Finish(failure);
+  };
+  // What was queued runs, even while the group is destroyed: the peers run
+  // it too (as gloo's queue drains), and each ends by its deadline.
+  const bool queued =
+      communication_.Post([this, run = std::move(run), complete] {
+        std::exception_ptr failure;
+        try {
+          run();
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        if (!callbacks_.Post([complete, failure] { complete(failure); })) {
+          complete(failure);  // unreachable: callbacks stop after this thread
+        }
+      });
   // A callback's collective while the group is destroyed: nothing will run it.
-  const std::exception_ptr failure = std::make_exception_ptr(
-      comm::CommError("ringlab: the process group was destroyed"));
-  work->CompleteFuture(failure);
-  work->Finish(failure);
+  if (!queued) {
+    complete(std::make_exception_ptr(
+        comm::CommError("ringlab: the process group was destroyed")));
+  }
   return work;
 }
 
-void ProcessGroupRinglab::ThreadMain() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (true) {
-    changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopped, nothing left
-    Job job = std::move(queue_.front());
-    queue_.pop_front();
-    lock.unlock();
-    // What was queued runs, even while the group is destroyed: the peers run
-    // it too (as gloo's queue drains), and each ends by its deadline.
-    std::exception_ptr failure;
-    try {
-      job.run();
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    // The future first, as gloo's: a caller whose wait() returned may read it.
-    callbacks_.Post([work = job.work, failure] {
-      work->CompleteFuture(failure);
-      work->Finish(failure);
-    });
-    lock.lock();
+at::Tensor ProcessGroupRinglab::GatherBytes(const void* data, size_t bytes) {
+  const size_t words = (bytes + 3) / 4;  // float32: every backend moves it
+  at::Tensor mine = at::zeros({static_cast<int64_t>(words * 4)}, at::kByte);
+  if (bytes > 0) std::memcpy(mine.data_ptr(), data, bytes);
+  at::Tensor rows =
+      at::empty({getSize(), static_cast<int64_t>(words * 4)}, at::kByte);
+  comm_->AllGather(mine.data_ptr(), rows.data_ptr(), words,
+                   comm::DataType::kFloat32);
+  return rows;
+}
+
+void ProcessGroupRinglab::GatheredAllReduce(const at::Tensor& t,
+                                            c10d::ReduceOp op) {
+  const int64_t bytes = static_cast<int64_t>(t.nbytes());
+  const at::Tensor rows = GatherBytes(t.data_ptr(), t.nbytes())
+                              .narrow(1, 0, bytes)
+                              .contiguous()
+                              .view(t.scalar_type());
+  at::Tensor result;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      result = rows.sum(0, false, t.scalar_type());
+      break;
+    case c10d::ReduceOp::PRODUCT:
+      result = rows.prod(0, false, t.scalar_type());
+      break;
+    case c10d::ReduceOp::MIN:
+      result = rows.amin(0);
+      break;
+    case c10d::ReduceOp::MAX:
+      result = rows.amax(0);
+      break;
+    default:  // the bitwise ones (checked by the caller)
+      result = rows[0].clone();
+      for (int r = 1; r < getSize(); ++r) {
+        if (op.op_ == c10d::ReduceOp::BAND) result.bitwise_and_(rows[r]);
+        if (op.op_ == c10d::ReduceOp::BOR) result.bitwise_or_(rows[r]);
+        if (op.op_ == c10d::ReduceOp::BXOR) result.bitwise_xor_(rows[r]);
+      }
   }
+  t.view(-1).copy_(result);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::broadcast(
@@ -274,12 +307,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::broadcast(
   TORCH_CHECK(tensors.size() == 1, "ringlab: broadcast takes one tensor");
   const at::Tensor t = tensors[0];
   CheckTensor(t, "broadcast");
-  const auto [type, count] = CopiedWords(t);
   const int root = static_cast<int>(opts.rootRank);
-  return Enqueue(c10d::OpType::BROADCAST, {t},
-                 [this, t, type = type, count = count, root] {
-                   comm_->Broadcast(t.data_ptr(), count, type, root);
-                 });
+  comm::DataType type;
+  size_t count;
+  if (CopiedWords(t, &type, &count)) {
+    return Enqueue(c10d::OpType::BROADCAST, {t}, [this, t, type, count, root] {
+      comm_->Broadcast(t.data_ptr(), count, type, root);
+    });
+  }
+  // An odd count of bytes, through a copy padded to whole words.
+  return Enqueue(c10d::OpType::BROADCAST, {t}, [this, t, root] {
+    at::Tensor padded =
+        at::zeros({static_cast<int64_t>(t.nbytes() + 1)}, at::kByte);
+    std::memcpy(padded.data_ptr(), t.data_ptr(), t.nbytes());
+    comm_->Broadcast(padded.data_ptr(), padded.numel() / 2,
+                     comm::DataType::kFloat16, root);
+    std::memcpy(t.data_ptr(), padded.data_ptr(), t.nbytes());
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allreduce(
@@ -287,11 +331,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allreduce(
   TORCH_CHECK(tensors.size() == 1, "ringlab: allreduce takes one tensor");
   const at::Tensor t = tensors[0];
   CheckTensor(t, "allreduce");
-  const comm::DataType type = ReducedType(t);
-  const comm::ReduceOp op = RingOp(opts.reduceOp);
-  return Enqueue(c10d::OpType::ALLREDUCE, {t}, [this, t, type, op] {
-    comm_->AllReduce(t.data_ptr(), static_cast<size_t>(t.numel()), type, op);
-  });
+  comm::DataType type;
+  comm::ReduceOp op;
+  const comm::BackendDescription& backend = comm_->description();
+  if (RingType(t, &type) && RingOp(opts.reduceOp, &op) &&
+      backend.Supports(type) && backend.Supports(op)) {
+    return Enqueue(c10d::OpType::ALLREDUCE, {t}, [this, t, type, op] {
+      comm_->AllReduce(t.data_ptr(), static_cast<size_t>(t.numel()), type, op);
+    });
+  }
+  CheckGatheredReduction(t, opts.reduceOp.op_);
+  return Enqueue(c10d::OpType::ALLREDUCE, {t},
+                 [this, t, op = opts.reduceOp] { GatheredAllReduce(t, op); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allgather(
@@ -305,20 +356,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allgather(
   TORCH_CHECK(static_cast<int>(out.size()) == getSize(),
               "ringlab: allgather needs one output per rank");
   for (const at::Tensor& o : out) {
-    TORCH_CHECK(o.scalar_type() == in.scalar_type() &&
-                    o.numel() == in.numel() && o.device() == in.device(),
+    CheckTensor(o, "allgather");
+    TORCH_CHECK(o.scalar_type() == in.scalar_type() && o.numel() == in.numel(),
                 "ringlab: allgather's outputs must match its input");
   }
-  const auto [type, count] = CopiedWords(in);
-  return Enqueue(
-      c10d::OpType::ALLGATHER, out,
-      [this, in, out, type = type, count = count] {
-        at::Tensor gathered = at::empty({getSize() * in.numel()}, in.options());
-        comm_->AllGather(in.data_ptr(), gathered.data_ptr(), count, type);
-        for (int r = 0; r < getSize(); ++r) {
-          out[r].view(-1).copy_(gathered.narrow(0, r * in.numel(), in.numel()));
-        }
-      });
+  return Enqueue(c10d::OpType::ALLGATHER, out, [this, in, out] {
+    const at::Tensor rows = GatherBytes(in.data_ptr(), in.nbytes());
+    for (int r = 0; r < getSize(); ++r) {
+      std::memcpy(out[r].data_ptr(), rows[r].data_ptr(), in.nbytes());
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::_allgather_base(
@@ -328,12 +375,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::_allgather_base(
   TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
                   output.numel() == getSize() * input.numel(),
               "ringlab: allgather's output must hold every rank's input");
-  const auto [type, count] = CopiedWords(input);
   const at::Tensor in = input, out = output;
-  return Enqueue(c10d::OpType::_ALLGATHER_BASE, {out},
-                 [this, in, out, type = type, count = count] {
-                   comm_->AllGather(in.data_ptr(), out.data_ptr(), count, type);
-                 });
+  comm::DataType type;
+  size_t count;
+  if (CopiedWords(in, &type, &count)) {
+    return Enqueue(
+        c10d::OpType::_ALLGATHER_BASE, {out}, [this, in, out, type, count] {
+          comm_->AllGather(in.data_ptr(), out.data_ptr(), count, type);
+        });
+  }
+  return Enqueue(c10d::OpType::_ALLGATHER_BASE, {out}, [this, in, out] {
+    const at::Tensor rows = GatherBytes(in.data_ptr(), in.nbytes());
+    for (int r = 0; r < getSize(); ++r) {
+      std::memcpy(static_cast<char*>(out.data_ptr()) + r * in.nbytes(),
+                  rows[r].data_ptr(), in.nbytes());
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::barrier(

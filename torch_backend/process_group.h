@@ -1,11 +1,16 @@
 // ringlab as a torch.distributed backend: a c10d::ProcessGroup whose
 // collectives run over a ringlab Communicator (comm/communicator.h), so that
 // PyTorch's own DDP and its communication hooks run over ringlab's
-// collectives. What DDP and its hooks use is here: allreduce (sum, avg;
-// float32, float16, bfloat16), broadcast, allgather and barrier, each
-// returning at once with a Work whose future completes on the group's
-// communication thread, in the order the calls were made (every rank makes
-// them in one order, so the collectives meet), as ProcessGroupGloo's do.
+// collectives. What DDP and its hooks use is here: allreduce, broadcast,
+// allgather and barrier, each returning at once with a Work; the collectives
+// run on the group's communication thread in the order the calls were made
+// (every rank makes them in one order, so they meet), as ProcessGroupGloo's
+// do, and the Works' futures complete on other threads (task_threads.h).
+// Sums and averages of float32, float16 and bfloat16 run on the
+// communicator's own reduction; every other reduction the communicator
+// lacks (integer sums, which DDP's find_unused_parameters makes, products,
+// bitwise ops) gathers every rank's tensor and reduces the rows in rank
+// order, the same on every rank.
 //
 // The ranks meet through torch's own store (the one init_process_group
 // made), which gathers every rank's peer information once. The backend
@@ -17,51 +22,28 @@
 #define RINGLAB_TORCH_BACKEND_PROCESS_GROUP_H_
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "torch_backend/task_threads.h"
 
 namespace ringlab::torch_backend {
-
-// Where a collective's future completes and its callbacks run. Not on the
-// communication thread: a callback may wait for a later collective (1.13's
-// PowerSGD hook waits for its P and Q allreduces inside its callbacks), which
-// only that thread can run. One thread, so callbacks run in completion
-// order, and another whenever every thread is busy in a callback that waits.
-class CallbackThreads {
- public:
-  CallbackThreads() = default;
-  ~CallbackThreads();  // runs what was posted, then joins
-  CallbackThreads(const CallbackThreads&) = delete;
-  CallbackThreads& operator=(const CallbackThreads&) = delete;
-  void Post(std::function<void()> task);
-
- private:
-  void ThreadMain();
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<std::function<void()>> tasks_;
-  std::vector<std::thread> threads_;
-  int idle_ = 0;
-  bool stop_ = false;
-};
 
 class ProcessGroupRinglab : public c10d::ProcessGroup {
  public:
   // Joins the group's ranks through `store` and creates the communicator;
   // throws c10::Error (RuntimeError in Python) when that fails by timeout.
+  // Argument errors of the collectives are RuntimeErrors too, as gloo's.
   ProcessGroupRinglab(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                       int size, std::chrono::milliseconds timeout);
+  // Runs the collectives already queued (the peers run them too; each ends
+  // by its deadline), completes their futures, then joins the threads. May
+  // run on a callback thread (a callback that held the last reference).
   ~ProcessGroupRinglab() override;
 
   const std::string getBackendName() const override { return "ringlab"; }
@@ -86,28 +68,25 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
 
  private:
   class RingWork;
-  struct Job {
-    c10::intrusive_ptr<RingWork> work;
-    std::function<void()> run;
-  };
   // Queues `run` for the communication thread; its Work completes with
   // `outputs` once it has run (or with its failure).
   c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type,
                                          std::vector<at::Tensor> outputs,
                                          std::function<void()> run);
-  void ThreadMain();
+  // Every rank's `bytes` bytes at `data`, as the rows of a [size, padded]
+  // uint8 tensor (padded to whole words of what the communicator moves).
+  at::Tensor GatherBytes(const void* data, size_t bytes);
+  // A reduction the communicator lacks, through GatherBytes (on the
+  // communication thread).
+  void GatheredAllReduce(const at::Tensor& t, c10d::ReduceOp op);
 
   std::unique_ptr<comm::Store> store_;  // torch's, as ringlab's
   comm::RankContext context_;
   std::string backend_;
   std::unique_ptr<comm::Communicator> comm_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<Job> queue_;
-  bool stop_ = false;
-  // Declared before thread_: outlives the communication thread that posts.
-  CallbackThreads callbacks_;
-  std::thread thread_;
+  // Declared first: outlives the communication thread that posts to it.
+  TaskThreads callbacks_{TaskThreads::Threads::kGrow};
+  TaskThreads communication_{TaskThreads::Threads::kOne};
 };
 
 }  // namespace ringlab::torch_backend

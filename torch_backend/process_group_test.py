@@ -2,11 +2,14 @@
 processes meeting through torch's TCPStore (MASTER_ADDR/MASTER_PORT). Exact sums (small
 integers, which float32, float16 and bfloat16 hold exactly, so every order of summing gives
 the same bits), avg, every root of broadcast, allgather of float and int64 tensors, barrier,
-asynchronous work and its future; then PyTorch's DDP over ringlab against DDP over gloo on the
-same model and data, plain and with PyTorch's fp16 and PowerSGD hooks: with 2 ranks g0 + g1
+asynchronous work and its future, the reductions ringlab gathers (integers, products,
+bitwise ops, odd byte counts); then PyTorch's DDP over ringlab against DDP over gloo on the
+same model and data, plain, with find_unused_parameters, and with PyTorch's fp16 and
+PowerSGD hooks: with 2 ranks g0 + g1
 is one rounding whatever the algorithm, so the parameters must agree bit for bit. And what goes
 wrong: mismatched calls fail on every rank naming the mismatch, and a killed rank fails the
-survivor naming it. Skips, saying why, where torch does not import.
+survivor naming it; a group destroyed with a Python callback pending, and from a callback.
+Skips, saying why, where torch does not import.
 
     process_group_test.py PATH/TO/ringlab_torch.so
 """
@@ -65,6 +68,7 @@ def rank_main():
     dist.broadcast(t, src=1)
     check("broadcast int64", torch.equal(t, gathered(torch.int64, 1)))
     dist.barrier()
+    check_gathered_reductions(torch, dist, rank, check)
     t = torch.ones(100)
     work = dist.all_reduce(t, async_op=True)
     result = work.get_future().wait()
@@ -81,7 +85,7 @@ def rank_main():
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
     gloo = dist.new_group(backend="gloo")
-    for hook in ("none", "fp16", "powersgd"):
+    for hook in ("none", "fp16", "powersgd", "find_unused_parameters"):
         params = []
         for group in (None, gloo):
             start, final = train_ddp(torch, rank, group, hook, default_hooks, powersgd)
@@ -93,6 +97,83 @@ def rank_main():
     dist.destroy_process_group()
     print("FAILED: " + ", ".join(failures) if failures else "all passed", flush=True)
     return 1 if failures else 0
+
+
+def check_gathered_reductions(torch, dist, rank, check):
+    """What the communicator does not reduce itself (integer types, products, bitwise ops, max
+    on shm_ring) and odd byte counts, against the values computed here."""
+    ranks = range(WORLD)
+    t = torch.arange(7, dtype=torch.int32) + rank
+    dist.all_reduce(t)
+    check("allreduce sum int32",
+          torch.equal(t, sum(torch.arange(7, dtype=torch.int32) + r for r in ranks)))
+    t = torch.tensor([2 ** 62, -3, 5], dtype=torch.int64) * (rank + 1)
+    dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+    want = torch.ones(3, dtype=torch.int64)
+    for r in ranks:
+        want *= torch.tensor([2 ** 62, -3, 5], dtype=torch.int64) * (r + 1)
+    check("allreduce product int64 (wrapping as torch's)", torch.equal(t, want))
+    t = torch.tensor([0b1100, 0b1010], dtype=torch.int16) << rank
+    dist.all_reduce(t, op=dist.ReduceOp.BXOR)
+    check("allreduce bxor int16", torch.equal(
+        t, torch.tensor([0b1100 ^ 0b11000, 0b1010 ^ 0b10100], dtype=torch.int16)))
+    t = torch.tensor([1.5, -2.0, float("inf")]) * (1 - 2 * rank)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    check("allreduce max float32", torch.equal(t, torch.tensor([1.5, 2.0, float("inf")])))
+    t = torch.arange(5, dtype=torch.uint8) + 7 * rank
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    check("allreduce min uint8", torch.equal(t, torch.arange(5, dtype=torch.uint8)))
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.AVG)
+        check("allreduce avg int32 refused", False)
+    except RuntimeError as e:
+        check("allreduce avg int32 refused, saying why", "only floating types average" in str(e))
+    odd = torch.arange(3, dtype=torch.uint8) + 10 * rank  # 3 bytes: no whole word
+    dist.broadcast(odd, src=1)
+    check("broadcast of 3 bytes", torch.equal(odd, torch.arange(3, dtype=torch.uint8) + 10))
+    out = [torch.zeros(3, dtype=torch.uint8) for _ in ranks]
+    dist.all_gather(out, torch.arange(3, dtype=torch.uint8) + 10 * rank)
+    check("allgather of 3 bytes", all(
+        torch.equal(out[r], torch.arange(3, dtype=torch.uint8) + 10 * r) for r in ranks))
+    out = torch.zeros(3 * WORLD, dtype=torch.bool)
+    dist._all_gather_base(out, torch.tensor([True, rank == 1, False]))
+    check("allgather_base of 3 bools", torch.equal(
+        out, torch.tensor([[True, r == 1, False] for r in ranks]).flatten()))
+
+
+def lifetime_main():
+    """A group destroyed while a Python callback of its future is pending (the destructor
+    must not hold the GIL the callback needs), and a group whose last reference a callback
+    drops (its destructor then runs on the callback thread: no self-join)."""
+    import datetime
+    import time
+    import torch
+    import torch.distributed as dist
+    import ringlab_torch  # noqa: F401
+
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("ringlab", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))
+    group = dist.new_group(backend="ringlab")
+    if rank == 1:
+        time.sleep(1)  # rank 0's future stays pending meanwhile
+    future = dist.all_reduce(torch.ones(10), group=group, async_op=True).get_future()
+    chained = future.then(lambda f: (time.sleep(0.5), f.value()[0].sum().item())[1])
+    dist.destroy_process_group(group)
+    assert sys.getrefcount(group) == 2, "something else holds the group"
+    del group  # the destructor: runs the queued allreduce, completes the future
+    print(f"pending callback: {chained.wait()}", flush=True)
+
+    holder = [dist.new_group(backend="ringlab")]
+    if rank == 1:
+        time.sleep(1)
+    future = dist.all_reduce(torch.ones(10), group=holder[0], async_op=True).get_future()
+    dist.destroy_process_group(holder[0])
+    chained = future.then(lambda f: (holder.clear(), f.value()[0].sum().item())[1])
+    print(f"last reference dropped in a callback: {chained.wait()}", flush=True)
+    dist.destroy_process_group()
+    print("all passed", flush=True)
+    return 0
 
 
 def fault_main(fault):
@@ -124,8 +205,11 @@ def train_ddp(torch, rank, group, hook, default_hooks, powersgd):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(),
                                 torch.nn.Linear(64, 3))
-    start = [p.detach().clone() for p in model.parameters()]
-    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+    start = [p.detach().clone() for p in model.parameters()][:4]
+    if hook == "find_unused_parameters":  # a branch that no step uses
+        model.add_module("unused", torch.nn.Linear(3, 3))
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, process_group=group, find_unused_parameters=hook == "find_unused_parameters")
     if hook == "fp16":
         ddp.register_comm_hook(group, default_hooks.fp16_compress_hook)
     elif hook == "powersgd":
@@ -140,7 +224,7 @@ def train_ddp(torch, rank, group, hook, default_hooks, powersgd):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(ddp(x), y).backward()
         opt.step()
-    return start, [p.detach().clone() for p in model.parameters()]
+    return start, [p.detach().clone() for p in model.parameters()][:4]
 
 
 def free_port():
@@ -180,6 +264,13 @@ class ProcessGroupTest(unittest.TestCase):
         self.assertIn("rank 1", out)
         self.assertIn("died", out)
 
+    def test_destruction_with_callbacks_pending_and_from_a_callback(self):
+        for r, (status, out) in enumerate(run_ranks(self, "--lifetime")):
+            self.assertEqual(status, 0, f"rank {r}:\n{out}")
+            self.assertIn("pending callback: 20.0", out, f"rank {r}:\n{out}")
+            self.assertIn("last reference dropped in a callback: 20.0", out, f"rank {r}:\n{out}")
+            self.assertIn("all passed", out, f"rank {r}:\n{out}")
+
     def test_collectives_and_ddp_across_two_processes(self):
         for r, (status, out) in enumerate(run_ranks(self, "--rank")):
             self.assertEqual(status, 0, f"rank {r}:\n{out}")
@@ -189,6 +280,8 @@ class ProcessGroupTest(unittest.TestCase):
 if __name__ == "__main__":
     if sys.argv[1:] == ["--rank"]:
         sys.exit(rank_main())
+    if sys.argv[1:] == ["--lifetime"]:
+        sys.exit(lifetime_main())
     if len(sys.argv) == 2 and sys.argv[1].startswith("--fault="):
         fault_main(sys.argv[1].split("=", 1)[1])
     MODULE_DIR = os.path.dirname(os.path.abspath(sys.argv.pop(1)))
