@@ -9,9 +9,8 @@ set -euo pipefail
 bench=$1
 out=${TEST_TMPDIR:-$(mktemp -d)}
 if ! command -v mpirun >/dev/null; then echo "skipped: mpirun is not installed"; exit 0; fi
-# (find fails for processes that end while it reads: not an error here)
-namespaces() { { find /proc/[0-9]*/ns/net /proc/[0-9]*/fd -lname 'net:*' -printf '%l\n' 2>/dev/null || true; } | sort -u; }
-before=$(namespaces)
+source "$2"  # comm/cluster/namespaces_lib.sh
+before=$(network_namespaces)
 if ! timeout -k 5 300 "$bench" --nprocs=2 --hosts=2 --link=1gbit --backends=gloo,mpi \
     --min_bytes=1024 --max_bytes=65536 --step_factor=64 --max_iters=5 --samples=1 \
     --timeout_s=60 >"$out/out" 2>"$out/err"; then
@@ -30,6 +29,5 @@ done
 grep -q "^# link floor: one TCP stream between two hosts carried" "$out/out" ||
   { echo "no link floor"; cat "$out/out"; exit 1; }
 sleep 0.5
-# Only new ones count (another job's may have ended meanwhile).
-[ -z "$(comm -13 <(echo "$before") <(namespaces))" ] || { echo "a network namespace outlived the bench"; exit 1; }
+[ -z "$(new_network_namespaces "$before")" ] || { echo "a network namespace outlived the bench"; exit 1; }
 echo "allreduce_bench on 2 emulated hosts: gloo and mpi tables right"

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -14,6 +15,7 @@
 #include "comm/backend.h"
 #include "comm/job/job_environment.h"
 #include "comm/job/launch_variables.h"
+#include "comm/job/rendezvous.h"
 #include "comm/peers.h"
 #include "comm/store/job_secret.h"
 #include "torch_backend/torch_store.h"
@@ -96,9 +98,21 @@ std::string ShareJobSecret(comm::Store& store, int rank,
 
 // This rank's index among the ranks of its host.
 int LocalRank(const std::vector<comm::PeerInfo>& peers, int rank) {
-  int local = 0;
-  for (int r = 0; r < rank; ++r) local += peers[r].SameHost(peers[rank]);
-  return local;
+  const std::vector<int> local = comm::RanksOnHostOf(peers, rank);
+  return static_cast<int>(std::find(local.begin(), local.end(), rank) -
+                          local.begin());
+}
+
+// The communicator the trainer would choose for these ranks: shm_ring where
+// its description admits them (one host), else gloo, which spans hosts.
+std::string ChooseBackend(const std::vector<comm::PeerInfo>& peers) {
+  size_t hosts = 0;
+  comm::DescribeHosts(peers, &hosts);
+  for (const char* name : {"shm_ring", "gloo"}) {
+    if (hosts == 1 || comm::BackendNamed(name).spans_hosts) return name;
+  }
+  throw comm::CommError("ringlab: no backend spans the " +
+                        std::to_string(hosts) + " hosts of this group");
 }
 
 void CheckTensor(const at::Tensor& t, const char* what) {
@@ -203,13 +217,11 @@ ProcessGroupRinglab::ProcessGroupRinglab(
     context_.world_size = size;
     context_.store = store_.get();
     context_.job_secret = ShareJobSecret(*store_, rank, timeout);
-    comm::PeerInfo mine = comm::ThisPeer(AddressTowardStore());
-    mine.host = comm::ThisHostIdentity();
-    context_.peers = comm::ExchangePeers(*store_, rank, size, mine, timeout);
+    context_.peers =
+        comm::GatherPeers(*store_, rank, size, AddressTowardStore(),
+                          comm::ThisHostIdentity(), timeout);
     context_.local_rank = LocalRank(context_.peers, rank);
-    size_t hosts = 0;
-    comm::DescribeHosts(context_.peers, &hosts);
-    backend_ = hosts == 1 ? "shm_ring" : "gloo";
+    backend_ = ChooseBackend(context_.peers);
     comm::CommOptions options;
     options.timeout = timeout;
     options.join_timeout = timeout;

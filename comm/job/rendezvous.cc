@@ -155,28 +155,31 @@ std::unique_ptr<Rendezvous> Rendezvous::JoinOrThrowStoreError(
     rv->JoinStore(job, timeout);
   }
   context.store = rv->store_.get();
-  rv->GatherPeers(job, timeout);
+  rv->context_.peers =
+      GatherPeers(*rv->store_, job.rank, job.world_size,
+                  rv->store_->local_address(), job.host, timeout);
   return rv;
 }
 
-void Rendezvous::GatherPeers(const JobEnvironment& job,
-                             std::chrono::milliseconds timeout) {
-  PeerInfo mine = ThisPeer(store_->local_address());
-  mine.host = job.host;
+std::vector<PeerInfo> GatherPeers(Store& store, int rank, int world_size,
+                                  const std::string& address,
+                                  const std::string& host,
+                                  std::chrono::milliseconds timeout) {
+  PeerInfo mine = ThisPeer(address);
+  mine.host = host;
   try {
-    context_.peers =
-        ExchangePeers(*store_, job.rank, job.world_size, mine, timeout);
-    store_->Set("rendezvous/read/" + std::to_string(job.rank), "1");
-    if (job.rank == 0) {
-      store_->Wait(RankKeys("rendezvous/read", job.world_size), timeout);
-    }
+    std::vector<PeerInfo> peers =
+        ExchangePeers(store, rank, world_size, mine, timeout);
+    store.Set("rendezvous/read/" + std::to_string(rank), "1");
+    if (rank == 0) store.Wait(RankKeys("rendezvous/read", world_size), timeout);
+    return peers;
   } catch (const StoreTimeout&) {
     int absent = 0;
-    while (absent < job.world_size &&
-           store_->Check({"peer/" + std::to_string(absent)})) {
+    while (absent < world_size &&
+           store.Check({"peer/" + std::to_string(absent)})) {
       ++absent;
     }
-    if (absent == job.world_size) {
+    if (absent == world_size) {
       throw CommError(
           "rendezvous: not every rank read the job's peers within " +
           std::to_string(timeout.count()) + " ms");

@@ -55,18 +55,23 @@ class Rendezvous {
       const JobEnvironment& job, std::chrono::milliseconds timeout);
   // Connects store_ to the job's store (rank 0 first hosts it).
   void JoinStore(const JobEnvironment& job, std::chrono::milliseconds timeout);
-  // Every rank's PeerInfo into context_. Rank 0 may host the store: it
-  // returns only once every rank has read every rank's, so that a job
-  // refused for spanning hosts is refused by each rank with the same message
-  // rather than by rank 0 and, for the others, a store gone.
-  void GatherPeers(const JobEnvironment& job,
-                   std::chrono::milliseconds timeout);
-
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<TcpStore> store_;
   std::string published_secret_file_;  // rank 0's, removed at the end
   RankContext context_;
 };
+
+// Every rank's PeerInfo through `store` (this rank's: reached at `address`,
+// on `host`), as Rendezvous and torch's process group gather them. Rank 0
+// may host the store: it returns only once every rank has read every
+// rank's, so that a job refused for spanning hosts is refused by each rank
+// with the same message rather than by rank 0 and, for the others, a store
+// gone. CommError naming the first rank that did not report by the
+// deadline.
+std::vector<PeerInfo> GatherPeers(Store& store, int rank, int world_size,
+                                  const std::string& address,
+                                  const std::string& host,
+                                  std::chrono::milliseconds timeout);
 
 // Where rank 0 of a loopback job without RINGLAB_JOB_SECRET publishes the
 // job's secret for its peers: /tmp/ringlab-<uid>/store-<address>-<port>, in a

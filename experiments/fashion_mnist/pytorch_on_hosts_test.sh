@@ -12,9 +12,8 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   echo "skipped: torch does not import with /usr/bin/python3"; exit 0
 fi
 flags=(--world_size=2 --epochs=1 --train_subset=1024 --model=784,32,10 --quiet --timeout=60)
-# (find fails for processes that end while it reads: not an error here)
-namespaces() { { find /proc/[0-9]*/ns/net /proc/[0-9]*/fd -lname 'net:*' -printf '%l\n' 2>/dev/null || true; } | sort -u; }
-before=$(namespaces)
+source "$2"  # comm/cluster/namespaces_lib.sh
+before=$(network_namespaces)
 
 timeout -k 5 300 /usr/bin/python3 "$script" "${flags[@]}" --out_dir="$out/one_host"
 if ! timeout -k 5 300 "$on_hosts" --nprocs=2 --hosts=2 --link=1gbit -- /usr/bin/python3 \
@@ -32,6 +31,5 @@ diff <(cut -d, -f1-4 "$out/one_host/eval.csv") <(cut -d, -f1-4 "$out/two_hosts/e
   { echo "the evaluations differ"; exit 1; }
 [ ! -e "$out/two_hosts/.pytorch_ddp_ranks" ] || { echo "the ranks' scratch was left"; exit 1; }
 sleep 0.5
-# Only new ones count (another job's may have ended meanwhile).
-[ -z "$(comm -13 <(echo "$before") <(namespaces))" ] || { echo "a network namespace outlived the job"; exit 1; }
+[ -z "$(new_network_namespaces "$before")" ] || { echo "a network namespace outlived the job"; exit 1; }
 echo "PyTorch DDP on 2 emulated hosts: $(wc -l <"$out/two.txt") losses bitwise as on one host"
