@@ -105,6 +105,10 @@ MODES = {
 # in their fourth (85.69% and 85.57%, after 83.51% and 83.21% at the third). DiLoCo H=16
 # reaches it in its first (85.24%): it trains an epoch less.
 CHEAP_EXTRA_EPOCHS = 1
+# Beside every PyTorch DDP run (over gloo), PyTorch DDP over ringlab (torch_backend) trains this
+# many steps, then evaluates once: its step time, and its first losses bit for bit against the
+# gloo run's, at a fraction of a full run's time (the full run stays within its 25 minutes).
+RINGLAB_TORCH_STEPS = 300
 EXTRA_EPOCHS = {"allreduce": 0, "fp16": 0, "bf16": 0, "powersgd": 0,
                 "diloco": -1}  # the others: CHEAP_EXTRA_EPOCHS
 
@@ -118,6 +122,13 @@ def detail(sync, k, overlap):
             "diloco": f"DiLoCo H={k}", "none": "none"}[sync]
 
 
+def over_ringlab(run, name, label):
+    """PyTorch DDP over ringlab beside the PyTorch DDP `run` (over gloo)."""
+    return dict(run, name=name, label=label, comm="ringlab", backend="ringlab",
+                max_steps=RINGLAB_TORCH_STEPS, epochs=1,
+                variant="pytorch_ddp_ringlab" if run.get("link") else None)
+
+
 def link_runs(links, mode, epochs):
     """The runs across links: per link, PyTorch DDP, then each of the mode's link_syncs."""
     runs = []
@@ -128,6 +139,9 @@ def link_runs(links, mode, epochs):
                              label=f"PyTorch DDP (gloo) @ {link}", framework="pytorch",
                              sync="allreduce", avg_period=None, overlap=True, comm="gloo",
                              ranks=2, link=link, variant="pytorch_ddp", epochs=epochs))
+            runs.append(over_ringlab(runs[-1], f"link_{tag}_pytorch_ddp_ringlab",
+                                     f"PyTorch DDP (ringlab, {RINGLAB_TORCH_STEPS} steps) "
+                                     f"@ {link}"))
         for key, sync, k, overlap in SYNCS:
             if key not in mode["link_syncs"]:
                 continue
@@ -156,6 +170,9 @@ def plan(mode_name, links=None, epochs=None):
         runs.append(dict(name="pytorch_ddp", label="PyTorch DDP (gloo, 2 ranks)",
                          framework="pytorch", sync="allreduce", avg_period=None, overlap=True,
                          comm="gloo", ranks=2))
+        runs.append(over_ringlab(runs[-1], "pytorch_ddp_ringlab",
+                                 f"PyTorch DDP (ringlab, 2 ranks, {RINGLAB_TORCH_STEPS} "
+                                 f"steps)"))
     for comm, keys in mode["one_host"]:
         for key, sync, k, overlap in SYNCS:
             if key in keys:
@@ -172,7 +189,8 @@ def plan(mode_name, links=None, epochs=None):
                          comm=None, ranks=1))
     for run in runs:
         floor = run["name"] in ("ringlab_1rank", "pytorch_1proc")
-        run["epochs"] = mode.get("floor_epochs", epochs) if floor else epochs
+        if not run.get("max_steps"):
+            run["epochs"] = mode.get("floor_epochs", epochs) if floor else epochs
     runs += link_runs(mode["links"] if links is None else links, mode, epochs)
     for order, run in enumerate(runs):
         run["order"] = order
@@ -187,6 +205,9 @@ def command(run, args, run_dir):
                 f"--lr={LR}", f"--batch_size={BATCH}", f"--seed={SEED}", "--sampler_seed=0",
                 "--set_epoch=true", "--eval_every=1", "--quiet", f"--timeout={args.timeout}"]
         argv += [f"--data_dir={args.data_dir}"] if args.data_dir else []
+        if run.get("backend") == "ringlab":
+            argv += ["--backend=ringlab", f"--max_steps={run['max_steps']}"]
+            argv += [f"--ringlab_torch={args.torch_module}"] if args.torch_module else []
         if run.get("link"):  # its ranks on 2 emulated hosts, torchrun-style
             argv = [args.on_hosts, "--nprocs=2", "--hosts=2", f"--link={run['link']}",
                     "--"] + argv
@@ -361,6 +382,9 @@ def run_all(args, out):
         run["command"] = " ".join(shlex.quote(a) for a in argv)
         if run["framework"] == "pytorch" and torch_missing:
             run["status"], run["wall_s"] = "skipped: torch does not import", None
+        elif run.get("backend") == "ringlab" and not args.torch_module:
+            run["status"], run["wall_s"] = ("skipped: ringlab_torch is not built here (it "
+                                            "needs libtorch-dev, pybind11-dev, python3-dev)"), None
         elif run["comm"] == "mpi" and not have_mpi:
             run["status"], run["wall_s"] = "skipped: no mpirun", None
         elif run.get("link") and hosts_missing:
@@ -426,6 +450,10 @@ def main(argv=None):
     parser.add_argument("--bench", help="path to the //bench:allreduce_bench binary (the "
                                         "sweeps across each link that the cost model fits)")
     parser.add_argument("--on_hosts", help="path to the //comm/job:on_hosts binary")
+    parser.add_argument("--torch_module",
+                        help="the directory holding //torch_backend:ringlab_torch's "
+                             "ringlab_torch.so (without it, PyTorch DDP over ringlab is "
+                             "skipped)")
     parser.add_argument("--report_only", action="store_true",
                         help="rewrite the report from the runs already in --out_dir")
     parser.add_argument("--dry_run", action="store_true", help="print the commands and stop")
@@ -435,6 +463,9 @@ def main(argv=None):
         fail("--epochs must be in [1, 1000]")
     if not 0 < args.timeout <= 86400:
         fail("--timeout must be in (0, 86400] seconds")
+    if args.torch_module and not os.path.isfile(
+            os.path.join(args.torch_module, "ringlab_torch.so")):
+        fail(f"--torch_module {args.torch_module} holds no ringlab_torch.so")
     out = os.path.abspath(args.out_dir)
     if args.links is not None:
         args.links = [link for link in args.links.split(",") if link and link != "none"]

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # `bazel run -c opt //experiments:fashion_mnist`: runs fashion_mnist.py with Debian's python3
-# (numpy, matplotlib, torch) on the //train:train binary from the runfiles.
+# (numpy, matplotlib, torch) on the //train:train binary from the runfiles, and PyTorch DDP
+# over ringlab through the torch backend's module where it was built.
 set -euo pipefail
 runfiles="${RUNFILES_DIR:-$0.runfiles}"
 if [[ -d "$runfiles/ringlab" ]]; then cd "$runfiles/ringlab"; fi
+# ringlab_torch.so is in the runfiles where @local_torch found libtorch-dev (BUILD).
+torch_module=()
+if [[ -f torch_backend/ringlab_torch.so ]]; then torch_module=(--torch_module="$PWD/torch_backend"); fi
 exec /usr/bin/python3 experiments/fashion_mnist/fashion_mnist.py --train="$PWD/train/train" \
   --on_hosts="$PWD/comm/job/on_hosts" \
-  --bench="$PWD/bench/allreduce_bench" "$@"
+  --bench="$PWD/bench/allreduce_bench" "${torch_module[@]}" "$@"

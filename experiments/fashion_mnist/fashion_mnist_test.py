@@ -63,13 +63,13 @@ def trace_json(path, wait_us):
 
 
 def make_run(out, order, name, label, framework, sync="allreduce", comm="shm_ring", ranks=2,
-             overlap=None, status="ok", **files):
+             overlap=None, status="ok", meta=None, **files):
     run_dir = os.path.join(out, "runs", name)
     os.makedirs(run_dir)
     with open(os.path.join(run_dir, "run.json"), "w") as f:
         json.dump(dict(order=order, name=name, label=label, framework=framework, sync=sync,
                        avg_period=None, overlap=overlap, comm=comm, ranks=ranks, status=status,
-                       wall_s=12.5, command="fixture", load_after=2.25), f)
+                       wall_s=12.5, command="fixture", load_after=2.25, **(meta or {})), f)
     if "losses" in files:
         losses_csv(os.path.join(run_dir, "losses.csv"), *files["losses"])
     if "evals" in files:
@@ -103,6 +103,12 @@ def make_fixture(out):
              evals=([0.80, 0.84], [16.0, 33.0], 4000000), wait_us=2000)
     make_run(out, 3, "pytorch_1proc", "PyTorch 1 process (compute floor)", "pytorch",
              sync="none", comm=None, ranks=1, status="skipped: torch does not import")
+    # PyTorch DDP over ringlab: gloo's losses, one off in the last step of its 30, 4 ms
+    # faster a step.
+    make_run(out, 4, "pytorch_ddp_ringlab", "PyTorch DDP (ringlab, 2 ranks, 30 steps)",
+             "pytorch", comm="ringlab", meta=dict(backend="ringlab", max_steps=30, epochs=1),
+             losses=(PT_LOSSES[:-1] + [PT_LOSSES[-1] + 0.5], [ms - 4 for ms in PT_MS], "nan"),
+             evals=([0.70], [8.0], float("nan")))
 
 
 def run_driver(*args):
@@ -145,6 +151,9 @@ class ReportTest(unittest.TestCase):
                       "is at step 0; the first 0 steps are within 1 ulp", self.report)
         self.assertIn("ms against PyTorch DDP 20.00 ms: **0.35×**\n", self.report)
         self.assertIn("allreduce against none on one host: not measured", self.report)
+        self.assertIn("- PyTorch DDP over ringlab on one host (its first 30 steps): 29 of 30 "
+                      "losses bit for bit those over gloo, the first difference at step 29; "
+                      "median step 16.00 ms against 20.00 ms over gloo (**0.80×**)", self.report)
         # No overlap: 0.35 points below PyTorch at epoch 1... 1.1 at epoch 2; losses equal.
         self.assertIn("| ringlab allreduce, no overlap (shm_ring) | PyTorch DDP | 1.100 | "
                       "0.00e+00 |", self.report)
@@ -180,7 +189,7 @@ class ReportTest(unittest.TestCase):
     def test_results_csv(self):
         with open(os.path.join(self.out, "results.csv")) as f:
             rows = {r["run"]: r for r in csv.DictReader(f)}
-        self.assertEqual(len(rows), 4)
+        self.assertEqual(len(rows), 5)
         head = rows["shm_ring_allreduce_overlap"]
         self.assertAlmostEqual(float(head["median_step_ms"]), 7.0)
         # Per step: 4.0 ms compute, 0.3 exposed, 0.5 SGD, 2.0 on the comm thread (1e-9: the
@@ -267,43 +276,53 @@ class PlanTest(unittest.TestCase):
 
     def test_quick_plan(self):
         lines = self.plan("--quick")
-        # PyTorch DDP and ringlab allreduce on one host; allreduce and DiLoCo H=16 at 1gbit.
-        self.assertEqual(len(lines), 4)
+        # PyTorch DDP over gloo, then over ringlab (its first 300 steps), and ringlab
+        # allreduce on one host; allreduce and DiLoCo H=16 at 1gbit.
+        self.assertEqual(len(lines), 5)
         self.assertTrue(all("--epochs=1" in l for l in lines))  # DiLoCo: never below 1
-        self.assertIn("--comm=shm_ring", lines[1])
-        self.assertTrue(all("--hosts=2 --link=1gbit" in l for l in lines[2:]))
-        self.assertIn("--sync=diloco", lines[3])
-        self.assertIn("--inner_steps=16", lines[3])
-        self.assertNotIn("--avg_period", lines[3])
+        self.assertNotIn("--backend", lines[0])
+        self.assertIn("--backend=ringlab --max_steps=300", lines[1])
+        self.assertNotIn("--ringlab_torch", lines[1])  # no --torch_module given
+        self.assertIn("--comm=shm_ring", lines[2])
+        self.assertTrue(all("--hosts=2 --link=1gbit" in l for l in lines[3:]))
+        self.assertIn("--sync=diloco", lines[4])
+        self.assertIn("--inner_steps=16", lines[4])
+        self.assertNotIn("--avg_period", lines[4])
 
     def test_standard_plan_is_the_per_link_answer(self):
         lines = self.plan()
-        # Per link (unlimited, 1gbit): allreduce, DiLoCo H=16; PyTorch DDP (through on_hosts)
-        # first on 1gbit.
-        self.assertEqual(len(lines), 5)
+        # Per link (unlimited, 1gbit): allreduce, DiLoCo H=16; PyTorch DDP over gloo and over
+        # ringlab (through on_hosts) first on 1gbit.
+        self.assertEqual(len(lines), 6)
         self.assertTrue(all("--hosts=2 --link=unlimited" in l for l in lines[:2]))
-        self.assertTrue(lines[2].startswith("/o --nprocs=2 --hosts=2 --link=1gbit -- "))
-        self.assertTrue(all("--link=1gbit" in l for l in lines[3:]))
-        self.assertTrue(all("--comm=gloo" in l for l in lines[:2] + lines[3:]))
-        self.assertEqual([l.count("--epochs=3") for l in lines[2:4]], [1, 1])
+        self.assertTrue(all(l.startswith("/o --nprocs=2 --hosts=2 --link=1gbit -- ")
+                            for l in lines[2:4]))
+        self.assertIn("--backend=ringlab", lines[3])
+        self.assertTrue(all("--link=1gbit" in l for l in lines[4:]))
+        self.assertTrue(all("--comm=gloo" in l for l in lines[:2] + lines[4:]))
+        self.assertEqual([l.count("--epochs=3") for l in (lines[2], lines[4])], [1, 1])
         self.assertTrue(all("--epochs=2" in l and "--sync=diloco" in l
-                            for l in (lines[1], lines[4])))
+                            for l in (lines[1], lines[5])))
+        module = self.plan("--torch_module=" + self.module_dir())
+        self.assertIn("--ringlab_torch=" + self.module_dir(), module[3])
 
     def test_full_plan(self):
         full = self.plan("--full")
-        # PyTorch DDP, allreduce and none over shm_ring, both floors (1 epoch); per link (3)
-        # PyTorch DDP and 5 syncs.
-        self.assertEqual(len(full), 5 + 18)
-        self.assertTrue(all("--comm=shm_ring" in l for l in full[1:3]))
-        self.assertTrue(all("--epochs=1" in l for l in full[3:5]))  # the floors
-        self.assertEqual(sum("--link=10gbit" in l for l in full), 6)
+        # PyTorch DDP over gloo and ringlab, allreduce and none over shm_ring, both floors
+        # (1 epoch); per link (3) PyTorch DDP over gloo and over ringlab and 5 syncs.
+        self.assertEqual(len(full), 6 + 21)
+        self.assertTrue(all("--comm=shm_ring" in l for l in full[2:4]))
+        self.assertTrue(all("--epochs=1" in l for l in full[4:6]))  # the floors
+        self.assertEqual(sum("--link=10gbit" in l for l in full), 7)
+        self.assertEqual(sum("--backend=ringlab" in l for l in full), 4)
         self.assertEqual(sum("--sync=fp16" in l for l in full), 3)
-        self.assertEqual(len(self.plan("--full", "--links=none")), 5)
+        self.assertEqual(len(self.plan("--full", "--links=none")), 6)
 
     def test_one_host_plan(self):
         lines = self.plan("--one_host")
-        # PyTorch DDP, 12 synchronisers x 3 communicators, ringlab 1 rank, PyTorch 1 process.
-        self.assertEqual(len(lines), 39)
+        # PyTorch DDP over gloo and over ringlab, 12 synchronisers x 3 communicators, ringlab
+        # 1 rank, PyTorch 1 process.
+        self.assertEqual(len(lines), 40)
         mpi = [l for l in lines if "--comm=mpi" in l]
         self.assertEqual(len(mpi), 12)
         self.assertEqual(sum("--powersgd_rank=4 --powersgd_start_iter=100" in l
@@ -313,12 +332,19 @@ class PlanTest(unittest.TestCase):
         self.assertTrue(all("--nprocs" not in l for l in mpi))
         self.assertEqual(sum("--avg_period=64" in l for l in lines), 3)
         self.assertFalse(any("--link=" in l for l in lines))
-        self.assertTrue(all("--epochs=3" in l for l in lines))
+        self.assertTrue(all("--epochs=3" in l for l in lines if "--backend" not in l))
+
+    def module_dir(self):
+        """A directory holding a (fake) ringlab_torch.so."""
+        path = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "torch_module")
+        os.makedirs(path, exist_ok=True)
+        open(os.path.join(path, "ringlab_torch.so"), "w").close()
+        return path
 
     def test_links_and_epochs_override_the_mode(self):
         lines = self.plan("--quick", "--links=unlimited,2.5gbit", "--epochs=2")
-        self.assertEqual(len(lines), 2 + 4)
-        self.assertTrue(all("--link=2.5gbit" in l for l in lines[4:]))
+        self.assertEqual(len(lines), 3 + 4)
+        self.assertTrue(all("--link=2.5gbit" in l for l in lines[5:]))
         self.assertIn("--epochs=2", lines[-2])  # allreduce
         self.assertIn("--epochs=1", lines[-1])  # DiLoCo: an epoch less
         bad = run_driver("--dry_run", "--train=/t", "--links=fast")
@@ -326,6 +352,9 @@ class PlanTest(unittest.TestCase):
         self.assertIn("--links: 'fast'", bad.stderr)
         both = run_driver("--dry_run", "--train=/t", "--quick", "--full")
         self.assertEqual(both.returncode, 2)
+        no_module = run_driver("--dry_run", "--train=/t", "--torch_module=/nonexistent")
+        self.assertEqual(no_module.returncode, 2)
+        self.assertIn("holds no ringlab_torch.so", no_module.stderr)
 
 
 # allreduce_bench's output across a link, as the cost model reads it: 2 ranks, 1 Gbit/s; every

@@ -16,6 +16,7 @@ HOSTS = 2  # every run across links: 2 ranks on 2 emulated hosts
 
 LINK_STYLE = {
     "pytorch_ddp": ("black", "PyTorch DDP (gloo)"),
+    "pytorch_ddp_ringlab": ("dimgray", "PyTorch DDP (ringlab)"),
     "allreduce_overlap": ("C0", "ringlab allreduce, overlap"),
     "fp16": ("C1", "ringlab fp16 compress"),
     "param_avg_k16": ("C3", "ringlab param_avg K=16"),
@@ -123,10 +124,13 @@ def _link_table(runs, fit):
             lines.append(f"| {run['label']} | {run['status']} |" + " |" * (len(header) - 2))
             continue
         best, at = _best(run)
+        if run.get("max_steps"):  # a step time, not a race to 85%
+            reach = f"n/a ({run['max_steps']} steps only)"
+        else:
+            reach = (analysis.fmt(s["reach_seconds"], ".1f") if s["reach_seconds"] is not None
+                     else "not reached")
         lines.append("| " + " | ".join([
-            run["label"],
-            analysis.fmt(s["reach_seconds"], ".1f") if s["reach_seconds"] is not None
-            else "not reached", f"{100 * best:.2f}% ({at:.1f} s)",
+            run["label"], reach, f"{100 * best:.2f}% ({at:.1f} s)",
             analysis.fmt(s["median_step_ms"], ".2f"), _split(s["trace"]),
             _prediction(run, fit, runs), _mb(s.get("link_bytes_per_step"))]) + " |")
     return lines
@@ -148,7 +152,7 @@ def _fit_line(fit):
 
 def _fastest(runs):
     """The run that reached 85% first, else the one with the best accuracy: (run, reached)."""
-    done = [r for r in runs if r.get("stats")]
+    done = [r for r in runs if r.get("stats") and not r.get("max_steps")]
     reached = [r for r in done if r["stats"]["reach_seconds"] is not None]
     if reached:
         return min(reached, key=lambda r: r["stats"]["reach_seconds"]), True
@@ -191,7 +195,7 @@ def _accuracy_vs_time(plt, links, path):
                              squeeze=False)
     for ax, (link, runs) in zip(axes[0], links.items()):
         for run in runs:
-            if not run.get("stats"):
+            if not run.get("stats") or run.get("max_steps"):  # (its step time only)
                 continue
             color, label = LINK_STYLE.get(run.get("variant"), ("grey", run["label"]))
             evals = run["stats"]["evals"]

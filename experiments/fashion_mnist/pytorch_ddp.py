@@ -281,6 +281,8 @@ def train_rank(rank, args, scratch):
     distributed = world > 1
     if distributed:
         if args.backend == "ringlab":
+            if args.ringlab_torch:
+                sys.path.insert(0, args.ringlab_torch)
             import ringlab_torch  # noqa: F401  (registers the backend)
         dist.init_process_group(args.backend, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=args.timeout))
@@ -321,8 +323,11 @@ def train_rank(rank, args, scratch):
                 dt = time.perf_counter() - t0
                 losses.append(f"{rank},{epoch},{step},{loss.item()!r},{dt * 1e3:.6f},nan,nan")
                 step += 1
+                if step == args.max_steps:
+                    break
             done = epoch + 1
-            if done % args.eval_every == 0 or done == args.epochs:
+            capped = step == args.max_steps
+            if done % args.eval_every == 0 or done == args.epochs or capped:
                 t0 = time.perf_counter()
                 if rank == 0:
                     wall = t0 - start - eval_seconds
@@ -341,6 +346,8 @@ def train_rank(rank, args, scratch):
                 if distributed:
                     dist.barrier()  # the other ranks wait here, outside their timed steps
                 eval_seconds += time.perf_counter() - t0
+            if capped:
+                break
         with open(os.path.join(scratch, f"losses_rank{rank}.csv"), "w") as f:
             f.write("".join(line + "\n" for line in losses))
         if rank == 0:
@@ -405,7 +412,8 @@ def write_outputs(args, scratch, wall, torch_version):
             "inner_steps": args.inner_steps,
             "outer_lr": args.outer_lr,
             "outer_momentum": args.outer_momentum,
-            "backend": "gloo" if args.world_size > 1 else None,
+            "backend": args.backend if args.world_size > 1 else None,
+            "max_steps": args.max_steps or None,
             "threads_per_rank": 1,
             "model": args.model,
             "epochs": args.epochs,
@@ -468,6 +476,12 @@ def parse_args(argv):
                         help="torch.distributed's backend; ringlab needs the module built "
                              "(bazel build -c opt //torch_backend:ringlab_torch) on PYTHONPATH "
                              "(bazel-bin/torch_backend)")
+    parser.add_argument("--ringlab_torch", default="",
+                        help="the directory holding ringlab_torch.so, put on the ranks' path "
+                             "(else PYTHONPATH must reach it)")
+    parser.add_argument("--max_steps", type=int, default=0,
+                        help="stop after this many steps (0: the epochs), then evaluate once: "
+                             "enough for the step time and the first losses")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -485,9 +499,16 @@ def parse_args(argv):
         raise UsageError(f"--world_size={args.world_size} is not a multiple of "
                          f"--ranks_per_host={args.ranks_per_host}")
     if min(args.train_subset, args.seed, args.sampler_seed, args.avg_warmup,
-           args.ranks_per_host) < 0:
-        raise UsageError("--train_subset, --seed, --sampler_seed, --avg_warmup and "
-                         "--ranks_per_host must be >= 0")
+           args.ranks_per_host, args.max_steps) < 0:
+        raise UsageError("--train_subset, --seed, --sampler_seed, --avg_warmup, "
+                         "--ranks_per_host and --max_steps must be >= 0")
+    if args.ringlab_torch and args.backend != "ringlab":
+        raise UsageError("--ringlab_torch is --backend=ringlab's")
+    if args.ringlab_torch and not os.path.isfile(
+            os.path.join(args.ringlab_torch, "ringlab_torch.so")):
+        raise UsageError(f"--ringlab_torch={args.ringlab_torch} holds no ringlab_torch.so "
+                         f"(bazel build -c opt //torch_backend:ringlab_torch)")
+    args.ringlab_torch = os.path.abspath(args.ringlab_torch) if args.ringlab_torch else ""
     if not (args.outer_lr >= 0) or not (0 <= args.outer_momentum < 1):
         raise UsageError("--outer_lr must be >= 0 and --outer_momentum in [0, 1)")
     if not (args.lr >= 0) or not (0 < args.timeout <= 86400):

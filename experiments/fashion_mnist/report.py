@@ -20,6 +20,8 @@ LOSS_REL_TARGET = 1e-4
 # Issue 21: on one host, what synchronising costs ringlab, allreduce's step against none's
 # (PyTorch DDP's ratio, set by gloo's overhead rather than ringlab's, stays as a comparison).
 ALLREDUCE_OVER_NONE_TARGET = 1.06
+# Issue 23: PyTorch DDP over ringlab at 2 ranks on one host, against one PyTorch process.
+TORCH_BACKEND_OVER_ONE_TARGET = 1.2
 HEADLINE = "shm_ring_allreduce_overlap"  # the ringlab run compared to PyTorch DDP
 NONE_ONE_HOST = "shm_ring_none"
 PYTORCH_DDP, PYTORCH_ONE, RINGLAB_ONE = "pytorch_ddp", "pytorch_1proc", "ringlab_1rank"
@@ -236,8 +238,40 @@ def _allreduce_cost_lines(runs):
     return lines
 
 
+def _torch_backend_lines(runs):
+    """PyTorch DDP over ringlab against the same program over gloo (on one host and each
+    link): its first losses bit for bit, its step; on one host, against one process."""
+    lines = []
+    for run in runs:
+        s = run.get("stats")
+        if run.get("backend") != "ringlab" or not s:
+            continue
+        gloo = _ddp_of(runs, run)
+        where = f"@ {run['link']}" if run.get("link") else "on one host"
+        if not gloo:
+            lines.append(f"- PyTorch DDP over ringlab {where}: no PyTorch DDP over gloo beside "
+                         f"it")
+            continue
+        same, _, first, n = analysis.loss_ulps(s, gloo, steps=run["max_steps"])
+        bits = (f"all {n} of rank 0's losses bit for bit those over gloo" if first is None
+                else f"{same} of {n} losses bit for bit those over gloo, the first difference "
+                     f"at step {first}")
+        lines.append(f"- PyTorch DDP over ringlab {where} (its first {run['max_steps']} "
+                     f"steps): {bits}; median step "
+                     f"{s['median_step_ms']:.2f} ms against {gloo['median_step_ms']:.2f} ms over "
+                     f"gloo (**{s['median_step_ms'] / gloo['median_step_ms']:.2f}×**)")
+        one = _stats(runs, PYTORCH_ONE)
+        if not run.get("link") and one:
+            ratio = s["median_step_ms"] / one["median_step_ms"]
+            lines.append(f"- PyTorch DDP over ringlab on one host against one PyTorch process "
+                         f"({one['median_step_ms']:.2f} ms): **{ratio:.2f}×** (target ≤ "
+                         f"{TORCH_BACKEND_OVER_ONE_TARGET}×): "
+                         f"**{_verdict(ratio, TORCH_BACKEND_OVER_ONE_TARGET)}**")
+    return lines
+
+
 def _speed_lines(runs, cores=None):
-    lines = ["## Speed", ""] + _allreduce_cost_lines(runs)
+    lines = ["## Speed", ""] + _allreduce_cost_lines(runs) + _torch_backend_lines(runs)
     for run in runs:  # ringlab's allreduce against PyTorch DDP, on one host and on each link
         ddp = _ddp_of(runs, run) if run.get("stats") else None
         if not ddp or not (run["name"] == HEADLINE or run.get("variant") == "allreduce_overlap"):
@@ -277,7 +311,7 @@ def _more_epochs(invocation, runs):
     other epochs than the invocation's (run.json records each run's)."""
     other = {}
     for run in runs:
-        if run.get("epochs") in (None, invocation.get("epochs")):
+        if run.get("epochs") in (None, invocation.get("epochs")) or run.get("max_steps"):
             continue
         kind = ("the compute floors" if run["name"] in (PYTORCH_ONE, RINGLAB_ONE) else
                 f"{run['sync']} across links" if run.get("link") else run["label"])
