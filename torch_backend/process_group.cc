@@ -222,6 +222,9 @@ ProcessGroupRinglab::ProcessGroupRinglab(
                           comm::ThisHostIdentity(), timeout);
     context_.local_rank = LocalRank(context_.peers, rank);
     backend_ = ChooseBackend(context_.peers);
+    const char* staging = std::getenv(kStagingVariable);
+    staging_ = staging != nullptr && std::string(staging) == "1" &&
+               comm::BackendNamed(backend_).registers_memory;
     comm::CommOptions options;
     options.timeout = timeout;
     options.join_timeout = timeout;
@@ -280,6 +283,21 @@ at::Tensor ProcessGroupRinglab::GatherBytes(const void* data, size_t bytes) {
   comm_->AllGather(mine.data_ptr(), rows.data_ptr(), words,
                    comm::DataType::kFloat32);
   return rows;
+}
+
+void ProcessGroupRinglab::StagedAllReduce(const at::Tensor& t,
+                                          comm::DataType type,
+                                          comm::ReduceOp op) {
+  const size_t bytes = t.nbytes();
+  if (bytes > staged_bytes_) {
+    size_t grown = std::max<size_t>(staged_bytes_, 4096);
+    while (grown < bytes) grown *= 2;
+    staged_ = comm_->Allocate(grown / sizeof(float));
+    staged_bytes_ = grown;
+  }
+  std::memcpy(staged_, t.data_ptr(), bytes);
+  comm_->AllReduce(staged_, static_cast<size_t>(t.numel()), type, op);
+  std::memcpy(t.data_ptr(), staged_, bytes);
 }
 
 void ProcessGroupRinglab::GatheredAllReduce(const at::Tensor& t,
@@ -348,6 +366,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allreduce(
   const comm::BackendDescription& backend = comm_->description();
   if (RingType(t, &type) && RingOp(opts.reduceOp, &op) &&
       backend.Supports(type) && backend.Supports(op)) {
+    if (staging_) {
+      return Enqueue(c10d::OpType::ALLREDUCE, {t},
+                     [this, t, type, op] { StagedAllReduce(t, type, op); });
+    }
     return Enqueue(c10d::OpType::ALLREDUCE, {t}, [this, t, type, op] {
       comm_->AllReduce(t.data_ptr(), static_cast<size_t>(t.numel()), type, op);
     });

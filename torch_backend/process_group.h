@@ -34,6 +34,10 @@
 
 namespace ringlab::torch_backend {
 
+// RINGLAB_TORCH_STAGING=1: allreduces copy through registered memory instead
+// of the backend's private path (README: what it measured).
+inline constexpr char kStagingVariable[] = "RINGLAB_TORCH_STAGING";
+
 class ProcessGroupRinglab : public c10d::ProcessGroup {
  public:
   // Joins the group's ranks through `store` and creates the communicator;
@@ -79,11 +83,19 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
   // A reduction the communicator lacks, through GatherBytes (on the
   // communication thread).
   void GatheredAllReduce(const at::Tensor& t, c10d::ReduceOp op);
+  // The allreduce of `t` copied through the communicator's registered
+  // memory (grown to the largest tensor seen: every rank sees the same
+  // calls, so the collective Allocate meets), where staging is on.
+  void StagedAllReduce(const at::Tensor& t, comm::DataType type,
+                       comm::ReduceOp op);
 
   std::unique_ptr<comm::Store> store_;  // torch's, as ringlab's
   comm::RankContext context_;
   std::string backend_;
   std::unique_ptr<comm::Communicator> comm_;
+  bool staging_ = false;  // kStagingVariable, where the backend registers
+  float* staged_ = nullptr;
+  size_t staged_bytes_ = 0;
   // Declared first: outlives the communication thread that posts to it.
   TaskThreads callbacks_{TaskThreads::Threads::kGrow};
   TaskThreads communication_{TaskThreads::Threads::kOne};

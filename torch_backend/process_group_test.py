@@ -233,10 +233,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(test, *args):
-    """Runs this file with `args` as WORLD ranks; returns [(status, output)] once all ended."""
+def run_ranks(test, *args, **variables):
+    """Runs this file with `args` as WORLD ranks (with these environment variables too);
+    returns [(status, output)] once all ended."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               WORLD_SIZE=str(WORLD), PYTHONPATH=MODULE_DIR, OMP_NUM_THREADS="1")
+               WORLD_SIZE=str(WORLD), PYTHONPATH=MODULE_DIR, OMP_NUM_THREADS="1", **variables)
     ranks = [subprocess.Popen([sys.executable, __file__] + list(args),
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for r in range(WORLD)]
@@ -273,6 +274,11 @@ class ProcessGroupTest(unittest.TestCase):
 
     def test_collectives_and_ddp_across_two_processes(self):
         for r, (status, out) in enumerate(run_ranks(self, "--rank")):
+            self.assertEqual(status, 0, f"rank {r}:\n{out}")
+            self.assertIn("all passed", out, f"rank {r}:\n{out}")
+
+    def test_the_same_with_allreduces_staged_through_registered_memory(self):
+        for r, (status, out) in enumerate(run_ranks(self, "--rank", RINGLAB_TORCH_STAGING="1")):
             self.assertEqual(status, 0, f"rank {r}:\n{out}")
             self.assertIn("all passed", out, f"rank {r}:\n{out}")
 

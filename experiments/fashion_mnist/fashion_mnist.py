@@ -5,7 +5,9 @@ Runs PyTorch DDP itself (pytorch_ddp.py; skipped with a note where torch does no
 //train:train's synchronisers on the same MLP, initial parameters, sampler and
 hyper-parameters, one progress line per run; across links (comm/cluster: 2 ranks on 2 emulated
 hosts joined by links of the rate named), it first sweeps allreduce_bench over gloo on each
-link, which the report's cost model fits. Writes <out_dir>/report.md, results.csv and PNG
+link, which the report's cost model fits. Beside every PyTorch DDP run over gloo, the same
+program over ringlab's torch.distributed backend (--torch_module) trains its first
+RINGLAB_TORCH_STEPS steps: their losses must be gloo's bit for bit, and its step is timed. Writes <out_dir>/report.md, results.csv and PNG
 plots; each run's own files (losses.csv, eval.csv, trace.json, log.txt, run.json) stay under
 <out_dir>/runs/<run>/, the sweeps under <out_dir>/bench/. What each mode runs is MODES below:
 

@@ -148,10 +148,12 @@ def _runs_table(runs, rows):
             lines.append(f"| {run['label']} | {run['status']} |" + " |" * (len(header) - 2))
             continue
         reached = row["epochs_to_85"] is not None
+        # A run of its first steps only measures its step (and its first losses).
+        unreached = f"n/a ({run['max_steps']} steps)" if run.get("max_steps") else "not reached"
         lines.append("| " + " | ".join([
             run["label"], "ok", f"{100 * row['final_test_accuracy']:.2f}%",
-            str(row["epochs_to_85"]) if reached else "not reached",
-            _fmt(row["seconds_to_85"], ".1f") if reached else "not reached",
+            str(row["epochs_to_85"]) if reached else unreached,
+            _fmt(row["seconds_to_85"], ".1f") if reached else unreached,
             _fmt(row["median_step_ms"], ".2f"),
             _fmt(row["exposed_comm_ms_per_step"], ".3f", "n/a (no trace)"),
             _bytes(row["bytes_per_step"]), _fmt(row["ratio_to_pytorch_ddp"], ".2f"),
