@@ -18,6 +18,7 @@
 #include "comm/job/rendezvous.h"
 #include "comm/peers.h"
 #include "comm/store/job_secret.h"
+#include "comm/tuning_env.h"
 #include "torch_backend/torch_store.h"
 
 namespace ringlab::torch_backend {
@@ -226,6 +227,7 @@ ProcessGroupRinglab::ProcessGroupRinglab(
     staging_ = staging != nullptr && std::string(staging) == "1" &&
                comm::BackendNamed(backend_).registers_memory;
     comm::CommOptions options;
+    options.tuning = comm::TuningFromEnvironment();  // RINGLAB_*, as the trainer
     options.timeout = timeout;
     options.join_timeout = timeout;
     comm_ = comm::CreateCommunicator(backend_, context_, options);

@@ -21,6 +21,12 @@ done
 grep -q "ringlab allreduce, overlap (shm_ring) | ok" "$tmp/out/report.md" ||
   fail "the allreduce run is not ok: $(grep -m3 'shm_ring' "$tmp/out/report.md")"
 grep -q "^## Fidelity" "$tmp/out/report.md" || fail "no fidelity section"
+# PyTorch DDP over ringlab's torch backend, where it ran (skipped without torch or the
+# module): its first 300 losses are PyTorch DDP over gloo's, bit for bit.
+if grep -q "PyTorch DDP (ringlab, 2 ranks, 300 steps) | ok |" "$tmp/out/report.md"; then
+  grep -q "PyTorch DDP over ringlab on one host (its first 300 steps): all 300 of rank 0's losses bit for bit" \
+    "$tmp/out/report.md" || fail "PyTorch DDP over ringlab is not gloo's bit for bit: $(grep -m1 'over ringlab on one host' "$tmp/out/report.md")"
+fi
 grep -q "^## Speed" "$tmp/out/report.md" || fail "no speed section"
 # Across the 1gbit link: its runs and the cost model's fit to the bench on it, unless this
 # machine cannot make emulated hosts (then the report says why, in a note).
