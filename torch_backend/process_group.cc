@@ -227,7 +227,8 @@ ProcessGroupRinglab::ProcessGroupRinglab(
     staging_ = staging != nullptr && std::string(staging) == "1" &&
                comm::BackendNamed(backend_).registers_memory;
     comm::CommOptions options;
-    options.tuning = comm::TuningFromEnvironment();  // RINGLAB_*, as the trainer
+    options.tuning =
+        comm::TuningFromEnvironment();  // RINGLAB_*, as the trainer
     options.timeout = timeout;
     options.join_timeout = timeout;
     comm_ = comm::CreateCommunicator(backend_, context_, options);
