@@ -25,7 +25,7 @@ namespace ringlab::torch_backend {
 
 // A collective's Work: torch's own completion state (wait, isCompleted,
 // exception) and a future DDP chains its buckets' callbacks on, both set on
-// the communication thread.
+// a callback thread once the communication thread has run the collective.
 class ProcessGroupRinglab::RingWork : public c10d::Work {
  public:
   RingWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
@@ -40,7 +40,7 @@ class ProcessGroupRinglab::RingWork : public c10d::Work {
   }
   // What wait() and isCompleted() see.
   void Finish(std::exception_ptr failure) { finish(failure); }
-  // The future, whose callbacks run here (on CallbackThreads).
+  // The future, whose callbacks run here (on the callback thread).
   void CompleteFuture(std::exception_ptr failure) {
     if (failure) {
       future_->setError(failure);
@@ -369,11 +369,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allreduce(
   const comm::BackendDescription& backend = comm_->description();
   if (RingType(t, &type) && RingOp(opts.reduceOp, &op) &&
       backend.Supports(type) && backend.Supports(op)) {
-    if (staging_) {
-      return Enqueue(c10d::OpType::ALLREDUCE, {t},
-                     [this, t, type, op] { StagedAllReduce(t, type, op); });
-    }
     return Enqueue(c10d::OpType::ALLREDUCE, {t}, [this, t, type, op] {
+      if (staging_) return StagedAllReduce(t, type, op);
       comm_->AllReduce(t.data_ptr(), static_cast<size_t>(t.numel()), type, op);
     });
   }

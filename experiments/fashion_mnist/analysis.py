@@ -130,6 +130,12 @@ def fmt(value, spec, missing="n/a"):
     return format(value, spec)
 
 
+def unreached(run):
+    """What the report says of a run's time to 85% when it has none: a run of its first
+    steps only (--max_steps) measures its step, not a race to 85%."""
+    return f"n/a ({run['max_steps']} steps)" if run.get("max_steps") else "not reached"
+
+
 def _nan_mean(values):
     values = [v for v in values if not math.isnan(v)]
     return statistics.fmean(values) if values else math.nan

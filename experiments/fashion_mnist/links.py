@@ -124,11 +124,9 @@ def _link_table(runs, fit):
             lines.append(f"| {run['label']} | {run['status']} |" + " |" * (len(header) - 2))
             continue
         best, at = _best(run)
-        if run.get("max_steps"):  # a step time, not a race to 85%
-            reach = f"n/a ({run['max_steps']} steps only)"
-        else:
-            reach = (analysis.fmt(s["reach_seconds"], ".1f") if s["reach_seconds"] is not None
-                     else "not reached")
+        reach = (analysis.fmt(s["reach_seconds"], ".1f")
+                 if s["reach_seconds"] is not None and not run.get("max_steps")
+                 else analysis.unreached(run))
         lines.append("| " + " | ".join([
             run["label"], reach, f"{100 * best:.2f}% ({at:.1f} s)",
             analysis.fmt(s["median_step_ms"], ".2f"), _split(s["trace"]),

@@ -326,7 +326,7 @@ def train_rank(rank, args, scratch):
                 if step == args.max_steps:
                     break
             done = epoch + 1
-            capped = step == args.max_steps
+            capped = args.max_steps > 0 and step == args.max_steps
             if done % args.eval_every == 0 or done == args.epochs or capped:
                 t0 = time.perf_counter()
                 if rank == 0:

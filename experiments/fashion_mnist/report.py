@@ -148,8 +148,7 @@ def _runs_table(runs, rows):
             lines.append(f"| {run['label']} | {run['status']} |" + " |" * (len(header) - 2))
             continue
         reached = row["epochs_to_85"] is not None
-        # A run of its first steps only measures its step (and its first losses).
-        unreached = f"n/a ({run['max_steps']} steps)" if run.get("max_steps") else "not reached"
+        unreached = analysis.unreached(run)
         lines.append("| " + " | ".join([
             run["label"], "ok", f"{100 * row['final_test_accuracy']:.2f}%",
             str(row["epochs_to_85"]) if reached else unreached,
