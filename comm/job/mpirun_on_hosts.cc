@@ -107,6 +107,19 @@ int RunOnHostZero(const EmulatedCluster& hosts, std::vector<std::string> args,
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// Removes mpirun's private directory. A remote host's orted may still be
+// deleting its session files in it when mpirun returns, so a walk can meet
+// a file that vanished; it retries until the tree is gone, for a bounded
+// time, and never throws.
+void RemoveTemporaryTree(const std::string& dir) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    std::error_code error;
+    std::filesystem::remove_all(dir, error);
+    if (!std::filesystem::exists(dir, error)) return;
+    usleep(10000);
+  }
+}
+
 }  // namespace
 
 int LaunchMpirunOnHosts(int nprocs, const std::vector<std::string>& argv,
@@ -141,10 +154,10 @@ int LaunchMpirunOnHosts(int nprocs, const std::vector<std::string>& argv,
          std::string(launch::kEmulatedHost) + "=0", "TMPDIR=" + dir,
          "OMPI_MCA_btl_vader_backing_directory=" + dir});
   } catch (...) {
-    std::filesystem::remove_all(dir);
+    RemoveTemporaryTree(dir);
     throw;
   }
-  std::filesystem::remove_all(dir);
+  RemoveTemporaryTree(dir);
   return status;
 }
 
