@@ -65,8 +65,8 @@ PYBIND11_MODULE(ringlab_torch, module) {
       .def(pybind11::init(&Create), pybind11::arg("store"),
            pybind11::arg("rank"), pybind11::arg("size"),
            pybind11::arg("timeout"))
-      .def_property_readonly("communicator",
-                             &ProcessGroupRinglab::communicator);
+      .def_property_readonly("communicator", &ProcessGroupRinglab::communicator)
+      .def_property_readonly("channels", &ProcessGroupRinglab::channels);
   // torch calls it with (store, rank, world_size, timeout).
   module.def("create", &Create, pybind11::arg("store"), pybind11::arg("rank"),
              pybind11::arg("size"), pybind11::arg("timeout"));

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <future>
 #include <stdexcept>
 
 #include "comm/backend.h"
@@ -104,16 +105,32 @@ int LocalRank(const std::vector<comm::PeerInfo>& peers, int rank) {
                           local.begin());
 }
 
+bool OnOneHost(const std::vector<comm::PeerInfo>& peers) {
+  size_t hosts = 0;
+  comm::DescribeHosts(peers, &hosts);
+  return hosts == 1;
+}
+
 // The communicator the trainer would choose for these ranks: shm_ring where
 // its description admits them (one host), else gloo, which spans hosts.
 std::string ChooseBackend(const std::vector<comm::PeerInfo>& peers) {
-  size_t hosts = 0;
-  comm::DescribeHosts(peers, &hosts);
   for (const char* name : {"shm_ring", "gloo"}) {
-    if (hosts == 1 || comm::BackendNamed(name).spans_hosts) return name;
+    if (OnOneHost(peers) || comm::BackendNamed(name).spans_hosts) return name;
   }
-  throw comm::CommError("ringlab: no backend spans the " +
-                        std::to_string(hosts) + " hosts of this group");
+  throw comm::CommError("ringlab: no backend spans the hosts of this group");
+}
+
+// kChannelsVariable where set (1 to 8), else 2 across hosts and 1 on one.
+int ChannelCount(bool across_hosts) {
+  const char* text = std::getenv(kChannelsVariable);
+  if (text == nullptr || *text == '\0') return across_hosts ? 2 : 1;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  if (*end != '\0' || n < 1 || n > 8) {
+    throw std::invalid_argument(std::string(kChannelsVariable) + "=" + text +
+                                ": expected a number of channels, 1 to 8");
+  }
+  return static_cast<int>(n);
 }
 
 void CheckTensor(const at::Tensor& t, const char* what) {
@@ -231,7 +248,12 @@ ProcessGroupRinglab::ProcessGroupRinglab(
         comm::TuningFromEnvironment();  // RINGLAB_*, as the trainer
     options.timeout = timeout;
     options.join_timeout = timeout;
-    comm_ = comm::CreateCommunicator(backend_, context_, options);
+    const int channels = ChannelCount(!OnOneHost(context_.peers));
+    for (int c = 0; c < channels; ++c) {
+      channels_.push_back(std::make_unique<Channel>());
+      channels_.back()->comm =
+          comm::CreateCommunicator(backend_, context_, options);
+    }
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "ringlab: rank ", rank, " of ", size,
                 " could not join its group: ", e.what());
@@ -240,14 +262,16 @@ ProcessGroupRinglab::ProcessGroupRinglab(
 
 ProcessGroupRinglab::~ProcessGroupRinglab() {
   // No collective task holds a reference to the group, so this never runs on
-  // the communication thread.
-  communication_.Stop();
+  // a communication thread.
+  for (const std::unique_ptr<Channel>& channel : channels_) {
+    channel->thread.Stop();
+  }
   callbacks_.Stop();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
-    c10d::OpType type, std::vector<at::Tensor> outputs,
-    std::function<void()> run) {
+    c10d::OpType type, std::vector<at::Tensor> outputs, Task run,
+    bool after_all) {
   auto work =
       c10::make_intrusive<RingWork>(getRank(), type, std::move(outputs));
   auto complete = [work](std::exception_ptr failure) {
@@ -255,13 +279,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
     work->CompleteFuture(failure);
     work->Finish(failure);
   };
+  std::lock_guard<std::mutex> order(enqueue_);
+  Channel& channel = *channels_[next_channel_++ % channels_.size()];
+  // The other channels' earlier calls have run once a marker queued behind
+  // them has (a channel runs its tasks in order).
+  std::vector<std::shared_future<void>> earlier;
+  for (const std::unique_ptr<Channel>& other : channels_) {
+    if (!after_all || other.get() == &channel) continue;
+    auto reached = std::make_shared<std::promise<void>>();
+    earlier.push_back(reached->get_future().share());
+    if (!other->thread.Post([reached] { reached->set_value(); })) {
+      reached->set_value();
+    }
+  }
   // What was queued runs, even while the group is destroyed: the peers run
   // it too (as gloo's queue drains), and each ends by its deadline.
-  const bool queued =
-      communication_.Post([this, run = std::move(run), complete] {
+  const bool queued = channel.thread.Post(
+      [this, &channel, run = std::move(run), complete, earlier] {
         std::exception_ptr failure;
         try {
-          run();
+          for (const std::shared_future<void>& e : earlier) e.wait();
+          run(channel);
         } catch (...) {
           failure = std::current_exception();
         }
@@ -277,36 +315,39 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
   return work;
 }
 
-at::Tensor ProcessGroupRinglab::GatherBytes(const void* data, size_t bytes) {
+at::Tensor ProcessGroupRinglab::GatherBytes(comm::Communicator& comm,
+                                            const void* data, size_t bytes) {
   const size_t words = (bytes + 3) / 4;  // float32: every backend moves it
   at::Tensor mine = at::zeros({static_cast<int64_t>(words * 4)}, at::kByte);
   if (bytes > 0) std::memcpy(mine.data_ptr(), data, bytes);
   at::Tensor rows =
       at::empty({getSize(), static_cast<int64_t>(words * 4)}, at::kByte);
-  comm_->AllGather(mine.data_ptr(), rows.data_ptr(), words,
-                   comm::DataType::kFloat32);
+  comm.AllGather(mine.data_ptr(), rows.data_ptr(), words,
+                 comm::DataType::kFloat32);
   return rows;
 }
 
-void ProcessGroupRinglab::StagedAllReduce(const at::Tensor& t,
+void ProcessGroupRinglab::StagedAllReduce(Channel& channel, const at::Tensor& t,
                                           comm::DataType type,
                                           comm::ReduceOp op) {
   const size_t bytes = t.nbytes();
-  if (bytes > staged_bytes_) {
-    size_t grown = std::max<size_t>(staged_bytes_, 4096);
+  if (bytes > channel.staged_bytes) {
+    size_t grown = std::max<size_t>(channel.staged_bytes, 4096);
     while (grown < bytes) grown *= 2;
-    staged_ = comm_->Allocate(grown / sizeof(float));
-    staged_bytes_ = grown;
+    channel.staged = channel.comm->Allocate(grown / sizeof(float));
+    channel.staged_bytes = grown;
   }
-  std::memcpy(staged_, t.data_ptr(), bytes);
-  comm_->AllReduce(staged_, static_cast<size_t>(t.numel()), type, op);
-  std::memcpy(t.data_ptr(), staged_, bytes);
+  std::memcpy(channel.staged, t.data_ptr(), bytes);
+  channel.comm->AllReduce(channel.staged, static_cast<size_t>(t.numel()), type,
+                          op);
+  std::memcpy(t.data_ptr(), channel.staged, bytes);
 }
 
-void ProcessGroupRinglab::GatheredAllReduce(const at::Tensor& t,
+void ProcessGroupRinglab::GatheredAllReduce(comm::Communicator& comm,
+                                            const at::Tensor& t,
                                             c10d::ReduceOp op) {
   const int64_t bytes = static_cast<int64_t>(t.nbytes());
-  const at::Tensor rows = GatherBytes(t.data_ptr(), t.nbytes())
+  const at::Tensor rows = GatherBytes(comm, t.data_ptr(), t.nbytes())
                               .narrow(1, 0, bytes)
                               .contiguous()
                               .view(t.scalar_type());
@@ -344,17 +385,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::broadcast(
   comm::DataType type;
   size_t count;
   if (CopiedWords(t, &type, &count)) {
-    return Enqueue(c10d::OpType::BROADCAST, {t}, [this, t, type, count, root] {
-      comm_->Broadcast(t.data_ptr(), count, type, root);
-    });
+    return Enqueue(c10d::OpType::BROADCAST, {t},
+                   [t, type, count, root](Channel& channel) {
+                     channel.comm->Broadcast(t.data_ptr(), count, type, root);
+                   });
   }
   // An odd count of bytes, through a copy padded to whole words.
-  return Enqueue(c10d::OpType::BROADCAST, {t}, [this, t, root] {
+  return Enqueue(c10d::OpType::BROADCAST, {t}, [t, root](Channel& channel) {
     at::Tensor padded =
         at::zeros({static_cast<int64_t>(t.nbytes() + 1)}, at::kByte);
     std::memcpy(padded.data_ptr(), t.data_ptr(), t.nbytes());
-    comm_->Broadcast(padded.data_ptr(), padded.numel() / 2,
-                     comm::DataType::kFloat16, root);
+    channel.comm->Broadcast(padded.data_ptr(), padded.numel() / 2,
+                            comm::DataType::kFloat16, root);
     std::memcpy(t.data_ptr(), padded.data_ptr(), t.nbytes());
   });
 }
@@ -366,17 +408,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allreduce(
   CheckTensor(t, "allreduce");
   comm::DataType type;
   comm::ReduceOp op;
-  const comm::BackendDescription& backend = comm_->description();
+  const comm::BackendDescription& backend = comm::BackendNamed(backend_);
   if (RingType(t, &type) && RingOp(opts.reduceOp, &op) &&
       backend.Supports(type) && backend.Supports(op)) {
-    return Enqueue(c10d::OpType::ALLREDUCE, {t}, [this, t, type, op] {
-      if (staging_) return StagedAllReduce(t, type, op);
-      comm_->AllReduce(t.data_ptr(), static_cast<size_t>(t.numel()), type, op);
-    });
+    return Enqueue(
+        c10d::OpType::ALLREDUCE, {t}, [this, t, type, op](Channel& channel) {
+          if (staging_) return StagedAllReduce(channel, t, type, op);
+          channel.comm->AllReduce(t.data_ptr(), static_cast<size_t>(t.numel()),
+                                  type, op);
+        });
   }
   CheckGatheredReduction(t, opts.reduceOp.op_);
   return Enqueue(c10d::OpType::ALLREDUCE, {t},
-                 [this, t, op = opts.reduceOp] { GatheredAllReduce(t, op); });
+                 [this, t, op = opts.reduceOp](Channel& channel) {
+                   GatheredAllReduce(*channel.comm, t, op);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allgather(
@@ -394,8 +440,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allgather(
     TORCH_CHECK(o.scalar_type() == in.scalar_type() && o.numel() == in.numel(),
                 "ringlab: allgather's outputs must match its input");
   }
-  return Enqueue(c10d::OpType::ALLGATHER, out, [this, in, out] {
-    const at::Tensor rows = GatherBytes(in.data_ptr(), in.nbytes());
+  return Enqueue(c10d::OpType::ALLGATHER, out, [this, in, out](Channel& c) {
+    const at::Tensor rows = GatherBytes(*c.comm, in.data_ptr(), in.nbytes());
     for (int r = 0; r < getSize(); ++r) {
       std::memcpy(out[r].data_ptr(), rows[r].data_ptr(), in.nbytes());
     }
@@ -413,23 +459,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::_allgather_base(
   comm::DataType type;
   size_t count;
   if (CopiedWords(in, &type, &count)) {
-    return Enqueue(
-        c10d::OpType::_ALLGATHER_BASE, {out}, [this, in, out, type, count] {
-          comm_->AllGather(in.data_ptr(), out.data_ptr(), count, type);
-        });
+    return Enqueue(c10d::OpType::_ALLGATHER_BASE, {out},
+                   [in, out, type, count](Channel& channel) {
+                     channel.comm->AllGather(in.data_ptr(), out.data_ptr(),
+                                             count, type);
+                   });
   }
-  return Enqueue(c10d::OpType::_ALLGATHER_BASE, {out}, [this, in, out] {
-    const at::Tensor rows = GatherBytes(in.data_ptr(), in.nbytes());
-    for (int r = 0; r < getSize(); ++r) {
-      std::memcpy(static_cast<char*>(out.data_ptr()) + r * in.nbytes(),
-                  rows[r].data_ptr(), in.nbytes());
-    }
-  });
+  return Enqueue(
+      c10d::OpType::_ALLGATHER_BASE, {out}, [this, in, out](Channel& c) {
+        const at::Tensor rows =
+            GatherBytes(*c.comm, in.data_ptr(), in.nbytes());
+        for (int r = 0; r < getSize(); ++r) {
+          std::memcpy(static_cast<char*>(out.data_ptr()) + r * in.nbytes(),
+                      rows[r].data_ptr(), in.nbytes());
+        }
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::barrier(
     const c10d::BarrierOptions&) {
-  return Enqueue(c10d::OpType::BARRIER, {}, [this] { comm_->Barrier(); });
+  // As gloo's barrier: it also waits for the calls before it.
+  return Enqueue(
+      c10d::OpType::BARRIER, {}, [](Channel& c) { c.comm->Barrier(); },
+      /*after_all=*/true);
 }
 
 }  // namespace ringlab::torch_backend

@@ -2,10 +2,16 @@
 // collectives run over a ringlab Communicator (comm/communicator.h), so that
 // PyTorch's own DDP and its communication hooks run over ringlab's
 // collectives. What DDP and its hooks use is here: allreduce, broadcast,
-// allgather and barrier, each returning at once with a Work; the collectives
-// run on the group's communication thread in the order the calls were made
-// (every rank makes them in one order, so they meet), as ProcessGroupGloo's
-// do, and the Works' futures complete on other threads (task_threads.h).
+// allgather and barrier, each returning at once with a Work. The collectives
+// run on the group's channels, each a communicator with a communication
+// thread of its own, taken in turn in the order the calls were made (every
+// rank makes them in one order, so the k-th call meets on the same channel
+// everywhere), as ProcessGroupGloo runs its queue on two threads over one
+// context. Across hosts two channels let a bucket's call check and data
+// move while the bucket before it still crosses the link; on one host one
+// channel does (shared memory is not latency-bound, and the ranks' two
+// cores are busy computing). A barrier waits for every earlier call. The
+// Works' futures complete on other threads (task_threads.h).
 // Sums and averages of float32, float16 and bfloat16 run on the
 // communicator's own reduction; every other reduction the communicator
 // lacks (integer sums, which DDP's find_unused_parameters makes, products,
@@ -24,6 +30,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -37,6 +44,9 @@ namespace ringlab::torch_backend {
 // RINGLAB_TORCH_STAGING=1: allreduces copy through registered memory instead
 // of the backend's private path (README: what it measured).
 inline constexpr char kStagingVariable[] = "RINGLAB_TORCH_STAGING";
+// RINGLAB_TORCH_CHANNELS=N: the number of channels (1 to 8) in place of the
+// default (2 across hosts, 1 on one host), to measure what they change.
+inline constexpr char kChannelsVariable[] = "RINGLAB_TORCH_CHANNELS";
 
 class ProcessGroupRinglab : public c10d::ProcessGroup {
  public:
@@ -53,6 +63,7 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
   const std::string getBackendName() const override { return "ringlab"; }
   // The ringlab backend the collectives run on ("shm_ring", "gloo").
   const std::string& communicator() const { return backend_; }
+  int channels() const { return static_cast<int>(channels_.size()); }
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
@@ -72,33 +83,44 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
 
  private:
   class RingWork;
-  // Queues `run` for the communication thread; its Work completes with
-  // `outputs` once it has run (or with its failure).
+  // A communicator, the thread its collectives run on, in order, and its
+  // registered staging buffer (grown to the largest tensor seen: every rank
+  // sees the same calls on a channel, so the collective Allocate meets).
+  struct Channel {
+    std::unique_ptr<comm::Communicator> comm;
+    float* staged = nullptr;
+    size_t staged_bytes = 0;
+    TaskThreads thread{TaskThreads::Threads::kOne};
+  };
+  using Task = std::function<void(Channel&)>;
+  // Queues `run` for the next channel's thread; its Work completes with
+  // `outputs` once it has run (or with its failure). `after_all`: it runs
+  // once every channel's earlier Works have completed.
   c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type,
                                          std::vector<at::Tensor> outputs,
-                                         std::function<void()> run);
+                                         Task run, bool after_all = false);
   // Every rank's `bytes` bytes at `data`, as the rows of a [size, padded]
   // uint8 tensor (padded to whole words of what the communicator moves).
-  at::Tensor GatherBytes(const void* data, size_t bytes);
-  // A reduction the communicator lacks, through GatherBytes (on the
+  at::Tensor GatherBytes(comm::Communicator& comm, const void* data,
+                         size_t bytes);
+  // A reduction the communicator lacks, through GatherBytes (on a
   // communication thread).
-  void GatheredAllReduce(const at::Tensor& t, c10d::ReduceOp op);
-  // The allreduce of `t` copied through the communicator's registered
-  // memory (grown to the largest tensor seen: every rank sees the same
-  // calls, so the collective Allocate meets), where staging is on.
-  void StagedAllReduce(const at::Tensor& t, comm::DataType type,
-                       comm::ReduceOp op);
+  void GatheredAllReduce(comm::Communicator& comm, const at::Tensor& t,
+                         c10d::ReduceOp op);
+  // The allreduce of `t` copied through the channel's registered memory,
+  // where staging is on.
+  void StagedAllReduce(Channel& channel, const at::Tensor& t,
+                       comm::DataType type, comm::ReduceOp op);
 
   std::unique_ptr<comm::Store> store_;  // torch's, as ringlab's
   comm::RankContext context_;
   std::string backend_;
-  std::unique_ptr<comm::Communicator> comm_;
   bool staging_ = false;  // kStagingVariable, where the backend registers
-  float* staged_ = nullptr;
-  size_t staged_bytes_ = 0;
-  // Declared first: outlives the communication thread that posts to it.
+  // Declared first: outlives the communication threads that post to it.
   TaskThreads callbacks_{TaskThreads::Threads::kGrow};
-  TaskThreads communication_{TaskThreads::Threads::kOne};
+  std::mutex enqueue_;  // the order of the calls, the turn of the channels
+  size_t next_channel_ = 0;
+  std::vector<std::unique_ptr<Channel>> channels_;
 };
 
 }  // namespace ringlab::torch_backend

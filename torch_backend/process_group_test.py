@@ -2,7 +2,8 @@
 processes meeting through torch's TCPStore (MASTER_ADDR/MASTER_PORT). Exact sums (small
 integers, which float32, float16 and bfloat16 hold exactly, so every order of summing gives
 the same bits), avg, every root of broadcast, allgather of float and int64 tensors, barrier,
-asynchronous work and its future, the reductions ringlab gathers (integers, products,
+asynchronous work and its future, a barrier after an allreduce still moving, the reductions
+ringlab gathers (integers, products,
 bitwise ops, odd byte counts); then PyTorch's DDP over ringlab against DDP over gloo on the
 same model and data, plain, with find_unused_parameters, and with PyTorch's fp16 and
 PowerSGD hooks: with 2 ranks g0 + g1
@@ -41,6 +42,8 @@ def rank_main():
     group = dist.distributed_c10d._get_default_group()
     check("the default group is ringlab's, on shm_ring",
           type(group).__name__ == "ProcessGroupRinglab" and group.communicator == "shm_ring")
+    channels = int(os.environ.get("RINGLAB_TORCH_CHANNELS", "1"))  # 1 on one host
+    check(f"{channels} channel(s)", group.channels == channels)
 
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         t = (torch.arange(1000) % 50 + rank).to(dtype)
@@ -68,6 +71,12 @@ def rank_main():
     dist.broadcast(t, src=1)
     check("broadcast int64", torch.equal(t, gathered(torch.int64, 1)))
     dist.barrier()
+    # A barrier waits for the calls before it, on whichever channels they run: 16 MB still
+    # moving on one channel while the barrier's meets on the next.
+    t = torch.ones(4 << 20)
+    dist.all_reduce(t, async_op=True)
+    dist.barrier()
+    check("barrier after an async allreduce", torch.equal(t, torch.full((4 << 20,), 2.0)))
     check_gathered_reductions(torch, dist, rank, check)
     t = torch.ones(100)
     work = dist.all_reduce(t, async_op=True)
@@ -281,8 +290,17 @@ class ProcessGroupTest(unittest.TestCase):
             self.assertEqual(status, 0, f"rank {r}:\n{out}")
             self.assertIn("all passed", out, f"rank {r}:\n{out}")
 
+    def test_the_same_over_three_channels(self):
+        # The calls take the channels in turn: each of DDP's buckets, hook collectives and
+        # gathered reductions meets on the same channel on every rank.
+        for r, (status, out) in enumerate(run_ranks(self, "--rank", RINGLAB_TORCH_CHANNELS="3")):
+            self.assertEqual(status, 0, f"rank {r}:\n{out}")
+            self.assertIn("all passed", out, f"rank {r}:\n{out}")
+
     def test_the_same_with_allreduces_staged_through_registered_memory(self):
-        for r, (status, out) in enumerate(run_ranks(self, "--rank", RINGLAB_TORCH_STAGING="1")):
+        # Over two channels: each stages through registered memory of its own.
+        for r, (status, out) in enumerate(run_ranks(self, "--rank", RINGLAB_TORCH_STAGING="1",
+                                                    RINGLAB_TORCH_CHANNELS="2")):
             self.assertEqual(status, 0, f"rank {r}:\n{out}")
             self.assertIn("all passed", out, f"rank {r}:\n{out}")
 
