@@ -8,6 +8,9 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -79,6 +82,25 @@ gloo::AllreduceOptions::Func ReduceFunction(DataType type, ReduceOp op) {
                                 : k.add;
 }
 
+// One Gloo device (its epoll loop thread) per address and process, shared by
+// every communicator bound there, as torch's ProcessGroupGloo shares one
+// device among its contexts: a second communicator (torch_backend's second
+// channel) then adds connections, not a thread that competes for the cores.
+std::shared_ptr<gloo::transport::Device> SharedDevice(
+    const std::string& address) {
+  static std::mutex mutex;
+  static auto* devices =
+      new std::map<std::string, std::weak_ptr<gloo::transport::Device>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<gloo::transport::Device> device = (*devices)[address].lock();
+  if (!device) {
+    gloo::transport::tcp::attr attr(address.c_str());
+    device = gloo::transport::tcp::CreateDevice(attr);
+    (*devices)[address] = device;
+  }
+  return device;
+}
+
 class GlooBackend final : public Backend {
  public:
   GlooBackend(const RankContext& context, const CommOptions& options)
@@ -100,8 +122,7 @@ class GlooBackend final : public Backend {
     const std::string& own = context.peers[rank_].address;
     const std::string address = own.empty() ? "127.0.0.1" : own;
     try {
-      gloo::transport::tcp::attr attr(address.c_str());
-      auto device = gloo::transport::tcp::CreateDevice(attr);
+      std::shared_ptr<gloo::transport::Device> device = SharedDevice(address);
       auto mesh = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
       mesh->setTimeout(options.join_timeout);
       GlooStore adapter(context.store, options.join_timeout);

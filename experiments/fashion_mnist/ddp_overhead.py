@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+"""Where PyTorch DDP's step goes beyond one process's, on the Fashion-MNIST MLP: the step of one
+process without DDP (the floor), of two such processes at once (what sharing the machine's memory
+and caches costs, no DDP), of DDP with a hook that communicates nothing (DDP's own work: its
+autograd hooks and bucket copies; at 1 and at 2 ranks), and of DDP over ringlab and over gloo at
+2 ranks. What DDP over ringlab adds beyond the no-op hook is ringlab's communication; what the
+no-op hook adds beyond the floor is DDP's, which no backend removes.
+
+Each rank is a process with one BLAS thread (as pytorch_ddp.py), training on a fixed random batch
+of the MLP's shape (784,1024,1024,10; batch 64; SGD), so the arithmetic per step is the real
+run's; the step is timed as pytorch_ddp.py times it (zero_grad, forward, loss, backward, SGD
+step); the median of rank 0's steps after the first 20. Rounds alternate the configurations so
+that a change in the machine's load lands on all of them.
+
+    /usr/bin/python3 experiments/fashion_mnist/ddp_overhead.py \\
+        --ringlab_torch=bazel-bin/torch_backend [--steps=300] [--rounds=3]
+"""
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+# name: (ranks, DDP?, process-group backend, no-op hook?)
+CONFIGS = {
+    "one process, no DDP": (1, False, None, False),
+    "two processes at once, no DDP": (2, False, None, False),
+    "DDP, no-op hook, 1 rank": (1, True, "gloo", True),
+    "DDP, no-op hook, 2 ranks": (2, True, "gloo", True),
+    "DDP over ringlab, 2 ranks": (2, True, "ringlab", False),
+    "DDP over gloo, 2 ranks": (2, True, "gloo", False),
+}
+
+
+def rank_main(args):
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+    import torch.distributed as dist
+    ranks, ddp, backend, noop = CONFIGS[args.config]
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    if backend == "ringlab":
+        sys.path.insert(0, args.ringlab_torch)
+        import ringlab_torch  # noqa: F401  (registers the backend)
+    if ddp:
+        dist.init_process_group(backend, rank=rank, world_size=ranks)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 10))
+    if ddp:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    if noop:
+        def nothing(_, bucket):
+            done = torch.futures.Future()
+            done.set_result(bucket.buffer())
+            return done
+        model.register_comm_hook(None, nothing)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(64, 784, generator=gen), torch.randint(0, 10, (64,), generator=gen)
+    steps = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        steps.append(1e3 * (time.perf_counter() - start))
+    if ddp:
+        dist.destroy_process_group()
+    if rank == 0:
+        print(f"median_ms {statistics.median(steps[20:]):.3f}", flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_config(args, name):
+    """Rank 0's median step of one configuration, in ms."""
+    ranks = CONFIGS[name][0]
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE=str(ranks))
+    argv = [sys.executable, os.path.abspath(__file__), "--rank_of", name,
+            f"--steps={args.steps}", f"--ringlab_torch={args.ringlab_torch}"]
+    procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+                              text=True) for r in range(ranks)]
+    outputs = []
+    for p in procs:
+        try:
+            outputs.append(p.communicate(timeout=600)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            sys.exit(f"error: {name} did not finish within 600 s")
+    if any(p.returncode != 0 for p in procs):
+        sys.exit(f"error: {name} failed (exit statuses {[p.returncode for p in procs]})")
+    return float(outputs[0].split()[1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ringlab_torch", required=True,
+                        help="the directory holding ringlab_torch.so")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rank_of", help=argparse.SUPPRESS)  # internal: one rank of a config
+    args = parser.parse_args()
+    if args.rank_of:
+        args.config = args.rank_of
+        return rank_main(args)
+    if not os.path.isfile(os.path.join(args.ringlab_torch, "ringlab_torch.so")):
+        sys.exit(f"error: --ringlab_torch {args.ringlab_torch} holds no ringlab_torch.so")
+    if args.steps < 40 or args.rounds < 1:
+        sys.exit("error: --steps must be at least 40 and --rounds at least 1")
+    medians = {name: [] for name in CONFIGS}
+    for round_ in range(args.rounds):
+        for name in CONFIGS:
+            medians[name].append(run_config(args, name))
+            print(f"round {round_ + 1}: {name}: {medians[name][-1]:.2f} ms", file=sys.stderr)
+    floor = statistics.median(medians["one process, no DDP"])
+    print("| configuration | median step per round (ms) | against one process |")
+    print("|---|---|---|")
+    for name, values in medians.items():
+        print(f"| {name} | {' / '.join(f'{v:.2f}' for v in values)} | "
+              f"{statistics.median(values) / floor:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
