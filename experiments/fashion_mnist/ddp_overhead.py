@@ -76,6 +76,12 @@ def rank_main(args):
         print(f"median_ms {statistics.median(steps[20:]):.3f}", flush=True)
 
 
+def fail(message, status=2):
+    """One error line; status 2 for bad input, 1 for a configuration that failed."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -98,9 +104,9 @@ def run_config(args, name):
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            sys.exit(f"error: {name} did not finish within 600 s")
+            fail(f"{name} did not finish within 600 s", 1)
     if any(p.returncode != 0 for p in procs):
-        sys.exit(f"error: {name} failed (exit statuses {[p.returncode for p in procs]})")
+        fail(f"{name} failed (exit statuses {[p.returncode for p in procs]})", 1)
     return float(outputs[0].split()[1])
 
 
@@ -116,9 +122,9 @@ def main():
         args.config = args.rank_of
         return rank_main(args)
     if not os.path.isfile(os.path.join(args.ringlab_torch, "ringlab_torch.so")):
-        sys.exit(f"error: --ringlab_torch {args.ringlab_torch} holds no ringlab_torch.so")
+        fail(f"--ringlab_torch {args.ringlab_torch} holds no ringlab_torch.so")
     if args.steps < 40 or args.rounds < 1:
-        sys.exit("error: --steps must be at least 40 and --rounds at least 1")
+        fail("--steps must be at least 40 and --rounds at least 1")
     medians = {name: [] for name in CONFIGS}
     for round_ in range(args.rounds):
         for name in CONFIGS:
