@@ -60,6 +60,9 @@ def _accuracy_figure(runs, path, x_of, xlabel, logx=False, note=None, integer_x=
     plt = _pyplot()
     panels, references = _panels(runs)
     if not panels and not references:
+        if any(r.get("link") for r in _finished(runs)):
+            return ("no run on one host to plot (this invocation's runs are across links: the "
+                    "per-link plots below)")
         return "no finished run to plot"
     comms = list(panels) or ["(no ringlab 2-rank run)"]
     fig, axes = plt.subplots(1, len(comms), figsize=(5.2 * len(comms), PANEL_HEIGHT_IN),
