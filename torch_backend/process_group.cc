@@ -26,7 +26,7 @@ namespace ringlab::torch_backend {
 
 // A collective's Work: torch's own completion state (wait, isCompleted,
 // exception) and a future DDP chains its buckets' callbacks on, both set on
-// a callback thread once the communication thread has run the collective.
+// a callback thread once a communication thread has run the collective.
 class ProcessGroupRinglab::RingWork : public c10d::Work {
  public:
   RingWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
@@ -98,6 +98,19 @@ std::string ShareJobSecret(comm::Store& store, int rank,
                                 "torch's store");
 }
 
+// Rank 0's channel count, for every rank: the k-th communicator of each
+// rank must meet the others' k-th, so a rank whose environment differs must
+// not make more or fewer.
+int ShareChannelCount(comm::Store& store, int rank, int own,
+                      std::chrono::milliseconds timeout) {
+  constexpr char kKey[] = "ringlab/channels";
+  if (rank == 0) {
+    store.Set(kKey, std::to_string(own));
+    return own;
+  }
+  return std::stoi(store.Get(kKey, timeout));
+}
+
 // This rank's index among the ranks of its host.
 int LocalRank(const std::vector<comm::PeerInfo>& peers, int rank) {
   const std::vector<int> local = comm::RanksOnHostOf(peers, rank);
@@ -117,7 +130,10 @@ std::string ChooseBackend(const std::vector<comm::PeerInfo>& peers) {
   for (const char* name : {"shm_ring", "gloo"}) {
     if (OnOneHost(peers) || comm::BackendNamed(name).spans_hosts) return name;
   }
-  throw comm::CommError("ringlab: no backend spans the hosts of this group");
+  size_t hosts = 0;
+  comm::DescribeHosts(peers, &hosts);
+  throw comm::CommError("ringlab: no backend spans the " +
+                        std::to_string(hosts) + " hosts of this group");
 }
 
 // kChannelsVariable where set (1 to 8), else 2 across hosts and 1 on one.
@@ -248,7 +264,8 @@ ProcessGroupRinglab::ProcessGroupRinglab(
         comm::TuningFromEnvironment();  // RINGLAB_*, as the trainer
     options.timeout = timeout;
     options.join_timeout = timeout;
-    const int channels = ChannelCount(!OnOneHost(context_.peers));
+    const int channels = ShareChannelCount(
+        *store_, rank, ChannelCount(!OnOneHost(context_.peers)), timeout);
     for (int c = 0; c < channels; ++c) {
       channels_.push_back(std::make_unique<Channel>());
       channels_.back()->comm =
@@ -263,6 +280,10 @@ ProcessGroupRinglab::ProcessGroupRinglab(
 ProcessGroupRinglab::~ProcessGroupRinglab() {
   // No collective task holds a reference to the group, so this never runs on
   // a communication thread.
+  {
+    std::lock_guard<std::mutex> order(enqueue_);
+    stopping_ = true;
+  }
   for (const std::unique_ptr<Channel>& channel : channels_) {
     channel->thread.Stop();
   }
@@ -280,7 +301,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
     work->Finish(failure);
   };
   std::lock_guard<std::mutex> order(enqueue_);
-  Channel& channel = *channels_[next_channel_++ % channels_.size()];
+  // A call while the group is destroyed (from a callback): refused on every
+  // channel alike, so that no peer waits for half of them.
+  if (stopping_) {
+    complete(std::make_exception_ptr(
+        comm::CommError("ringlab: the process group was destroyed")));
+    return work;
+  }
+  const uint64_t call = next_call_++;
+  Channel& channel = *channels_[call % channels_.size()];
   // The other channels' earlier calls have run once a marker queued behind
   // them has (a channel runs its tasks in order).
   std::vector<std::shared_future<void>> earlier;
@@ -295,7 +324,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
   // What was queued runs, even while the group is destroyed: the peers run
   // it too (as gloo's queue drains), and each ends by its deadline.
   const bool queued = channel.thread.Post(
-      [this, &channel, run = std::move(run), complete, earlier] {
+      [this, &channel, call, run = std::move(run), complete, earlier] {
         std::exception_ptr failure;
         try {
           for (const std::shared_future<void>& e : earlier) e.wait();
@@ -303,16 +332,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
         } catch (...) {
           failure = std::current_exception();
         }
-        if (!callbacks_.Post([complete, failure] { complete(failure); })) {
-          complete(failure);  // unreachable: callbacks stop after this thread
-        }
+        CompleteInOrder(call, [complete, failure] { complete(failure); });
       });
-  // A callback's collective while the group is destroyed: nothing will run it.
-  if (!queued) {
-    complete(std::make_exception_ptr(
-        comm::CommError("ringlab: the process group was destroyed")));
+  if (!queued) {  // unreachable: the channels stop only after stopping_
+    CompleteInOrder(call, [complete] {
+      complete(std::make_exception_ptr(
+          comm::CommError("ringlab: the process group was destroyed")));
+    });
   }
   return work;
+}
+
+void ProcessGroupRinglab::CompleteInOrder(uint64_t call,
+                                          Completion completion) {
+  std::lock_guard<std::mutex> lock(completing_);
+  finished_early_.emplace(call, std::move(completion));
+  for (auto next = finished_early_.find(next_completion_);
+       next != finished_early_.end();
+       next = finished_early_.find(next_completion_)) {
+    Completion ready = std::move(next->second);
+    finished_early_.erase(next);
+    ++next_completion_;
+    if (!callbacks_.Post(ready)) ready();  // unreachable: callbacks stop last
+  }
 }
 
 at::Tensor ProcessGroupRinglab::GatherBytes(comm::Communicator& comm,

@@ -10,8 +10,10 @@
 // context. Across hosts two channels let a bucket's call check and data
 // move while the bucket before it still crosses the link; on one host one
 // channel does (shared memory is not latency-bound, and the ranks' two
-// cores are busy computing). A barrier waits for every earlier call. The
-// Works' futures complete on other threads (task_threads.h).
+// cores are busy computing); rank 0's count holds for the group. A barrier
+// waits for every earlier call. The Works complete in call order, their
+// futures on other threads (task_threads.h). Like every torch backend it
+// relies on the ranks issuing their calls in one order.
 // Sums and averages of float32, float16 and bfloat16 run on the
 // communicator's own reduction; every other reduction the communicator
 // lacks (integer sums, which DDP's find_unused_parameters makes, products,
@@ -28,7 +30,9 @@
 #define RINGLAB_TORCH_BACKEND_PROCESS_GROUP_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -93,12 +97,19 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
     TaskThreads thread{TaskThreads::Threads::kOne};
   };
   using Task = std::function<void(Channel&)>;
+  using Completion = std::function<void()>;
   // Queues `run` for the next channel's thread; its Work completes with
   // `outputs` once it has run (or with its failure). `after_all`: it runs
-  // once every channel's earlier Works have completed.
+  // once the collectives of every earlier call, on every channel, have run
+  // (their Works may complete a moment later).
   c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type,
                                          std::vector<at::Tensor> outputs,
                                          Task run, bool after_all = false);
+  // Hands call `call`'s completion to the callback threads once every
+  // earlier call's has been: Works complete in call order whichever channel
+  // finished first, as over one channel, so collectives that callbacks issue
+  // (PowerSGD's) are issued in one order on every rank.
+  void CompleteInOrder(uint64_t call, Completion completion);
   // Every rank's `bytes` bytes at `data`, as the rows of a [size, padded]
   // uint8 tensor (padded to whole words of what the communicator moves).
   at::Tensor GatherBytes(comm::Communicator& comm, const void* data,
@@ -119,7 +130,11 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
   // Declared first: outlives the communication threads that post to it.
   TaskThreads callbacks_{TaskThreads::Threads::kGrow};
   std::mutex enqueue_;  // the order of the calls, the turn of the channels
-  size_t next_channel_ = 0;
+  uint64_t next_call_ = 0;
+  bool stopping_ = false;  // the destructor has begun: no new calls
+  std::mutex completing_;
+  uint64_t next_completion_ = 0;
+  std::map<uint64_t, Completion> finished_early_;  // by call, out of turn
   std::vector<std::unique_ptr<Channel>> channels_;
 };
 

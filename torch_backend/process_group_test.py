@@ -77,6 +77,14 @@ def rank_main():
     dist.all_reduce(t, async_op=True)
     dist.barrier()
     check("barrier after an async allreduce", torch.equal(t, torch.full((4 << 20,), 2.0)))
+    # Works complete in call order, whichever channel finished first: when the small call's
+    # future completes, the big call before it (on another channel) has run. (Its data, not
+    # its Work's state: the two completions may run on two callback threads at once.)
+    big, small = torch.ones(16 << 20), torch.ones(10)  # 64 MB: tens of ms to reduce
+    dist.all_reduce(big, async_op=True)
+    seen = dist.all_reduce(small, async_op=True).get_future().then(
+        lambda _: bool(big[-1] == 2.0 and big[0] == 2.0))
+    check("works complete in call order", seen.wait())
     check_gathered_reductions(torch, dist, rank, check)
     t = torch.ones(100)
     work = dist.all_reduce(t, async_op=True)

@@ -1,12 +1,12 @@
 // The threads of ringlab's torch.distributed backend: a queue of tasks and
 // the threads that run them, in the order they were posted. The process
-// group has two: its communication thread (one thread, so the collectives
-// run in the order the caller issued them, which every rank shares) and the
-// threads its Works' futures complete on, which grow when every thread is
-// busy in a callback that waits for a later collective (1.13's PowerSGD hook
-// does). What the threads touch lives in state they share, so that an owner
-// destroyed from one of its own tasks (a callback that dropped the last
-// reference to the group) leaves that thread to finish safely.
+// group has a communication thread per channel (one thread, so a channel's
+// collectives run in the order the caller issued them, which every rank
+// shares) and the threads its Works' futures complete on, which grow when every
+// thread is busy in a callback that waits for a later collective (1.13's
+// PowerSGD hook does). What the threads touch lives in state they share, so
+// that an owner destroyed from one of its own tasks (a callback that dropped
+// the last reference to the group) leaves that thread to finish safely.
 #ifndef RINGLAB_TORCH_BACKEND_TASK_THREADS_H_
 #define RINGLAB_TORCH_BACKEND_TASK_THREADS_H_
 

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "comm/backend.h"
@@ -86,17 +87,21 @@ gloo::AllreduceOptions::Func ReduceFunction(DataType type, ReduceOp op) {
 // every communicator bound there, as torch's ProcessGroupGloo shares one
 // device among its contexts: a second communicator (torch_backend's second
 // channel) then adds connections, not a thread that competes for the cores.
+// Keyed by the process too: a forked child inherits the cache but not the
+// device's thread.
 std::shared_ptr<gloo::transport::Device> SharedDevice(
     const std::string& address) {
   static std::mutex mutex;
-  static auto* devices =
-      new std::map<std::string, std::weak_ptr<gloo::transport::Device>>();
+  static auto* devices = new std::map<std::pair<pid_t, std::string>,
+                                      std::weak_ptr<gloo::transport::Device>>();
   std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<gloo::transport::Device> device = (*devices)[address].lock();
+  std::weak_ptr<gloo::transport::Device>& cached =
+      (*devices)[{getpid(), address}];
+  std::shared_ptr<gloo::transport::Device> device = cached.lock();
   if (!device) {
     gloo::transport::tcp::attr attr(address.c_str());
     device = gloo::transport::tcp::CreateDevice(attr);
-    (*devices)[address] = device;
+    cached = device;
   }
   return device;
 }

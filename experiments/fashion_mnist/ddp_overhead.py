@@ -22,6 +22,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 # name: (ranks, DDP?, process-group backend, no-op hook?)
@@ -88,30 +89,46 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_config(args, name):
-    """Rank 0's median step of one configuration, in ms."""
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one error line, as every ringlab tool
+        fail(message)
+
+
+def run_config(args, name, deadline_s=600):
+    """Rank 0's median step of one configuration, in ms; the first rank to fail ends them all."""
     ranks = CONFIGS[name][0]
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(ranks))
     argv = [sys.executable, os.path.abspath(__file__), "--rank_of", name,
             f"--steps={args.steps}", f"--ringlab_torch={args.ringlab_torch}"]
+    # Files, not pipes: a rank that writes much cannot block on a full pipe while polled.
+    errs = [tempfile.TemporaryFile(mode="w+") for _ in range(ranks)]
     procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
-                              text=True) for r in range(ranks)]
-    outputs = []
-    for p in procs:
-        try:
-            outputs.append(p.communicate(timeout=600)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            fail(f"{name} did not finish within 600 s", 1)
-    if any(p.returncode != 0 for p in procs):
-        fail(f"{name} failed (exit statuses {[p.returncode for p in procs]})", 1)
-    return float(outputs[0].split()[1])
+                              stderr=errs[r], text=True) for r in range(ranks)]
+    deadline = time.monotonic() + deadline_s
+    while any(p.poll() is None for p in procs):
+        failed = [p for p in procs if p.poll() not in (None, 0)]
+        if failed or time.monotonic() > deadline:
+            for p in procs:
+                p.kill()
+            if failed:
+                err = errs[procs.index(failed[0])]
+                err.seek(0)
+                last = (err.read().strip().splitlines() or ["(nothing on stderr)"])[-1]
+                why = f"a rank exited with status {failed[0].returncode}: {last}"
+            else:
+                why = f"it did not finish within {deadline_s} s"
+            fail(f"{name}: {why}", 1)
+        time.sleep(0.05)
+    words = procs[0].stdout.read().split()
+    if any(p.returncode != 0 for p in procs) or len(words) != 2:
+        fail(f"{name}: rank 0 printed no median (exit statuses "
+             f"{[p.returncode for p in procs]})", 1)
+    return float(words[1])
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ringlab_torch", required=True,
                         help="the directory holding ringlab_torch.so")
     parser.add_argument("--steps", type=int, default=300)
