@@ -9,7 +9,7 @@ each side must share is in ../shared/pytorch-hooks-facts.md): 0 ulp is the toler
 loss is not computed alike (ringlab sums each sample's loss in double, torch each chunk's in
 float32), so it must agree within 1e-6 relative: seen here, 1 ulp of float32 (6e-8).
 
-    pytorch_sync_match.py --train PATH_TO_TRAIN [--only NAME] [--train_subset N]
+    pytorch_sync_match.py --train PATH_TO_TRAIN [--only NAME,...] [--train_subset N]
 
 Prints one line per pair and exits 0 when all match, 1 when one does not, 77 when torch does not
 import or the data set is not installed (the test then skips).
@@ -143,9 +143,13 @@ def run_pytorch(argv, what):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--train", required=True)
-    parser.add_argument("--only", choices=sorted(PAIRS))
+    parser.add_argument("--only", type=lambda text: text.split(","), default=[],
+                        help="comma-separated pairs to run (default: all)")
     parser.add_argument("--train_subset", type=int, default=3200)
     args = parser.parse_args()
+    unknown = sorted(set(args.only) - set(PAIRS))
+    if unknown:
+        parser.error(f"--only: no pair {', '.join(unknown)} (pairs: {', '.join(PAIRS)})")
     if subprocess.run(["/usr/bin/python3", "-c", "import torch"],
                       stderr=subprocess.DEVNULL).returncode != 0:
         print("skipped: torch does not import with /usr/bin/python3")
@@ -157,7 +161,7 @@ def main():
     failed = 0
     with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as tmp:
         for name, (ours, theirs) in PAIRS.items():
-            if args.only and name != args.only:
+            if args.only and name not in args.only:
                 continue
             ringlab_dir, torch_dir = os.path.join(tmp, name, "ringlab"), os.path.join(tmp, name,
                                                                                      "pytorch")
