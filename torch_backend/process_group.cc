@@ -118,20 +118,19 @@ int LocalRank(const std::vector<comm::PeerInfo>& peers, int rank) {
                           local.begin());
 }
 
-bool OnOneHost(const std::vector<comm::PeerInfo>& peers) {
+size_t HostCount(const std::vector<comm::PeerInfo>& peers) {
   size_t hosts = 0;
   comm::DescribeHosts(peers, &hosts);
-  return hosts == 1;
+  return hosts;
 }
 
-// The communicator the trainer would choose for these ranks: shm_ring where
-// its description admits them (one host), else gloo, which spans hosts.
-std::string ChooseBackend(const std::vector<comm::PeerInfo>& peers) {
+// The communicator the trainer would choose for ranks on `hosts` hosts:
+// shm_ring where its description admits them (one host), else gloo, which
+// spans hosts.
+std::string ChooseBackend(size_t hosts) {
   for (const char* name : {"shm_ring", "gloo"}) {
-    if (OnOneHost(peers) || comm::BackendNamed(name).spans_hosts) return name;
+    if (hosts == 1 || comm::BackendNamed(name).spans_hosts) return name;
   }
-  size_t hosts = 0;
-  comm::DescribeHosts(peers, &hosts);
   throw comm::CommError("ringlab: no backend spans the " +
                         std::to_string(hosts) + " hosts of this group");
 }
@@ -255,7 +254,8 @@ ProcessGroupRinglab::ProcessGroupRinglab(
         comm::GatherPeers(*store_, rank, size, AddressTowardStore(),
                           comm::ThisHostIdentity(), timeout);
     context_.local_rank = LocalRank(context_.peers, rank);
-    backend_ = ChooseBackend(context_.peers);
+    const size_t hosts = HostCount(context_.peers);
+    backend_ = ChooseBackend(hosts);
     const char* staging = std::getenv(kStagingVariable);
     staging_ = staging != nullptr && std::string(staging) == "1" &&
                comm::BackendNamed(backend_).registers_memory;
@@ -265,7 +265,7 @@ ProcessGroupRinglab::ProcessGroupRinglab(
     options.timeout = timeout;
     options.join_timeout = timeout;
     const int channels = ShareChannelCount(
-        *store_, rank, ChannelCount(!OnOneHost(context_.peers)), timeout);
+        *store_, rank, ChannelCount(/*across_hosts=*/hosts > 1), timeout);
     for (int c = 0; c < channels; ++c) {
       channels_.push_back(std::make_unique<Channel>());
       channels_.back()->comm =
@@ -450,7 +450,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allreduce(
   CheckTensor(t, "allreduce");
   comm::DataType type;
   comm::ReduceOp op;
-  const comm::BackendDescription& backend = comm::BackendNamed(backend_);
+  const comm::BackendDescription& backend =
+      channels_.front()->comm->description();
   if (RingType(t, &type) && RingOp(opts.reduceOp, &op) &&
       backend.Supports(type) && backend.Supports(op)) {
     return Enqueue(
