@@ -9,6 +9,7 @@
 
 #include "comm/backend.h"
 #include "comm/call_agreement.h"
+#include "comm/call_mesh.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/store.h"
 
@@ -131,16 +132,66 @@ void Communicator::Guard(Fn fn) {
   }
 }
 
+std::string Communicator::Agree(CallDescription& call, int64_t* words) {
+  if (!mesh_) {
+    call.seq = ++calls_;
+    EncodeForAgreement(call, words);
+    backend_->MaxOverRanks(words, kAgreementWords);
+    return "";
+  }
+  Announcement announced;
+  {
+    std::lock_guard<std::mutex> lock(agreement_);
+    call.seq = ++calls_;
+    EncodeForAgreement(call, words);
+    if (call.seq > announced_) {
+      mesh_->Post(words, call.ToString());
+    } else {
+      announced = std::move(announcements_.front());
+      announcements_.pop_front();
+    }
+  }
+  if (!announced.failure.empty()) throw CommError(announced.failure);
+  if (announced.words.empty() ||
+      std::equal(words, words + kAgreementWords, announced.words.begin())) {
+    mesh_->Collect(words, call.ToString());
+    return "";
+  }
+  // The peers read what was announced: so are theirs read here, to keep
+  // the ranks in step.
+  mesh_->Collect(announced.words.data(), call.ToString());
+  return Name() + ": rank " + std::to_string(rank_) + " is in " +
+         call.ToString() + ", which it announced otherwise";
+}
+
+void Communicator::Announce(CallKind kind, size_t count, DataType type,
+                            ReduceOp op, int root) {
+  if (!mesh_) return;
+  std::lock_guard<std::mutex> lock(agreement_);
+  const CallDescription call{
+      std::max(announced_, calls_) + 1, kind, count, type, op, root};
+  Announcement announcement;
+  announcement.words.resize(kAgreementWords);
+  EncodeForAgreement(call, announcement.words.data());
+  try {
+    mesh_->Post(announcement.words.data(), call.ToString());
+  } catch (const CommError& e) {
+    announcement.failure = e.what();  // the call reports it, on its thread
+  }
+  announced_ = call.seq;
+  announcements_.push_back(std::move(announcement));
+}
+
 template <typename Move>
 void Communicator::Run(CallKind kind, size_t count, DataType type, ReduceOp op,
                        int root, uint64_t bus_bytes, Move move) {
-  const CallDescription call{
-      static_cast<int64_t>(++calls_), kind, count, type, op, root};
+  CallDescription call{0, kind, count, type, op, root};
   if (agree_) {
     int64_t words[kAgreementWords];
-    EncodeForAgreement(call, words);
-    Guard([&] { backend_->MaxOverRanks(words, kAgreementWords); });
+    std::string otherwise;
+    Guard([&] { otherwise = Agree(call, words); });
     // A mismatch leaves the ranks in step: nothing moved, all refuse alike.
+    if (!otherwise.empty()) throw CommError(otherwise);
     ThrowUnlessAgreed(Name(), rank_, call, words);
     if (count == 0 && kind != CallKind::kBarrier) return;
   }
@@ -304,6 +355,18 @@ std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
   auto comm = std::make_unique<Communicator>(std::move(backend), description,
                                              context.rank, context.world_size,
                                              options.tuning);
+  // Where the front checks calls, it does so over connections of its own
+  // when the job has a store to meet through (every rank alike: agree_ was
+  // agreed, and a store and peers are the whole job's).
+  if (comm->agree_ && own.store != nullptr &&
+      static_cast<int>(context.peers.size()) == context.world_size) {
+    try {
+      comm->mesh_ = std::make_unique<CallMesh>(own, name, options.join_timeout,
+                                               options.timeout);
+    } catch (const StoreError& e) {
+      throw CommError(name + ": " + e.what());
+    }
+  }
   comm->store_ = std::move(store);
   return comm;
 }

@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,6 +29,8 @@ namespace ringlab::comm {
 
 class Backend;
 struct BackendDescription;
+class CallMesh;
+struct CallDescription;
 class Store;
 enum class CallKind : int64_t;
 
@@ -136,6 +140,19 @@ class Communicator final {
   }
   void Barrier();
 
+  // Starts the ranks' agreement on the next call this rank will make (after
+  // those already made or announced), from any thread: a thread that hands
+  // calls to a communication thread announces each as it hands it over, so
+  // that the ranks' descriptions cross while earlier calls still run, and
+  // the call, when it runs, only reads the peers'. Every rank announces the
+  // same calls; each must then be made with the arguments announced (else a
+  // CommError, which leaves the ranks in step). A no-op where the front does
+  // not check calls over its own connections (comm/call_mesh.h: backends that
+  // check calls themselves, jobs without a store, one rank,
+  // comm.check_calls=0). For the enumerators of `kind`, comm/call_agreement.h.
+  void Announce(CallKind kind, size_t count, DataType type,
+                ReduceOp op = ReduceOp::kSum, int root = 0);
+
   // Bus bytes of every collective this rank completed since creation, as
   // nccl-tests counts them (AllReduceBusBytes, ...): what each rank moves in
   // a bandwidth-optimal algorithm, whatever algorithm the backend chose, so
@@ -166,6 +183,12 @@ class Communicator final {
   // Runs fn, turning its failure into the communicator's end.
   template <typename Fn>
   void Guard(Fn fn);
+  // The call's number into call.seq, and into words the elementwise maximum
+  // over the ranks of its agreement words (call_agreement.h): through the
+  // mesh where there is one (reading the peers' words of an announced
+  // call), else through the backend. Returns the error of a call made
+  // otherwise than announced (the ranks still in step), else "".
+  std::string Agree(CallDescription& call, int64_t* words);
   void CheckUsable(const char* what) const;
   // The element type (supported: else CommError) and the buffer it is in
   // (std::invalid_argument for null data, misalignment, an impossible size).
@@ -183,7 +206,16 @@ class Communicator final {
   const int rank_, world_size_;
   bool agree_ =
       false;  // the front checks calls (description, comm.check_calls)
-  uint64_t calls_ = 0;
+  // The calls' own connections (null: the agreement runs on the backend).
+  std::unique_ptr<CallMesh> mesh_;
+  struct Announcement {
+    std::vector<int64_t> words;  // EncodeForAgreement's, as posted
+    std::string failure;         // the post's, for the call to report
+  };
+  std::mutex agreement_;  // calls_, announced_ and announcements_, the posts
+  int64_t calls_ = 0;
+  int64_t announced_ = 0;  // the number of the last call announced
+  std::deque<Announcement> announcements_;  // announced, not yet run
   uint64_t bytes_sent_ = 0;
   std::string broken_;  // the failure that ended this communicator
   std::vector<std::unique_ptr<float[]>> allocations_;

@@ -291,8 +291,8 @@ ProcessGroupRinglab::~ProcessGroupRinglab() {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
-    c10d::OpType type, std::vector<at::Tensor> outputs, Task run,
-    bool after_all) {
+    c10d::OpType type, std::vector<at::Tensor> outputs, const RingCall& call,
+    Task run, bool after_all) {
   auto work =
       c10::make_intrusive<RingWork>(getRank(), type, std::move(outputs));
   auto complete = [work](std::exception_ptr failure) {
@@ -308,8 +308,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
         comm::CommError("ringlab: the process group was destroyed")));
     return work;
   }
-  const uint64_t call = next_call_++;
-  Channel& channel = *channels_[call % channels_.size()];
+  const uint64_t number = next_call_++;
+  Channel& channel = *channels_[number % channels_.size()];
+  // In the channel's order of calls, which the lock keeps.
+  channel.comm->Announce(call.kind, call.count, call.type, call.op, call.root);
   // The other channels' earlier calls have run once a marker queued behind
   // them has (a channel runs its tasks in order).
   std::vector<std::shared_future<void>> earlier;
@@ -324,7 +326,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
   // What was queued runs, even while the group is destroyed: the peers run
   // it too (as gloo's queue drains), and each ends by its deadline.
   const bool queued = channel.thread.Post(
-      [this, &channel, call, run = std::move(run), complete, earlier] {
+      [this, &channel, number, run = std::move(run), complete, earlier] {
         std::exception_ptr failure;
         try {
           for (const std::shared_future<void>& e : earlier) e.wait();
@@ -332,10 +334,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
         } catch (...) {
           failure = std::current_exception();
         }
-        CompleteInOrder(call, [complete, failure] { complete(failure); });
+        CompleteInOrder(number, [complete, failure] { complete(failure); });
       });
   if (!queued) {  // unreachable: the channels stop only after stopping_
-    CompleteInOrder(call, [complete] {
+    CompleteInOrder(number, [complete] {
       complete(std::make_exception_ptr(
           comm::CommError("ringlab: the process group was destroyed")));
     });
@@ -357,9 +359,14 @@ void ProcessGroupRinglab::CompleteInOrder(uint64_t call,
   }
 }
 
+ProcessGroupRinglab::RingCall ProcessGroupRinglab::GatherCall(size_t bytes) {
+  // float32 words: every backend moves them.
+  return {comm::CallKind::kAllGather, (bytes + 3) / 4};
+}
+
 at::Tensor ProcessGroupRinglab::GatherBytes(comm::Communicator& comm,
                                             const void* data, size_t bytes) {
-  const size_t words = (bytes + 3) / 4;  // float32: every backend moves it
+  const size_t words = GatherCall(bytes).count;
   at::Tensor mine = at::zeros({static_cast<int64_t>(words * 4)}, at::kByte);
   if (bytes > 0) std::memcpy(mine.data_ptr(), data, bytes);
   at::Tensor rows =
@@ -427,20 +434,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::broadcast(
   comm::DataType type;
   size_t count;
   if (CopiedWords(t, &type, &count)) {
-    return Enqueue(c10d::OpType::BROADCAST, {t},
-                   [t, type, count, root](Channel& channel) {
-                     channel.comm->Broadcast(t.data_ptr(), count, type, root);
-                   });
+    return Enqueue(
+        c10d::OpType::BROADCAST, {t},
+        {comm::CallKind::kBroadcast, count, type, comm::ReduceOp::kSum, root},
+        [t, type, count, root](Channel& channel) {
+          channel.comm->Broadcast(t.data_ptr(), count, type, root);
+        });
   }
-  // An odd count of bytes, through a copy padded to whole words.
-  return Enqueue(c10d::OpType::BROADCAST, {t}, [t, root](Channel& channel) {
-    at::Tensor padded =
-        at::zeros({static_cast<int64_t>(t.nbytes() + 1)}, at::kByte);
-    std::memcpy(padded.data_ptr(), t.data_ptr(), t.nbytes());
-    channel.comm->Broadcast(padded.data_ptr(), padded.numel() / 2,
-                            comm::DataType::kFloat16, root);
-    std::memcpy(t.data_ptr(), padded.data_ptr(), t.nbytes());
-  });
+  // An odd count of bytes, through a copy padded to whole 2-byte words.
+  const size_t words = (t.nbytes() + 1) / 2;
+  return Enqueue(c10d::OpType::BROADCAST, {t},
+                 {comm::CallKind::kBroadcast, words, comm::DataType::kFloat16,
+                  comm::ReduceOp::kSum, root},
+                 [t, words, root](Channel& channel) {
+                   at::Tensor padded =
+                       at::zeros({static_cast<int64_t>(2 * words)}, at::kByte);
+                   std::memcpy(padded.data_ptr(), t.data_ptr(), t.nbytes());
+                   channel.comm->Broadcast(padded.data_ptr(), words,
+                                           comm::DataType::kFloat16, root);
+                   std::memcpy(t.data_ptr(), padded.data_ptr(), t.nbytes());
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allreduce(
@@ -455,14 +468,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allreduce(
   if (RingType(t, &type) && RingOp(opts.reduceOp, &op) &&
       backend.Supports(type) && backend.Supports(op)) {
     return Enqueue(
-        c10d::OpType::ALLREDUCE, {t}, [this, t, type, op](Channel& channel) {
+        c10d::OpType::ALLREDUCE, {t},
+        {comm::CallKind::kAllReduce, static_cast<size_t>(t.numel()), type, op},
+        [this, t, type, op](Channel& channel) {
           if (staging_) return StagedAllReduce(channel, t, type, op);
           channel.comm->AllReduce(t.data_ptr(), static_cast<size_t>(t.numel()),
                                   type, op);
         });
   }
   CheckGatheredReduction(t, opts.reduceOp.op_);
-  return Enqueue(c10d::OpType::ALLREDUCE, {t},
+  return Enqueue(c10d::OpType::ALLREDUCE, {t}, GatherCall(t.nbytes()),
                  [this, t, op = opts.reduceOp](Channel& channel) {
                    GatheredAllReduce(*channel.comm, t, op);
                  });
@@ -483,12 +498,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allgather(
     TORCH_CHECK(o.scalar_type() == in.scalar_type() && o.numel() == in.numel(),
                 "ringlab: allgather's outputs must match its input");
   }
-  return Enqueue(c10d::OpType::ALLGATHER, out, [this, in, out](Channel& c) {
-    const at::Tensor rows = GatherBytes(*c.comm, in.data_ptr(), in.nbytes());
-    for (int r = 0; r < getSize(); ++r) {
-      std::memcpy(out[r].data_ptr(), rows[r].data_ptr(), in.nbytes());
-    }
-  });
+  return Enqueue(c10d::OpType::ALLGATHER, out, GatherCall(in.nbytes()),
+                 [this, in, out](Channel& c) {
+                   const at::Tensor rows =
+                       GatherBytes(*c.comm, in.data_ptr(), in.nbytes());
+                   for (int r = 0; r < getSize(); ++r) {
+                     std::memcpy(out[r].data_ptr(), rows[r].data_ptr(),
+                                 in.nbytes());
+                   }
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::_allgather_base(
@@ -503,28 +521,30 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::_allgather_base(
   size_t count;
   if (CopiedWords(in, &type, &count)) {
     return Enqueue(c10d::OpType::_ALLGATHER_BASE, {out},
+                   {comm::CallKind::kAllGather, count, type},
                    [in, out, type, count](Channel& channel) {
                      channel.comm->AllGather(in.data_ptr(), out.data_ptr(),
                                              count, type);
                    });
   }
-  return Enqueue(
-      c10d::OpType::_ALLGATHER_BASE, {out}, [this, in, out](Channel& c) {
-        const at::Tensor rows =
-            GatherBytes(*c.comm, in.data_ptr(), in.nbytes());
-        for (int r = 0; r < getSize(); ++r) {
-          std::memcpy(static_cast<char*>(out.data_ptr()) + r * in.nbytes(),
-                      rows[r].data_ptr(), in.nbytes());
-        }
-      });
+  return Enqueue(c10d::OpType::_ALLGATHER_BASE, {out}, GatherCall(in.nbytes()),
+                 [this, in, out](Channel& c) {
+                   const at::Tensor rows =
+                       GatherBytes(*c.comm, in.data_ptr(), in.nbytes());
+                   for (int r = 0; r < getSize(); ++r) {
+                     std::memcpy(
+                         static_cast<char*>(out.data_ptr()) + r * in.nbytes(),
+                         rows[r].data_ptr(), in.nbytes());
+                   }
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::barrier(
     const c10d::BarrierOptions&) {
   // As gloo's barrier: it also waits for the calls before it.
   return Enqueue(
-      c10d::OpType::BARRIER, {}, [](Channel& c) { c.comm->Barrier(); },
-      /*after_all=*/true);
+      c10d::OpType::BARRIER, {}, {comm::CallKind::kBarrier},
+      [](Channel& c) { c.comm->Barrier(); }, /*after_all=*/true);
 }
 
 }  // namespace ringlab::torch_backend

@@ -40,6 +40,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
+#include "comm/call_agreement.h"
 #include "comm/communicator.h"
 #include "torch_backend/task_threads.h"
 
@@ -98,13 +99,26 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
   };
   using Task = std::function<void(Channel&)>;
   using Completion = std::function<void()>;
-  // Queues `run` for the next channel's thread; its Work completes with
-  // `outputs` once it has run (or with its failure). `after_all`: it runs
-  // once the collectives of every earlier call, on every channel, have run
-  // (their Works may complete a moment later).
+  // The one communicator call a task makes, announced as it is queued
+  // (Communicator::Announce): the ranks' checks of it then cross while the
+  // channel still runs earlier calls.
+  struct RingCall {
+    comm::CallKind kind;
+    size_t count = 0;
+    comm::DataType type = comm::DataType::kFloat32;
+    comm::ReduceOp op = comm::ReduceOp::kSum;
+    int root = 0;
+  };
+  // Queues `run`, which makes `call`, for the next channel's thread; its
+  // Work completes with `outputs` once it has run (or with its failure).
+  // `after_all`: it runs once the collectives of every earlier call, on
+  // every channel, have run (their Works may complete a moment later).
   c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type,
                                          std::vector<at::Tensor> outputs,
-                                         Task run, bool after_all = false);
+                                         const RingCall& call, Task run,
+                                         bool after_all = false);
+  // The call GatherBytes makes for `bytes` bytes.
+  static RingCall GatherCall(size_t bytes);
   // Hands call `call`'s completion to the callback threads once every
   // earlier call's has been: Works complete in call order whichever channel
   // finished first, as over one channel, so collectives that callbacks issue

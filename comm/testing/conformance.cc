@@ -491,6 +491,7 @@ std::vector<ConformanceCase> CollectiveCases() {
   };
   for (ConformanceCase& c : AllGatherCases()) cases.push_back(std::move(c));
   for (ConformanceCase& c : DataTypeCases()) cases.push_back(std::move(c));
+  for (ConformanceCase& c : AnnouncedCases()) cases.push_back(std::move(c));
   return cases;
 }
 
@@ -509,6 +510,9 @@ std::vector<ConformanceCase> MismatchCases() {
     cases.push_back(std::move(c));
   }
   for (ConformanceCase& c : DataTypeMismatchCases()) {
+    cases.push_back(std::move(c));
+  }
+  for (ConformanceCase& c : AnnouncedMismatchCases()) {
     cases.push_back(std::move(c));
   }
   return cases;

@@ -109,13 +109,21 @@ std::vector<ConformanceCase> AllGatherCases();
 std::vector<ConformanceCase> DataTypeCases();
 // Ranks that disagree on count, op or root, on every path (inline, one-shot,
 // ring sized): every rank's call throws a CommError saying "mismatched";
-// and AllGatherMismatchCases and DataTypeMismatchCases.
+// and AllGatherMismatchCases, DataTypeMismatchCases and
+// AnnouncedMismatchCases.
 std::vector<ConformanceCase> MismatchCases();
 // Rank 1 reduces the same bytes as float16 where the others reduce float32,
 // on every path.
 std::vector<ConformanceCase> DataTypeMismatchCases();
 // Ranks that disagree on an allgather's count, at three sizes.
 std::vector<ConformanceCase> AllGatherMismatchCases();
+// Announced calls (conformance_announced.cc, Communicator::Announce): calls
+// announced several ahead of running them, of every kind, exact; a call
+// made otherwise than announced fails saying so (or runs, where announcing
+// does nothing).
+std::vector<ConformanceCase> AnnouncedCases();
+// Ranks that announce, and make, allreduces of different counts.
+std::vector<ConformanceCase> AnnouncedMismatchCases();
 
 // For the mismatch cases: runs `call`, which the ranks disagree on, and
 // throws unless it failed on this rank with a CommError saying
