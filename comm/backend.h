@@ -42,7 +42,8 @@ class Backend {
   // For backends that do not notice ranks in different calls
   // (BackendDescription::checks_calls false): the elementwise maximum over
   // the ranks of `words` (host memory, in place), on which the front's call
-  // agreement runs.
+  // agreement runs where the job has no store for its own connections (and
+  // on which the ranks agree at creation whether to check calls at all).
   virtual void MaxOverRanks(int64_t* words, size_t count);
 };
 
@@ -67,8 +68,9 @@ struct BackendDescription {
   std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg};
   // Whether it notices ranks that disagree on a call (count, op, root,
   // type) by itself, before any data moves. If not, the front agrees on
-  // every call through Backend::MaxOverRanks (one allreduce of 14 integers),
-  // unless comm.check_calls is 0.
+  // every call, unless comm.check_calls is 0: over its own connections
+  // (comm/call_mesh.h) where the job has a store, else through
+  // Backend::MaxOverRanks.
   bool checks_calls = true;
   // Whether Backend::AllocateRegistered hands out peer-reachable memory.
   bool registers_memory = false;

@@ -1,9 +1,10 @@
 // How the front (comm/communicator.h) makes sure that the ranks of a backend
 // that cannot tell (MPI returns partial or wrong results, Gloo and NCCL hang
 // or mix buffers) are in the same call before any data moves: every call
-// first reduces {desc, -desc} with max across the ranks — one small
-// allreduce of integers gives every field's maximum and minimum — and any
-// difference is reported on every rank alike, naming the field with both
+// first reduces {desc, -desc} with max across the ranks (over the front's
+// own connections, comm/call_mesh.h, where the job has a store; else one
+// small collective of the backend's) — every field's maximum and minimum — and
+// any difference is reported on every rank alike, naming the field with both
 // values ("count=8 on some ranks, count=9 on others"). The descriptions'
 // text is also what backends that check calls themselves print.
 #ifndef RINGLAB_COMM_CALL_AGREEMENT_H_

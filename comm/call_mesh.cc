@@ -37,8 +37,8 @@ std::string PortKey(int rank) {
 
 std::string Proof(const std::string& secret, const std::string& nonce,
                   int32_t rank) {
-  return HmacSha256(secret, "ringlab call mesh\n" + nonce + "\n" +
-                                std::to_string(rank));
+  return HmacSha256(
+      secret, "ringlab call mesh\n" + nonce + "\n" + std::to_string(rank));
 }
 
 int64_t MillisecondsLeft(Clock::time_point deadline) {
@@ -97,8 +97,7 @@ CallMesh::CallMesh(const RankContext& context, const std::string& backend,
       watch_(context.peers, context.rank) {
   const auto deadline = Clock::now() + join_timeout;
   int port = 0;
-  const int listener =
-      Listen(context.peers[rank_].address, world_, &port);
+  const int listener = Listen(context.peers[rank_].address, world_, &port);
   try {
     context.store->Set(PortKey(rank_), std::to_string(port));
     // Lower ranks first, then the higher ones' connections: rank 0 admits
@@ -163,8 +162,9 @@ void CallMesh::Admit(int listener, const std::string& secret,
   std::vector<bool> admitted(static_cast<size_t>(world_), false);
   for (int waiting = world_ - 1 - rank_; waiting > 0;) {
     pollfd ready{listener, POLLIN, 0};
-    const int n = poll(&ready, 1, static_cast<int>(std::min<int64_t>(
-                                      MillisecondsLeft(deadline), 1 << 30)));
+    const int n = poll(&ready, 1,
+                       static_cast<int>(std::min<int64_t>(
+                           MillisecondsLeft(deadline), 1 << 30)));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       std::string missing;
@@ -218,10 +218,9 @@ void CallMesh::Collect(int64_t words[kAgreementWords],
   while (!pending.empty()) {
     std::vector<pollfd> fds;
     for (const Peer* peer : pending) fds.push_back({peer->fd, POLLIN, 0});
-    const int n =
-        poll(fds.data(), fds.size(),
-             static_cast<int>(std::min<int64_t>(MillisecondsLeft(deadline),
-                                                1 << 30)));
+    const int n = poll(fds.data(), fds.size(),
+                       static_cast<int>(std::min<int64_t>(
+                           MillisecondsLeft(deadline), 1 << 30)));
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) {
       if (watch_.DeadPeerWithin(milliseconds(0)) >= 0) {
@@ -229,8 +228,8 @@ void CallMesh::Collect(int64_t words[kAgreementWords],
       }
       std::string ranks;
       for (const Peer* peer : pending) {
-        ranks += (ranks.empty() ? "rank " : ", rank ") +
-                 std::to_string(peer->rank);
+        ranks +=
+            (ranks.empty() ? "rank " : ", rank ") + std::to_string(peer->rank);
       }
       throw CommError(backend_ + ": timed out after " + SecondsText(timeout_) +
                       " in the check of " + what + " waiting for " + ranks);
@@ -239,13 +238,13 @@ void CallMesh::Collect(int64_t words[kAgreementWords],
       if (fds[i].revents == 0) continue;
       Peer& peer = *pending[i];
       char buffer[kMessageBytes];
-      const ssize_t k = recv(peer.fd, buffer, kMessageBytes - peer.received.size(),
-                             MSG_DONTWAIT);
+      const ssize_t k = recv(
+          peer.fd, buffer, kMessageBytes - peer.received.size(), MSG_DONTWAIT);
       if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (k <= 0) {
-        throw CommError(PeerGone(
-            peer, "the check of " + what,
-            k == 0 ? "connection closed" : std::strerror(errno)));
+        throw CommError(
+            PeerGone(peer, "the check of " + what,
+                     k == 0 ? "connection closed" : std::strerror(errno)));
       }
       peer.received.append(buffer, static_cast<size_t>(k));
       if (peer.received.size() < kMessageBytes) continue;

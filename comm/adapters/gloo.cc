@@ -195,9 +195,10 @@ class GlooBackend final : public Backend {
     });
   }
 
-  // Every call's check, so its latency is every call's: one allgather and a
-  // local maximum take N-1 ring steps where Gloo's allreduce takes 2(N-1)
-  // (each a wake-up on a loaded host), for words that are a few dozen bytes.
+  // The ranks' agreement at creation on whether to check calls (the calls'
+  // own checks then run over the front's connections, gloo always having a
+  // store): one allgather and a local maximum take N-1 ring steps where
+  // Gloo's allreduce takes 2(N-1), for words that are a few dozen bytes.
   void MaxOverRanks(int64_t* words, size_t count) override {
     Guarded("a call check", [&] {
       std::vector<int64_t> gathered(count * static_cast<size_t>(world_));

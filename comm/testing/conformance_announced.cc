@@ -45,19 +45,19 @@ void AnnouncedAhead(Communicator& comm, const BackendTraits&) {
     comm.Barrier();
     comm.AllReduce(b->data(), large, ReduceOp::kAvg);
     for (float x : a->Download()) {
-      Check(x == sum, "announced AllReduce: " + std::to_string(x) +
-                          ", want " + std::to_string(sum));
+      Check(x == sum, "announced AllReduce: " + std::to_string(x) + ", want " +
+                          std::to_string(sum));
     }
     for (float x : gathered->Download()) {
-      Check(x == sum, "announced AllGather: " + std::to_string(x) +
-                          ", want " + std::to_string(sum));
+      Check(x == sum, "announced AllGather: " + std::to_string(x) + ", want " +
+                          std::to_string(sum));
     }
     // Every rank holds root's root + 1 after the broadcast: so does the mean.
     const float want = root + 1.0f;
     for (float x : b->Download()) {
-      Check(x == want, "announced Broadcast then AllReduce(avg): " +
-                           std::to_string(x) + ", want " +
-                           std::to_string(want));
+      Check(x == want,
+            "announced Broadcast then AllReduce(avg): " + std::to_string(x) +
+                ", want " + std::to_string(want));
     }
   }
 }
