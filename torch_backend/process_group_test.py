@@ -10,9 +10,10 @@ PowerSGD hooks: with 2 ranks g0 + g1
 is one rounding whatever the algorithm, so the parameters must agree bit for bit. And what goes
 wrong: mismatched calls fail on every rank naming the mismatch, and a killed rank fails the
 survivor naming it; a group destroyed with a Python callback pending, and from a callback.
+The collectives, DDP and the two faults again with the ranks on two emulated hosts (over gloo).
 Skips, saying why, where torch does not import.
 
-    process_group_test.py PATH/TO/ringlab_torch.so
+    process_group_test.py PATH/TO/ringlab_torch.so PATH/TO/on_hosts
 """
 
 import os
@@ -40,9 +41,12 @@ def rank_main():
             failures.append(name)
 
     group = dist.distributed_c10d._get_default_group()
-    check("the default group is ringlab's, on shm_ring",
-          type(group).__name__ == "ProcessGroupRinglab" and group.communicator == "shm_ring")
-    channels = int(os.environ.get("RINGLAB_TORCH_CHANNELS", "1"))  # 1 on one host
+    # shm_ring on one host; across emulated hosts gloo, over two channels by default.
+    communicator = os.environ.get("RINGLAB_TEST_COMMUNICATOR", "shm_ring")
+    check(f"the default group is ringlab's, on {communicator}",
+          type(group).__name__ == "ProcessGroupRinglab" and group.communicator == communicator)
+    channels = int(os.environ.get("RINGLAB_TORCH_CHANNELS",
+                                  "1" if communicator == "shm_ring" else "2"))
     check(f"{channels} channel(s)", group.channels == channels)
 
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -273,6 +277,24 @@ def run_ranks(test, *args, **variables):
     return [(p.returncode, out) for p, out in zip(ranks, outputs)]
 
 
+def run_on_hosts(test, *args):
+    """Runs this file with `args` as WORLD ranks on WORLD emulated hosts (//comm/job:on_hosts,
+    links unshaped); returns (status, output of both ranks), or skips the test where this
+    machine may not make network namespaces."""
+    env = dict(os.environ, PYTHONPATH=MODULE_DIR, OMP_NUM_THREADS="1",
+               RINGLAB_TEST_COMMUNICATOR="gloo")
+    try:
+        done = subprocess.run([ON_HOSTS, f"--nprocs={WORLD}", f"--hosts={WORLD}",
+                               "--link=unlimited", "--", sys.executable, __file__] + list(args),
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        test.fail("the job on emulated hosts did not finish within 240 s")
+    if "--hosts needs" in done.stdout or "cannot create a network namespace" in done.stdout:
+        test.skipTest(done.stdout.strip().splitlines()[-1])
+    return done.returncode, done.stdout
+
+
 class ProcessGroupTest(unittest.TestCase):
     def test_mismatched_calls_fail_on_every_rank_naming_them(self):
         for r, (status, out) in enumerate(run_ranks(self, "--fault=mismatch")):
@@ -305,6 +327,27 @@ class ProcessGroupTest(unittest.TestCase):
             self.assertEqual(status, 0, f"rank {r}:\n{out}")
             self.assertIn("all passed", out, f"rank {r}:\n{out}")
 
+    # Across hosts the communicator is gloo, whose calls the front checks over connections of
+    # its own, each call's description posted as the call is queued (Communicator::Announce).
+    def test_the_same_across_two_emulated_hosts(self):
+        status, out = run_on_hosts(self, "--rank")
+        self.assertEqual(status, 0, out)
+        self.assertEqual(out.count("all passed"), WORLD, out)
+
+    def test_mismatched_calls_across_hosts_fail_on_every_rank(self):
+        status, out = run_on_hosts(self, "--fault=mismatch")
+        self.assertNotEqual(status, 0, out)
+        self.assertEqual(out.count("mismatched collectives"), WORLD, out)
+        self.assertIn("count=10", out)
+        self.assertIn("count=20", out)
+
+    def test_a_peer_gone_across_hosts_is_named(self):
+        status, out = run_on_hosts(self, "--fault=kill")
+        self.assertNotEqual(status, 0, out)
+        # Its pid is not visible from the other host: named as the rank that went.
+        self.assertIn("error: ", out)
+        self.assertIn("rank 1 closed its connection", out)
+
     def test_the_same_with_allreduces_staged_through_registered_memory(self):
         # Over two channels: each stages through registered memory of its own.
         for r, (status, out) in enumerate(run_ranks(self, "--rank", RINGLAB_TORCH_STAGING="1",
@@ -321,6 +364,7 @@ if __name__ == "__main__":
     if len(sys.argv) == 2 and sys.argv[1].startswith("--fault="):
         fault_main(sys.argv[1].split("=", 1)[1])
     MODULE_DIR = os.path.dirname(os.path.abspath(sys.argv.pop(1)))
+    ON_HOSTS = os.path.abspath(sys.argv.pop(1))
     try:
         import torch  # noqa: F401
     except ImportError as e:
