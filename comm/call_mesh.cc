@@ -41,10 +41,11 @@ std::string Proof(const std::string& secret, const std::string& nonce,
       secret, "ringlab call mesh\n" + nonce + "\n" + std::to_string(rank));
 }
 
+// Rounded up: a wait of this many milliseconds ends at the deadline, not
+// before it.
 int64_t MillisecondsLeft(Clock::time_point deadline) {
   return std::max<int64_t>(
-      0, std::chrono::duration_cast<milliseconds>(deadline - Clock::now())
-             .count());
+      0, std::chrono::ceil<milliseconds>(deadline - Clock::now()).count());
 }
 
 sockaddr_in AddressOf(const std::string& host, int port) {
@@ -222,6 +223,10 @@ void CallMesh::Collect(int64_t words[kAgreementWords],
                        static_cast<int>(std::min<int64_t>(
                            MillisecondsLeft(deadline), 1 << 30)));
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw CommError(backend_ + ": call mesh: poll: " + std::strerror(errno));
+    }
+    if (n == 0 && Clock::now() < deadline) continue;
     if (n == 0) {
       if (watch_.DeadPeerWithin(milliseconds(0)) >= 0) {
         throw CommError(PeerGone(*pending.front(), what, "no answer"));

@@ -386,6 +386,21 @@ void ExpectMismatchError(Communicator& comm,
         "the error does not say 'mismatched': " + error);
 }
 
+ConformanceCase CountMismatchCase(
+    const std::string& name, size_t count,
+    std::function<void(Communicator& comm, size_t mine)> call) {
+  ConformanceCase c;
+  c.name = name;
+  c.min_world = 2;
+  c.must_name = {"count=" + std::to_string(count),
+                 "count=" + std::to_string(count + 1)};
+  c.run = [count, call](Communicator& comm, const BackendTraits&) {
+    const size_t mine = comm.rank() == 1 ? count + 1 : count;
+    ExpectMismatchError(comm, [&] { call(comm, mine); });
+  };
+  return c;
+}
+
 bool RegisterDeviceBuffers(BufferMaker maker,
                            std::function<int(std::string* why)> devices) {
   Device() = DeviceSupport{std::move(maker), std::move(devices)};

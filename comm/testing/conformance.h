@@ -129,6 +129,12 @@ std::vector<ConformanceCase> AnnouncedMismatchCases();
 // throws unless it failed on this rank with a CommError saying
 // "mismatched" (printed with RankPrint).
 void ExpectMismatchError(Communicator& comm, const std::function<void()>& call);
+// A case named `name` where rank 1 calls with count + 1 elements and the
+// others with count: `call(comm, its count)` must fail with ExpectMismatchError
+// on every rank, and some rank's error name both counts.
+ConformanceCase CountMismatchCase(
+    const std::string& name, size_t count,
+    std::function<void(Communicator& comm, size_t mine)> call);
 // Both lists.
 std::vector<ConformanceCase> AllCases();
 

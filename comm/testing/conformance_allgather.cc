@@ -208,20 +208,14 @@ void AllGatherBetweenOtherCalls(Communicator& comm, const BackendTraits&) {
 // Rank 1 gathers one float more than the others: every rank's call throws a
 // CommError saying "mismatched", and some rank's names both counts.
 ConformanceCase Mismatch(const char* size, size_t count) {
-  ConformanceCase c;
-  c.name = std::string("mismatched_allgather_count_") + size;
-  c.min_world = 2;
-  c.must_name = {"count=" + std::to_string(count),
-                 "count=" + std::to_string(count + 1)};
-  c.run = [count](Communicator& comm, const BackendTraits&) {
-    const size_t mine = comm.rank() == 1 ? count + 1 : count;
-    auto send = MakeBuffer(comm.memory(), std::vector<float>(mine, 1.0f));
-    auto recv = MakeBuffer(comm.memory(),
-                           std::vector<float>(comm.world_size() * (count + 1)));
-    ExpectMismatchError(
-        comm, [&] { comm.AllGather(send->data(), recv->data(), mine); });
-  };
-  return c;
+  return CountMismatchCase(
+      std::string("mismatched_allgather_count_") + size, count,
+      [count](Communicator& comm, size_t mine) {
+        auto send = MakeBuffer(comm.memory(), std::vector<float>(mine, 1.0f));
+        auto recv = MakeBuffer(
+            comm.memory(), std::vector<float>(comm.world_size() * (count + 1)));
+        comm.AllGather(send->data(), recv->data(), mine);
+      });
 }
 
 }  // namespace

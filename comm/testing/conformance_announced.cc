@@ -64,20 +64,13 @@ void AnnouncedAhead(Communicator& comm, const BackendTraits&) {
 
 // Rank 1 announces, and makes, an allreduce of one float more.
 ConformanceCase MismatchedAnnouncement(const char* size, size_t count) {
-  ConformanceCase c;
-  c.name = std::string("mismatched_announced_count_") + size;
-  c.min_world = 2;
-  c.must_name = {"count=" + std::to_string(count),
-                 "count=" + std::to_string(count + 1)};
-  c.run = [count](Communicator& comm, const BackendTraits&) {
-    const size_t mine = comm.rank() == 1 ? count + 1 : count;
-    auto buffer =
-        MakeBuffer(comm.memory(), std::vector<float>(count + 1, 1.0f));
-    comm.Announce(CallKind::kAllReduce, mine, DataType::kFloat32);
-    ExpectMismatchError(
-        comm, [&] { comm.AllReduce(buffer->data(), mine, ReduceOp::kSum); });
-  };
-  return c;
+  return CountMismatchCase(
+      std::string("mismatched_announced_count_") + size, count,
+      [](Communicator& comm, size_t mine) {
+        auto buffer = MakeBuffer(comm.memory(), std::vector<float>(mine, 1.0f));
+        comm.Announce(CallKind::kAllReduce, mine, DataType::kFloat32);
+        comm.AllReduce(buffer->data(), mine, ReduceOp::kSum);
+      });
 }
 
 // Every rank announces an allreduce of 8 floats and makes one of 9: the
