@@ -266,14 +266,7 @@ void CallMesh::Collect(int64_t words[kAgreementWords],
 
 std::string CallMesh::PeerGone(const Peer& peer, const std::string& what,
                                const std::string& why) const {
-  std::string dead;
-  if (watch_.DeadPeerWithin(milliseconds(1000)) >= 0) {
-    for (int r = 0; r < world_; ++r) {
-      if (!watch_.Exited(r)) continue;
-      dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r) +
-              " (pid " + std::to_string(watch_.pid(r)) + ")";
-    }
-  }
+  const std::string dead = watch_.ExitedWithin(milliseconds(1000));
   if (!dead.empty()) return backend_ + ": " + dead + " died during " + what;
   return backend_ + ": rank " + std::to_string(peer.rank) +
          " closed its connection during " + what + " (" + why +

@@ -360,12 +360,8 @@ std::unique_ptr<Communicator> CreateCommunicator(const std::string& name,
   // agreed, and a store and peers are the whole job's).
   if (comm->agree_ && own.store != nullptr &&
       static_cast<int>(context.peers.size()) == context.world_size) {
-    try {
-      comm->mesh_ = std::make_unique<CallMesh>(own, name, options.join_timeout,
-                                               options.timeout);
-    } catch (const StoreError& e) {
-      throw CommError(name + ": " + e.what());
-    }
+    comm->mesh_ = std::make_unique<CallMesh>(own, name, options.join_timeout,
+                                             options.timeout);
   }
   comm->store_ = std::move(store);
   return comm;

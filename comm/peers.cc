@@ -119,6 +119,17 @@ int PeerWatch::DeadPeerWithin(std::chrono::milliseconds grace) const {
   }
 }
 
+std::string PeerWatch::ExitedWithin(std::chrono::milliseconds grace) const {
+  std::string text;
+  if (DeadPeerWithin(grace) < 0) return text;
+  for (int r = 0; r < static_cast<int>(local_.size()); ++r) {
+    if (!Exited(r)) continue;
+    text += (text.empty() ? "rank " : ", rank ") + std::to_string(r) +
+            " (pid " + std::to_string(local_[r].pid) + ")";
+  }
+  return text;
+}
+
 int64_t PeerWatch::pid(int rank) const {
   return rank >= 0 && static_cast<size_t>(rank) < local_.size()
              ? local_[rank].pid

@@ -79,6 +79,11 @@ class PeerWatch {
   int DeadPeerWithin(std::chrono::milliseconds grace) const;
   // The peer's pid, for messages (0 for a peer on another host).
   int64_t pid(int rank) const;
+  // "rank 1 (pid 42)", "rank 1 (pid 42), rank 2 (pid 43)": every peer on
+  // this host known to have exited, after looking for up to `grace` for one
+  // (DeadPeerWithin); "" when none has. All of them: the first to die need
+  // not be the lowest, and others may have failed, and exited, because of it.
+  std::string ExitedWithin(std::chrono::milliseconds grace) const;
 
  private:
   PeerInfo self_;

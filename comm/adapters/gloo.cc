@@ -222,24 +222,11 @@ class GlooBackend final : public Backend {
     algorithm(opts);
   }
 
-  // "rank 1 (pid 42)", "rank 1 (pid 42), rank 2 (pid 43)": every peer on this
-  // host that has exited, looking for up to a second for one (a peer that
-  // broke a connection by dying may take a moment to be seen gone). All of
-  // them: the first to die need not be the lowest, and others may have
-  // failed, and exited, because of it.
+  // Every peer on this host that has exited, looking for up to a second for
+  // one (a peer that broke a connection by dying may take a moment to be
+  // seen gone).
   std::string ExitedPeers() const {
-    std::vector<int> dead;
-    if (watch_.DeadPeerWithin(milliseconds(1000)) >= 0) {
-      for (int r = 0; r < world_; ++r) {
-        if (watch_.Exited(r)) dead.push_back(r);
-      }
-    }
-    std::string text;
-    for (int r : dead) {
-      text += (text.empty() ? "rank " : ", rank ") + std::to_string(r) +
-              " (pid " + std::to_string(watch_.pid(r)) + ")";
-    }
-    return text;
+    return watch_.ExitedWithin(milliseconds(1000));
   }
 
   std::string DeadPeers() const {

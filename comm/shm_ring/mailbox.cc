@@ -102,14 +102,11 @@ void ShmRing::SlowChecks(Call& call, int peer) {
   }
   if (PeerExited(peers_[peer], peers_[rank_])) {
     // Every peer gone, not only the one waited for: it may have failed, and
-    // exited, because another died first (as the gloo adapter names them).
-    std::string dead;
-    for (int p = 0; p < world_; ++p) {
-      if (p == rank_ || !PeerExited(peers_[p], peers_[rank_])) continue;
-      dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(p) +
-              " (pid " + std::to_string(peers_[p].pid) + ")";
-    }
-    throw CommError("shm_ring: " + dead + " died during " + where);
+    // exited, because another died first.
+    throw CommError(
+        "shm_ring: " +
+        PeerWatch(peers_, rank_).ExitedWithin(std::chrono::milliseconds(0)) +
+        " died during " + where);
   }
   if (Clock::now() > call.deadline) {
     throw CommError("shm_ring: timed out after " + SecondsText(timeout_) +
