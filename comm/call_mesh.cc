@@ -109,10 +109,10 @@ CallMesh::CallMesh(const RankContext& context, const std::string& backend,
     }
     Admit(listener, context.job_secret, deadline);
   } catch (const StoreError& e) {
-    close(listener);
+    CloseAll(listener);  // no destructor runs for a constructor that throws
     throw CommError(backend_ + ": call mesh: " + e.what());
   } catch (...) {
-    close(listener);
+    CloseAll(listener);
     throw;
   }
   close(listener);
@@ -120,8 +120,12 @@ CallMesh::CallMesh(const RankContext& context, const std::string& backend,
             [](const Peer& a, const Peer& b) { return a.rank < b.rank; });
 }
 
-CallMesh::~CallMesh() {
+CallMesh::~CallMesh() { CloseAll(-1); }
+
+void CallMesh::CloseAll(int listener) {
+  if (listener >= 0) close(listener);
   for (const Peer& peer : peers_) close(peer.fd);
+  peers_.clear();
 }
 
 void CallMesh::Connect(const RankContext& context, int to,

@@ -66,6 +66,8 @@ class CallMesh {
                std::chrono::steady_clock::time_point deadline);
   void Admit(int listener, const std::string& secret,
              std::chrono::steady_clock::time_point deadline);
+  // Closes `listener` (unless -1) and every peer's connection.
+  void CloseAll(int listener);
   // "gloo: rank 1 (pid 42) died during ...", "... closed its connection ...".
   std::string PeerGone(const Peer& peer, const std::string& what,
                        const std::string& why) const;
