@@ -36,6 +36,10 @@ std::string Requirements(const BackendDescription& d) {
 
 void* Backend::AllocateRegistered(size_t) { return nullptr; }
 
+bool Backend::MovesDataOnlyInsideCalls() const { return false; }
+
+void Backend::Progress() {}
+
 void Backend::MaxOverRanks(int64_t*, size_t) {
   throw std::logic_error(
       "a backend that does not check calls must implement MaxOverRanks");

@@ -45,6 +45,17 @@ class Backend {
   // agreement runs where the job has no store for its own connections (and
   // on which the ranks agree at creation whether to check calls at all).
   virtual void MaxOverRanks(int64_t* words, size_t count);
+  // Whether this rank's data moves only while the rank is inside one of the
+  // backend's calls: Open MPI's TCP transport queues what a socket did not
+  // take and writes it at the rank's next MPI call, so a call can return on
+  // its sender while a peer still waits inside the backend for the rest.
+  // The front then calls Progress while it waits for the peers outside the
+  // backend (the call check over its own connections); else a rank waiting
+  // there for a peer that waits for its data would wait for ever. Gloo's
+  // and NCCL's data moves on threads of their own: false.
+  virtual bool MovesDataOnlyInsideCalls() const;
+  // Moves what this rank's finished calls left queued, without waiting.
+  virtual void Progress();
 };
 
 // How a backend's ranks come to be: processes started by the job's launcher

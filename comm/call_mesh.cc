@@ -30,6 +30,9 @@ constexpr size_t kMessageBytes = kAgreementWords * sizeof(int64_t);
 constexpr size_t kNonceBytes = 16;
 // How long one connection may take to prove itself before it is dropped.
 constexpr milliseconds kHandshakeDeadline{5000};
+// How long a wait goes without moving the backend's queued data, where it
+// has some (Collect's `progress`).
+constexpr milliseconds kProgressSlice{1};
 
 std::string PortKey(int rank) {
   return "call_mesh/port/" + std::to_string(rank);
@@ -215,17 +218,19 @@ void CallMesh::Post(const int64_t words[kAgreementWords],
   }
 }
 
-void CallMesh::Collect(int64_t words[kAgreementWords],
-                       const std::string& what) {
+void CallMesh::Collect(int64_t words[kAgreementWords], const std::string& what,
+                       const std::function<void()>& progress) {
   const auto deadline = Clock::now() + timeout_;
   std::vector<Peer*> pending;
   for (Peer& peer : peers_) pending.push_back(&peer);
   while (!pending.empty()) {
     std::vector<pollfd> fds;
     for (const Peer* peer : pending) fds.push_back({peer->fd, POLLIN, 0});
-    const int n = poll(fds.data(), fds.size(),
-                       static_cast<int>(std::min<int64_t>(
-                           MillisecondsLeft(deadline), 1 << 30)));
+    if (progress) progress();
+    const int64_t slice = progress ? kProgressSlice.count() : 1 << 30;
+    const int n =
+        poll(fds.data(), fds.size(),
+             static_cast<int>(std::min(MillisecondsLeft(deadline), slice)));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       throw CommError(backend_ + ": call mesh: poll: " + std::strerror(errno));

@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,8 +54,12 @@ class CallMesh {
   // Reads every peer's next words (its description of the same call, if the
   // ranks agree) and leaves in `words` (this rank's own on entry) their
   // elementwise maximum. CommError naming the peer that died, closed its
-  // connection or did not answer in time.
-  void Collect(int64_t words[kAgreementWords], const std::string& what);
+  // connection or did not answer in time. Where `progress` is given (a
+  // backend whose data moves only inside its calls), it is called at least
+  // every millisecond of the wait: a peer may be waiting inside the backend
+  // for data that this rank's last call left queued.
+  void Collect(int64_t words[kAgreementWords], const std::string& what,
+               const std::function<void()>& progress = nullptr);
 
  private:
   struct Peer {

@@ -152,14 +152,18 @@ std::string Communicator::Agree(CallDescription& call, int64_t* words) {
     }
   }
   if (!announced.failure.empty()) throw CommError(announced.failure);
+  std::function<void()> progress;
+  if (backend_->MovesDataOnlyInsideCalls()) {
+    progress = [this] { backend_->Progress(); };
+  }
   if (announced.words.empty() ||
       std::equal(words, words + kAgreementWords, announced.words.begin())) {
-    mesh_->Collect(words, call.ToString());
+    mesh_->Collect(words, call.ToString(), progress);
     return "";
   }
   // The peers read what was announced: so are theirs read here, to keep
   // the ranks in step.
-  mesh_->Collect(announced.words.data(), call.ToString());
+  mesh_->Collect(announced.words.data(), call.ToString(), progress);
   return Name() + ": rank " + std::to_string(rank_) + " is in " +
          call.ToString() + ", which it announced otherwise";
 }
@@ -181,6 +185,12 @@ void Communicator::Announce(CallKind kind, size_t count, DataType type,
   announced_ = call.seq;
   announcements_.push_back(std::move(announcement));
 }
+
+bool Communicator::MovesDataOnlyInsideCalls() const {
+  return backend_->MovesDataOnlyInsideCalls();
+}
+
+void Communicator::Progress() { backend_->Progress(); }
 
 template <typename Move>
 void Communicator::Run(CallKind kind, size_t count, DataType type, ReduceOp op,

@@ -167,6 +167,12 @@ class Communicator final {
   // hand out ordinary host memory (device backends: a CommError).
   float* Allocate(size_t count);
 
+  // For a backend built on communicators (hier), which must answer for its
+  // parts: whether this one's data moves only inside its calls, and moving
+  // what its finished calls left queued (Backend::MovesDataOnlyInsideCalls).
+  bool MovesDataOnlyInsideCalls() const;
+  void Progress();
+
  private:
   friend std::unique_ptr<Communicator> CreateCommunicator(
       const std::string& name, const RankContext& context,

@@ -108,6 +108,16 @@ void HierBackend::Barrier() {
   intra_->Barrier();
 }
 
+bool HierBackend::MovesDataOnlyInsideCalls() const {
+  return intra_->MovesDataOnlyInsideCalls() ||
+         inter_->MovesDataOnlyInsideCalls();
+}
+
+void HierBackend::Progress() {
+  intra_->Progress();
+  inter_->Progress();
+}
+
 void* HierBackend::AllocateRegistered(size_t bytes) {
   return intra_->Allocate((bytes + sizeof(float) - 1) / sizeof(float));
 }

@@ -45,6 +45,9 @@ class HierBackend : public Backend {
   // so that step 1 copies nothing in or out.
   void* AllocateRegistered(size_t bytes) override;
   void MaxOverRanks(int64_t* words, size_t count) override;
+  // Its parts' (an mpi part moves data only inside its calls).
+  bool MovesDataOnlyInsideCalls() const override;
+  void Progress() override;
 
  private:
   Topology topology_;
