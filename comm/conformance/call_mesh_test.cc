@@ -1,8 +1,9 @@
 // The front's call-check connections (comm/call_mesh.h) between real
 // processes: descriptions posted several calls ahead arrive in order and
-// reduce to their maximum; a connection that cannot prove the job's secret
-// is dropped while the ranks still join; a peer that exits is named as dead,
-// one that stays silent past the deadline as the rank waited for.
+// reduce to their maximum; a wait keeps moving a backend's queued data; a
+// connection that cannot prove the job's secret is dropped while the ranks
+// still join; a peer that exits is named as dead, one that stays silent past
+// the deadline as the rank waited for.
 #include "comm/call_mesh.h"
 
 #include <arpa/inet.h>
@@ -86,6 +87,33 @@ TEST(CallMeshTest, CallsPostedAheadArriveInOrderAndReduceToTheMaximum) {
                   "call " + std::to_string(k) + ": " + std::to_string(w));
           }
         }
+      },
+      milliseconds(60000)));
+}
+
+// As under MPI, where a rank's finished call left data queued that only its
+// next MPI call writes: rank 1 posts only once it has that data, which rank
+// 0's progress moves on its third call, so rank 0's wait must keep calling
+// it (once before waiting is not enough: rank 0 would time out).
+TEST(CallMeshTest, AWaitKeepsMovingTheBackendsQueuedData) {
+  ExpectAllExited0(RunRanks(
+      2,
+      [&](const RankContext& c) {
+        CallMesh mesh(c, "test", milliseconds(10000), milliseconds(5000));
+        int64_t words[kAgreementWords];
+        WordsOf(c.rank, 0, words);
+        if (c.rank == 1) {
+          c.store->Get("queued data", milliseconds(10000));
+          mesh.Post(words, "call 0");
+          mesh.Collect(words, "call 0");
+          return;
+        }
+        int calls = 0;
+        mesh.Post(words, "call 0");
+        mesh.Collect(words, "call 0", [&] {
+          if (++calls == 3) c.store->Set("queued data", "moved");
+        });
+        Check(words[0] == 10, "the maximum is " + std::to_string(words[0]));
       },
       milliseconds(60000)));
 }
