@@ -1,11 +1,13 @@
 #include "comm/job/mpirun_on_hosts.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -27,6 +29,39 @@ namespace ringlab::comm {
 namespace {
 
 using cluster::EmulatedCluster;
+
+// The cores this process may run on: every emulated host shares them.
+int UsableCores() {
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return 1;
+  return std::max(1, CPU_COUNT(&cpus));
+}
+
+// Open MPI's allreduce rules for the tuned component (its file format: the
+// collective's id, 2 for allreduce, then per communicator size from which a
+// rule holds, per message size from which: algorithm, fan, segment). Two
+// ranks take recursive doubling at every size, one exchange of the whole
+// buffer, as later Open MPI releases decide for two ranks: across a 1 Gbit/s
+// link 4.1's own choice reached 0.63-0.86 of the link at 4 and 16 MiB,
+// recursive doubling 0.89-0.93 (bench/results/links/2026-12-03-*). From 3
+// ranks, algorithm 0 leaves the choice to Open MPI.
+constexpr char kAllreduceRules[] =
+    "1\n"
+    "2\n"
+    "2\n"
+    "2\n1\n0 3 0 0\n"
+    "3\n1\n0 0 0 0\n";
+
+// Whether the user chose Open MPI's collective algorithms: then ringlab's
+// rules stay out of the way.
+bool UserTunesCollectives() {
+  for (const char* name : {"OMPI_MCA_coll_tuned_use_dynamic_rules",
+                           "OMPI_MCA_coll_tuned_dynamic_rules_filename",
+                           "OMPI_MCA_coll_tuned_allreduce_algorithm"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
 
 // mpirun's "ssh": `agent HOST COMMAND...` runs COMMAND on the emulated host
 // whose address is HOST, inside its namespaces, with its index for the
@@ -57,8 +92,10 @@ std::string ThisBinary() {
 }
 
 // mpirun's command line: by slot, G per host, unbound, TCP and the out-of-band
-// channel on the hosts' subnet, the store's variables passed on.
+// channel on the hosts' subnet, Open MPI tuned for the hosts (allreduce rules
+// at `rules`), the store's variables passed on.
 std::vector<std::string> MpirunArgv(int nprocs, const std::string& agent,
+                                    const std::string& rules,
                                     const std::vector<std::string>& argv,
                                     int hosts) {
   std::string slots;
@@ -76,6 +113,9 @@ std::vector<std::string> MpirunArgv(int nprocs, const std::string& agent,
       "self,vader,tcp", "--mca", "btl_tcp_if_include",
       EmulatedCluster::Subnet(), "--mca", "oob_tcp_if_include",
       EmulatedCluster::Subnet()};
+  const std::vector<std::string> tuning =
+      OpenMpiTuning(nprocs, UsableCores(), rules);
+  out.insert(out.end(), tuning.begin(), tuning.end());
   for (const char* name : {launch::kMasterAddr, launch::kMasterPort,
                            launch::kJobSecret, launch::kStoreHosted}) {
     out.insert(out.end(), {"-x", name});
@@ -122,6 +162,19 @@ void RemoveTemporaryTree(const std::string& dir) {
 
 }  // namespace
 
+std::vector<std::string> OpenMpiTuning(int nprocs, int cores,
+                                       const std::string& rules) {
+  std::vector<std::string> out;
+  if (nprocs > cores)
+    out.insert(out.end(), {"--mca", "mpi_yield_when_idle", "1"});
+  if (!UserTunesCollectives()) {
+    out.insert(out.end(),
+               {"--mca", "coll_tuned_use_dynamic_rules", "1", "--mca",
+                "coll_tuned_dynamic_rules_filename", rules});
+  }
+  return out;
+}
+
 int LaunchMpirunOnHosts(int nprocs, const std::vector<std::string>& argv,
                         const EmulatedCluster& hosts) {
   for (const char* tool : {"mpirun", "nsenter"}) {
@@ -136,15 +189,17 @@ int LaunchMpirunOnHosts(int nprocs, const std::vector<std::string>& argv,
   if (mkdtemp(dir_template) == nullptr) {
     throw std::runtime_error("cannot make a temporary directory");
   }
-  const std::string dir = dir_template, agent = dir + "/rsh_agent";
+  const std::string dir = dir_template, agent = dir + "/rsh_agent",
+                    rules = dir + "/allreduce_rules.conf";
   int status = 1;
   try {
     std::ofstream(agent) << AgentScript(hosts);
     chmod(agent.c_str(), 0700);
+    std::ofstream(rules) << kAllreduceRules;
     // Host 0's ranks are mpirun's own children: its index, and its shared
     // memory files in the private directory.
     status = RunOnHostZero(
-        hosts, MpirunArgv(nprocs, agent, argv, hosts.hosts()),
+        hosts, MpirunArgv(nprocs, agent, rules, argv, hosts.hosts()),
         {std::string(launch::kMasterAddr) + "=" + LauncherStoreAddress(&hosts),
          std::string(launch::kMasterPort) + "=" +
              std::to_string(server->port()),

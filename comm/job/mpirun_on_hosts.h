@@ -16,6 +16,17 @@
 
 namespace ringlab::comm {
 
+// Open MPI's parameters for `nprocs` ranks on emulated hosts that share
+// `cores` cores, as mpirun arguments. Each host's slots are its share of the
+// ranks, so mpirun cannot see that the hosts share this machine's cores; more
+// ranks than cores is what Open MPI calls oversubscribed, where a waiting
+// rank yields its core instead of polling (polling, 4 ranks on 2 cores took
+// 20 ms for a 64 KiB allreduce across hosts; yielding, 0.6 ms). And ringlab's
+// allreduce rules, read from the file `rules`, unless the environment
+// already tunes Open MPI's collectives (OMPI_MCA_coll_tuned_*).
+std::vector<std::string> OpenMpiTuning(int nprocs, int cores,
+                                       const std::string& rules);
+
 // Runs `argv` (its argv[0] resolved to this binary) as `nprocs` MPI ranks
 // on `cluster`; returns mpirun's exit status (128 + N for a signal).
 // Throws std::runtime_error when mpirun or nsenter is missing or cannot
