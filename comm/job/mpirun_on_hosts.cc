@@ -40,11 +40,11 @@ int UsableCores() {
 // Open MPI's allreduce rules for the tuned component (its file format: the
 // collective's id, 2 for allreduce, then per communicator size from which a
 // rule holds, per message size from which: algorithm, fan, segment). Two
-// ranks take recursive doubling at every size, one exchange of the whole
-// buffer, as later Open MPI releases decide for two ranks: across a 1 Gbit/s
-// link 4.1's own choice reached 0.63-0.86 of the link at 4 and 16 MiB,
-// recursive doubling 0.89-0.93 (bench/results/links/2026-12-03-*). From 3
-// ranks, algorithm 0 leaves the choice to Open MPI.
+// ranks take recursive doubling at every size: one exchange of the whole
+// buffer, no step waiting on another. Across a 1 Gbit/s link Open MPI 4.1's
+// own choice reached 0.63-0.86 of the link at 4 and 16 MiB, recursive
+// doubling 0.88-0.92 (bench/results/links/2026-12-03-*). From 3 ranks,
+// algorithm 0 leaves the choice to Open MPI.
 constexpr char kAllreduceRules[] =
     "1\n"
     "2\n"

@@ -13,8 +13,8 @@
 namespace ringlab::comm {
 namespace {
 
-bool HasParameter(const std::vector<std::string>& args,
-                  const std::string& name, const std::string& value) {
+bool HasParameter(const std::vector<std::string>& args, const std::string& name,
+                  const std::string& value) {
   for (size_t i = 0; i + 2 < args.size(); ++i) {
     if (args[i] == "--mca" && args[i + 1] == name && args[i + 2] == value) {
       return true;
@@ -24,10 +24,10 @@ bool HasParameter(const std::vector<std::string>& args,
 }
 
 TEST(OpenMpiTuningTest, RanksYieldTheirCoreOnlyWhenTheyOutnumberTheCores) {
-  EXPECT_TRUE(HasParameter(OpenMpiTuning(4, 2, "r"), "mpi_yield_when_idle",
-                           "1"));
-  EXPECT_FALSE(HasParameter(OpenMpiTuning(2, 2, "r"), "mpi_yield_when_idle",
-                            "1"));
+  EXPECT_TRUE(
+      HasParameter(OpenMpiTuning(4, 2, "r"), "mpi_yield_when_idle", "1"));
+  EXPECT_FALSE(
+      HasParameter(OpenMpiTuning(2, 2, "r"), "mpi_yield_when_idle", "1"));
 }
 
 TEST(OpenMpiTuningTest, TheAllreduceRulesGiveWayToTheUsersChoice) {
