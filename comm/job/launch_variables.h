@@ -55,6 +55,15 @@ inline constexpr char kNcclSocketIfname[] = "NCCL_SOCKET_IFNAME";
 inline constexpr char kOmpiBtlTcpIfInclude[] = "OMPI_MCA_btl_tcp_if_include";
 // Open MPI's transports: a job on one host needs no TCP ("self,vader").
 inline constexpr char kOmpiBtl[] = "OMPI_MCA_btl";
+// Open MPI's choice of collective algorithms: a user who sets any of these
+// keeps it, and the emulated hosts' launcher adds no rules of its own
+// (mpirun_on_hosts.h).
+inline constexpr char kOmpiCollTunedUseDynamicRules[] =
+    "OMPI_MCA_coll_tuned_use_dynamic_rules";
+inline constexpr char kOmpiCollTunedDynamicRulesFilename[] =
+    "OMPI_MCA_coll_tuned_dynamic_rules_filename";
+inline constexpr char kOmpiCollTunedAllreduceAlgorithm[] =
+    "OMPI_MCA_coll_tuned_allreduce_algorithm";
 
 }  // namespace ringlab::comm::launch
 

@@ -55,9 +55,9 @@ constexpr char kAllreduceRules[] =
 // Whether the user chose Open MPI's collective algorithms: then ringlab's
 // rules stay out of the way.
 bool UserTunesCollectives() {
-  for (const char* name : {"OMPI_MCA_coll_tuned_use_dynamic_rules",
-                           "OMPI_MCA_coll_tuned_dynamic_rules_filename",
-                           "OMPI_MCA_coll_tuned_allreduce_algorithm"}) {
+  for (const char* name : {launch::kOmpiCollTunedUseDynamicRules,
+                           launch::kOmpiCollTunedDynamicRulesFilename,
+                           launch::kOmpiCollTunedAllreduceAlgorithm}) {
     if (std::getenv(name) != nullptr) return true;
   }
   return false;
@@ -165,8 +165,9 @@ void RemoveTemporaryTree(const std::string& dir) {
 std::vector<std::string> OpenMpiTuning(int nprocs, int cores,
                                        const std::string& rules) {
   std::vector<std::string> out;
-  if (nprocs > cores)
+  if (nprocs > cores) {
     out.insert(out.end(), {"--mca", "mpi_yield_when_idle", "1"});
+  }
   if (!UserTunesCollectives()) {
     out.insert(out.end(),
                {"--mca", "coll_tuned_use_dynamic_rules", "1", "--mca",

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/job/launch_variables.h"
 #include "gtest/gtest.h"
 
 namespace ringlab::comm {
@@ -31,15 +32,15 @@ TEST(OpenMpiTuningTest, RanksYieldTheirCoreOnlyWhenTheyOutnumberTheCores) {
 }
 
 TEST(OpenMpiTuningTest, TheAllreduceRulesGiveWayToTheUsersChoice) {
-  unsetenv("OMPI_MCA_coll_tuned_allreduce_algorithm");
+  unsetenv(launch::kOmpiCollTunedAllreduceAlgorithm);
   const std::vector<std::string> ours = OpenMpiTuning(2, 2, "/dir/rules");
   EXPECT_TRUE(HasParameter(ours, "coll_tuned_use_dynamic_rules", "1"));
   EXPECT_TRUE(
       HasParameter(ours, "coll_tuned_dynamic_rules_filename", "/dir/rules"));
 
-  setenv("OMPI_MCA_coll_tuned_allreduce_algorithm", "4", 1);
+  setenv(launch::kOmpiCollTunedAllreduceAlgorithm, "4", 1);
   const std::vector<std::string> users = OpenMpiTuning(2, 2, "/dir/rules");
-  unsetenv("OMPI_MCA_coll_tuned_allreduce_algorithm");
+  unsetenv(launch::kOmpiCollTunedAllreduceAlgorithm);
   EXPECT_FALSE(HasParameter(users, "coll_tuned_use_dynamic_rules", "1"));
   EXPECT_FALSE(
       HasParameter(users, "coll_tuned_dynamic_rules_filename", "/dir/rules"));
