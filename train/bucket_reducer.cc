@@ -138,10 +138,12 @@ void BucketReducer::ThreadMain() {
   bool bound = false;
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    changed_.wait(lock,
+                  [this] { return stop_ || (!queue_.empty() && !finishing_); });
     if (stop_) return;
     Ready ready = std::move(queue_.front());
     queue_.pop_front();
+    in_flight_ = true;
     lock.unlock();
     std::exception_ptr failure;
     try {
@@ -152,10 +154,28 @@ void BucketReducer::ThreadMain() {
       failure = std::current_exception();
     }
     lock.lock();
+    in_flight_ = false;
     ++reduced_;
     if (failure && !failure_) failure_ = failure;
     if (failure) queue_.clear();  // later buckets would wait on a broken job
     changed_.notify_all();
+  }
+}
+
+void BucketReducer::ReduceQueued(std::unique_lock<std::mutex>& lock) {
+  while (!queue_.empty() && !failure_) {
+    Ready ready = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    try {
+      Reduce(ready);
+    } catch (...) {
+      lock.lock();
+      failure_ = std::current_exception();
+      break;
+    }
+    lock.lock();
+    ++reduced_;
   }
 }
 
@@ -167,25 +187,15 @@ void BucketReducer::Finish() {
         "every layer");
   }
   if (overlap_) {
-    changed_.wait(lock, [this] {
-      return failure_ != nullptr || reduced_ == active_->size();
-    });
-  } else {
-    while (!queue_.empty() && !failure_) {
-      Ready ready = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      try {
-        Reduce(ready);
-      } catch (...) {
-        lock.lock();
-        failure_ = std::current_exception();
-        break;
-      }
-      lock.lock();
-      ++reduced_;
-    }
+    // What backward left queued, this thread reduces itself: it would only
+    // wait, and the communication thread, asleep or busy, would first have
+    // to be woken (one hand-off each way per step). Calls keep their order:
+    // the bucket in flight ends first.
+    finishing_ = true;
+    changed_.wait(lock, [this] { return !in_flight_; });
   }
+  ReduceQueued(lock);
+  finishing_ = false;
   next_bucket_ = 0;
   reduced_ = 0;
   queue_.clear();

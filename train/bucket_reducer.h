@@ -5,8 +5,11 @@
 // torch.distributed's bucket assignment does), and each bucket's
 // communication hook (train/comm_hooks.h: by default the average) starts as
 // soon as backward has produced all of its layers' gradients. With overlap the
-// allreduces run on a communication thread while backward goes on; without,
-// they all run after backward, in the same order. The buckets and their order
+// allreduces run on a communication thread while backward goes on, and those
+// still queued when backward ends on the thread that waits for them (no
+// hand-off to wake up for: at 2 ranks on 2 cores this took the one-host step
+// from 1.19x to 1.15x that of `none`); without, they all run after backward,
+// in the same order. The buckets and their order
 // are the same either way, so overlap changes no result bit. Because the layout
 // is layer by layer, weight then bias, a bucket of tensors in reverse order is
 // one contiguous range of the buffer.
@@ -97,6 +100,7 @@ class BucketReducer : public nn::BackwardObserver {
   };
   void Reduce(const Ready& ready);
   void ThreadMain();
+  void ReduceQueued(std::unique_lock<std::mutex>& lock);
   // The bucket's tensors between the flat buffer and staging_, in bucket
   // order from the bucket's begin (to_bucket) or back.
   void Stage(const Bucket& bucket, bool to_bucket);
@@ -117,6 +121,8 @@ class BucketReducer : public nn::BackwardObserver {
   std::condition_variable changed_;
   std::deque<Ready> queue_;
   size_t reduced_ = 0;  // buckets of this step averaged
+  bool in_flight_ = false;
+  bool finishing_ = false;
   std::exception_ptr failure_;
   bool stop_ = false;
   std::thread thread_;
