@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,6 +15,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "train/cli_testing.h"
@@ -150,6 +152,33 @@ TEST(DdpExperimentCliTest, BucketsAndOverlapChangeNoResultBit) {
                 Bytes(runs[0] + "/final/" + t + ".npy"))
           << out << " " << t;
     }
+  }
+}
+
+// --sync=barrier trains as none, bit for bit, and its ranks meet once a
+// step: each rank's wait ends only after the other's began.
+TEST(DdpExperimentCliTest, BarrierTrainsAsNoneWithTheRanksMeetingEachStep) {
+  const std::string none = TempDir("sync_none");
+  const std::string barrier = TempDir("sync_barrier");
+  ASSERT_EQ(RunTrain(Job(none, "--sync=none")).status, 0);
+  const std::string trace = barrier + "/t.json";
+  ASSERT_EQ(RunTrain(Job(barrier, "--sync=barrier --trace=" + trace)).status,
+            0);
+  EXPECT_EQ(Losses(barrier), Losses(none));
+  const nlohmann::json json = nlohmann::json::parse(ReadText(trace));
+  std::map<int, std::vector<std::pair<int64_t, int64_t>>> waits;
+  for (const auto& e : json.at("traceEvents")) {
+    if (e.at("ph") != "X" || e.at("name") != "wait for barrier") continue;
+    EXPECT_EQ(e.at("cat"), "exposed_comm");
+    const int64_t ts = e.at("ts");
+    waits[e.at("pid")].emplace_back(ts, ts + e.at("dur").get<int64_t>());
+  }
+  ASSERT_EQ(waits[0].size(), 4u * 7);  // 4 epochs of 7 steps
+  ASSERT_EQ(waits[1].size(), waits[0].size());
+  for (size_t i = 0; i < waits[0].size(); ++i) {
+    // Microseconds, truncated: 1 of slack.
+    EXPECT_GE(waits[0][i].second + 1, waits[1][i].first) << "step " << i;
+    EXPECT_GE(waits[1][i].second + 1, waits[0][i].first) << "step " << i;
   }
 }
 

@@ -160,6 +160,27 @@ class NoSynchronizer : public Synchronizer {
   void AfterStep(nn::Mlp&, int64_t) override {}
 };
 
+// none, but the ranks meet where allreduce would wait for its gradients:
+// the step is then the slower rank's, as in any synchronous run, with no
+// byte moved. Its step against none's is what synchronising costs before
+// communication does.
+class BarrierSynchronizer : public Synchronizer {
+ public:
+  BarrierSynchronizer(comm::Communicator& comm, Tracer& tracer)
+      : comm_(comm), tracer_(tracer) {}
+  const char* name() const override { return "barrier"; }
+  void AfterBackward(nn::Mlp&, int64_t) override {
+    ScopedSpan wait(tracer_, Track::kCompute, "wait for barrier",
+                    kExposedCommCategory);
+    comm_.Barrier();
+  }
+  void AfterStep(nn::Mlp&, int64_t) override {}
+
+ private:
+  comm::Communicator& comm_;
+  Tracer& tracer_;
+};
+
 void CheckStepRange(const char* flag, int64_t value, int64_t lo) {
   if (value < lo || value > kMaxSteps) {
     throw std::invalid_argument(
@@ -172,8 +193,8 @@ void CheckStepRange(const char* flag, int64_t value, int64_t lo) {
 
 const std::vector<std::string>& SynchronizerNames() {
   static const std::vector<std::string> names = {
-      "allreduce", "fp16",           "bf16",   "powersgd",
-      "param_avg", "post_local_sgd", "diloco", "none"};
+      "allreduce",      "fp16",   "bf16", "powersgd", "param_avg",
+      "post_local_sgd", "diloco", "none", "barrier"};
   return names;
 }
 
@@ -277,6 +298,9 @@ std::unique_ptr<Synchronizer> CreateSynchronizer(
     return CreateDiLoCoSynchronizer(comm, model, options, trace);
   }
   if (name == "none") return std::make_unique<NoSynchronizer>();
+  if (name == "barrier") {
+    return std::make_unique<BarrierSynchronizer>(comm, trace);
+  }
   throw std::invalid_argument("unknown synchroniser " + name);
 }
 

@@ -58,7 +58,9 @@ DEFINE_string(sync, "allreduce",
               "steps, then param_avg: PyTorch's post_localSGD_hook and "
               "PeriodicModelAverager) | diloco (every --inner_steps steps "
               "the averaged change of the parameters, by an outer SGD with "
-              "Nesterov momentum) | none");
+              "Nesterov momentum) | none | barrier (none, the ranks "
+              "meeting once a step: what synchronising costs before any "
+              "byte moves)");
 DEFINE_string(comm, "shm_ring",
               "the collective backend: one of those this binary has (listed "
               "above, with their settings)");
