@@ -98,11 +98,15 @@ class PeerBackend : public comm::Backend {
                  comm::ReduceOp op) override {
     float* const data = static_cast<float*>(buffer);
     const size_t offset = static_cast<size_t>(data - base_);
+    bool first;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       offsets_.push_back(offset);
+      threads_.push_back(std::this_thread::get_id());
+      first = offsets_.size() == 1;
     }
     started_ = true;
+    if (first) std::this_thread::sleep_for(hold_first_);
     if (offset == fail_at_) throw comm::CommError("peer: rank 1 exited");
     for (size_t i = 0; i < count; ++i) {
       data[i] = (data[i] + peer_[offset + i]) / 2;
@@ -117,7 +121,12 @@ class PeerBackend : public comm::Backend {
     std::lock_guard<std::mutex> lock(mutex_);
     return offsets_;
   }
+  std::vector<std::thread::id> threads() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return threads_;
+  }
   std::atomic<bool> started_{false};
+  std::chrono::milliseconds hold_first_{0};  // the first call's time
   size_t fail_at_ = SIZE_MAX;
 
  private:
@@ -125,6 +134,7 @@ class PeerBackend : public comm::Backend {
   std::vector<float> peer_;
   std::mutex mutex_;
   std::vector<size_t> offsets_;
+  std::vector<std::thread::id> threads_;
 };
 
 // The communicator over a PeerBackend, and the backend.
@@ -221,6 +231,39 @@ TEST(BucketReducerTest, OverlapStartsBucketsDuringBackward) {
 
 TEST(BucketReducerTest, WithoutOverlapBucketsWaitForBackward) {
   CheckBucketsReduced(/*overlap=*/false);
+}
+
+// With overlap, the buckets still queued when backward ends are reduced by
+// the thread that calls Finish, which would only wait for them, instead of
+// being handed to the communication thread. Here the communication thread
+// holds the first bucket for a second, long after backward has ended: the
+// other five must go out from this thread, after it and in order.
+TEST(BucketReducerTest, FinishReducesWhatBackwardLeftQueuedItself) {
+  Fixture f;
+  PeerComm peer(f.model->grads(), f.peer);
+  PeerBackend& comm = *peer.backend;
+  comm.hold_first_ = std::chrono::seconds(1);
+  Tracer tracer(false, 0);
+  auto hook = MakeAllReduceHook();
+  const auto buckets = AssignBuckets(f.layout, 1, 1);
+  BucketReducer reducer(*peer.comm, *f.model, f.model->grads(), buckets,
+                        /*overlap=*/true, *hook, tracer);
+  ProbeObserver probe(reducer, comm, /*expect_started=*/true);
+  f.model->ForwardBackward(f.x.data(), f.y.data(), 2, &probe);
+  ASSERT_TRUE(probe.started_before_last_layer);
+  reducer.Finish();
+  std::vector<float> grads(f.layout.num_params());
+  f.model->GetGrads(grads.data());
+  EXPECT_EQ(grads, f.Expected());
+  std::vector<size_t> order;
+  for (const Bucket& b : buckets) order.push_back(b.begin);
+  EXPECT_EQ(comm.offsets(), order);
+  const std::vector<std::thread::id> threads = comm.threads();
+  ASSERT_EQ(threads.size(), buckets.size());
+  EXPECT_NE(threads[0], std::this_thread::get_id());
+  for (size_t b = 1; b < threads.size(); ++b) {
+    EXPECT_EQ(threads[b], std::this_thread::get_id()) << "bucket " << b;
+  }
 }
 
 // DDP reduces its first step in one bucket, the whole model in model order,
