@@ -17,8 +17,8 @@ plots; each run's own files (losses.csv, eval.csv, trace.json, log.txt, run.json
   (default)   per link (unlimited, 1gbit): ringlab allreduce and DiLoCo H=16, PyTorch DDP on
               1gbit, 3 epochs (allreduce passes 85% test accuracy in the third; DiLoCo, in its
               first, 2): which synchroniser reaches 85% first on each link;
-  --full      on one host PyTorch DDP, ringlab allreduce and none over shm_ring and both
-              compute floors; on links unlimited, 10gbit and 1gbit PyTorch DDP and ringlab's
+  --full      on one host PyTorch DDP, ringlab allreduce, none and barrier over shm_ring and
+              both compute floors; on links unlimited, 10gbit and 1gbit PyTorch DDP and ringlab's
               allreduce, fp16 compression, param_avg K=16, DiLoCo H=16 and none;
   --quick     1 epoch: PyTorch DDP and ringlab allreduce on one host, allreduce and DiLoCo
               H=16 on a 1gbit link;
@@ -63,7 +63,8 @@ SYNCS = (("allreduce_overlap", "allreduce", None, True),
          ("param_avg_k64", "param_avg", 64, None),
          ("post_local_sgd_k16", "post_local_sgd", 16, None),
          ("diloco_h16", "diloco", 16, None),
-         ("none", "none", None, None))
+         ("none", "none", None, None),
+         ("barrier", "barrier", None, None))
 # post_local_sgd's steps of DDP allreduce before local SGD, and PowerSGD's before it compresses
 # (PyTorch's examples start both after 100 iterations; PowerSGD's own default, 1000, is past
 # this run's second epoch).
@@ -86,12 +87,13 @@ MODES = {
     "standard": dict(epochs=3, pytorch_ddp=False, one_host=(), floors=False,
                      links=("unlimited", "1gbit"), link_pytorch=("1gbit",),
                      link_syncs=("allreduce_overlap", "diloco_h16")),
-    # On one host PyTorch DDP, ringlab's allreduce and none over shm_ring (what synchronising
-    # costs ringlab) and both compute floors (1 epoch: they measure a step); on three links
+    # On one host PyTorch DDP, ringlab's allreduce, none and barrier over shm_ring (what
+    # synchronising costs ringlab, and how much of it is the ranks meeting rather than the
+    # bytes) and both compute floors (1 epoch: they measure a step); on three links
     # every synchroniser but bf16 (fp16's cost) and post_local_sgd (param_avg's once its
     # warm-up is over).
     "full": dict(epochs=3, pytorch_ddp=True,
-                 one_host=(("shm_ring", ("allreduce_overlap", "none")),),
+                 one_host=(("shm_ring", ("allreduce_overlap", "none", "barrier")),),
                  floors=True, floor_epochs=1, links=("unlimited", "10gbit", "1gbit"),
                  link_pytorch="every link",
                  link_syncs=("allreduce_overlap", "fp16", "param_avg_k16", "diloco_h16",
@@ -121,7 +123,8 @@ def detail(sync, k, overlap):
             "fp16": "fp16 compress", "bf16": "bf16 compress",
             "powersgd": f"PowerSGD rank {k}",
             "param_avg": f"param_avg K={k}", "post_local_sgd": f"post_local_sgd K={k}",
-            "diloco": f"DiLoCo H={k}", "none": "none"}[sync]
+            "diloco": f"DiLoCo H={k}", "none": "none",
+            "barrier": "barrier (none, meeting each step)"}[sync]
 
 
 def over_ringlab(run, name, label):

@@ -170,6 +170,11 @@ class ReportTest(unittest.TestCase):
         make_run(out, 4, "shm_ring_none", "ringlab none (shm_ring)", "ringlab", sync="none",
                  losses=(PT_LOSSES, [100.0] * 20 + [6.5] * 10, 0),
                  evals=([0.79, 0.83], [14.0, 29.0], 0), wait_us=0)
+        # barrier: 6.75 ms, between them.
+        make_run(out, 5, "shm_ring_barrier", "ringlab barrier (none, meeting each step) "
+                 "(shm_ring)", "ringlab", sync="barrier",
+                 losses=(PT_LOSSES, [100.0] * 20 + [6.75] * 10, 0),
+                 evals=([0.79, 0.83], [14.0, 29.0], 0), wait_us=100)
         result = run_driver("--report_only", f"--out_dir={out}")
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(os.path.join(out, "report.md")) as f:
@@ -180,6 +185,10 @@ class ReportTest(unittest.TestCase):
                       "**FAIL**", text)
         self.assertIn("compute +0.00 ms, exposed communication +0.30 ms, optimiser +0.00 ms, "
                       "the rest (the trace's untimed gaps) +9.40 ms", text)
+        # Of the 0.5 ms, 0.25 the ranks meeting, 0.25 the bytes.
+        self.assertIn("- of the difference, the ranks meeting once a step (ringlab barrier, no "
+                      "byte moved: 6.75 ms, **1.04×** none) +0.25 ms; moving the gradients "
+                      "(allreduce against barrier, **1.04×**) +0.25 ms", text)
 
     def test_header_names_machine_and_torch(self):
         self.assertIn("Fixture CPU, 2 core(s)", self.report)
@@ -308,23 +317,24 @@ class PlanTest(unittest.TestCase):
 
     def test_full_plan(self):
         full = self.plan("--full")
-        # PyTorch DDP over gloo and ringlab, allreduce and none over shm_ring, both floors
-        # (1 epoch); per link (3) PyTorch DDP over gloo and over ringlab and 5 syncs.
-        self.assertEqual(len(full), 6 + 21)
-        self.assertTrue(all("--comm=shm_ring" in l for l in full[2:4]))
-        self.assertTrue(all("--epochs=1" in l for l in full[4:6]))  # the floors
+        # PyTorch DDP over gloo and ringlab, allreduce, none and barrier over shm_ring, both
+        # floors (1 epoch); per link (3) PyTorch DDP over gloo and over ringlab and 5 syncs.
+        self.assertEqual(len(full), 7 + 21)
+        self.assertTrue(all("--comm=shm_ring" in l for l in full[2:5]))
+        self.assertIn("--sync=barrier", full[4])
+        self.assertTrue(all("--epochs=1" in l for l in full[5:7]))  # the floors
         self.assertEqual(sum("--link=10gbit" in l for l in full), 7)
         self.assertEqual(sum("--backend=ringlab" in l for l in full), 4)
         self.assertEqual(sum("--sync=fp16" in l for l in full), 3)
-        self.assertEqual(len(self.plan("--full", "--links=none")), 6)
+        self.assertEqual(len(self.plan("--full", "--links=none")), 7)
 
     def test_one_host_plan(self):
         lines = self.plan("--one_host")
-        # PyTorch DDP over gloo and over ringlab, 12 synchronisers x 3 communicators, ringlab
+        # PyTorch DDP over gloo and over ringlab, 13 synchronisers x 3 communicators, ringlab
         # 1 rank, PyTorch 1 process.
-        self.assertEqual(len(lines), 40)
+        self.assertEqual(len(lines), 43)
         mpi = [l for l in lines if "--comm=mpi" in l]
-        self.assertEqual(len(mpi), 12)
+        self.assertEqual(len(mpi), 13)
         self.assertEqual(sum("--powersgd_rank=4 --powersgd_start_iter=100" in l
                              for l in lines), 3)
         self.assertEqual(sum("--avg_warmup=100" in l for l in lines), 3)  # post_local_sgd

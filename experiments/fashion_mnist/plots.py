@@ -22,6 +22,7 @@ VARIANT_STYLE = {
     "post_local_sgd_k16": ("C7", "post_local_sgd K=16"),
     "diloco_h16": ("C6", "DiLoCo H=16"),
     "none": ("C5", "none (no communication)"),
+    "barrier": ("tab:pink", "barrier (none, meeting each step)"),
 }
 PANEL_HEIGHT_IN = 4.4
 REFERENCE_STYLE = {

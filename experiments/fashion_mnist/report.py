@@ -24,6 +24,7 @@ ALLREDUCE_OVER_NONE_TARGET = 1.06
 TORCH_BACKEND_OVER_ONE_TARGET = 1.2
 HEADLINE = "shm_ring_allreduce_overlap"  # the ringlab run compared to PyTorch DDP
 NONE_ONE_HOST = "shm_ring_none"
+BARRIER_ONE_HOST = "shm_ring_barrier"  # none, the ranks meeting once a step
 PYTORCH_DDP, PYTORCH_ONE, RINGLAB_ONE = "pytorch_ddp", "pytorch_1proc", "ringlab_1rank"
 RESULT_COLUMNS = ["run", "label", "framework", "sync", "avg_period", "overlap", "comm", "ranks",
                   "status", "load_after", "epochs", "final_test_accuracy", "epochs_to_85",
@@ -226,6 +227,16 @@ def _allreduce_cost_lines(runs):
              f"{on['median_step_ms']:.2f} ms against ringlab none {none['median_step_ms']:.2f} "
              f"ms: **{ratio:.2f}×** (target ≤ {ALLREDUCE_OVER_NONE_TARGET}×): "
              f"**{_verdict(ratio, ALLREDUCE_OVER_NONE_TARGET)}**"]
+    barrier = _stats(runs, BARRIER_ONE_HOST)
+    if barrier:
+        met = barrier["median_step_ms"] - none["median_step_ms"]
+        moved = on["median_step_ms"] - barrier["median_step_ms"]
+        lines.append(f"- of the difference, the ranks meeting once a step (ringlab barrier, no "
+                     f"byte moved: {barrier['median_step_ms']:.2f} ms, "
+                     f"**{barrier['median_step_ms'] / none['median_step_ms']:.2f}×** none) "
+                     f"{met:+.2f} ms; moving the gradients (allreduce against barrier, "
+                     f"**{on['median_step_ms'] / barrier['median_step_ms']:.2f}×**) "
+                     f"{moved:+.2f} ms")
     if on["trace"] and none["trace"]:
         parts = {name: on["trace"][key] - none["trace"][key] for name, key in (
             ("compute", "compute_ms"), ("exposed communication", "exposed_ms"),
