@@ -193,7 +193,8 @@ def plan(mode_name, links=None, epochs=None):
                          framework="pytorch", sync="none", avg_period=None, overlap=None,
                          comm=None, ranks=1))
     for run in runs:
-        floor = run["name"] in ("ringlab_1rank", "pytorch_1proc")
+        # The floors and barrier measure a step, not what training reaches.
+        floor = run["name"] in ("ringlab_1rank", "pytorch_1proc") or run["sync"] == "barrier"
         if not run.get("max_steps"):
             run["epochs"] = mode.get("floor_epochs", epochs) if floor else epochs
     runs += link_runs(mode["links"] if links is None else links, mode, epochs)

@@ -322,7 +322,7 @@ class PlanTest(unittest.TestCase):
         self.assertEqual(len(full), 7 + 21)
         self.assertTrue(all("--comm=shm_ring" in l for l in full[2:5]))
         self.assertIn("--sync=barrier", full[4])
-        self.assertTrue(all("--epochs=1" in l for l in full[5:7]))  # the floors
+        self.assertTrue(all("--epochs=1" in l for l in full[4:7]))  # barrier, the floors
         self.assertEqual(sum("--link=10gbit" in l for l in full), 7)
         self.assertEqual(sum("--backend=ringlab" in l for l in full), 4)
         self.assertEqual(sum("--sync=fp16" in l for l in full), 3)
