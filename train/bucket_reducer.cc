@@ -155,7 +155,6 @@ void BucketReducer::ThreadMain() {
     }
     lock.lock();
     in_flight_ = false;
-    ++reduced_;
     if (failure && !failure_) failure_ = failure;
     if (failure) queue_.clear();  // later buckets would wait on a broken job
     changed_.notify_all();
@@ -175,7 +174,6 @@ void BucketReducer::ReduceQueued(std::unique_lock<std::mutex>& lock) {
       break;
     }
     lock.lock();
-    ++reduced_;
   }
 }
 
@@ -197,7 +195,6 @@ void BucketReducer::Finish() {
   ReduceQueued(lock);
   finishing_ = false;
   next_bucket_ = 0;
-  reduced_ = 0;
   queue_.clear();
   if (failure_) std::rethrow_exception(failure_);
 }

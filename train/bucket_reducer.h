@@ -120,9 +120,8 @@ class BucketReducer : public nn::BackwardObserver {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Ready> queue_;
-  size_t reduced_ = 0;  // buckets of this step averaged
-  bool in_flight_ = false;
-  bool finishing_ = false;
+  bool in_flight_ = false;  // the communication thread is reducing a bucket
+  bool finishing_ = false;  // Finish takes the queue: the thread leaves it
   std::exception_ptr failure_;
   bool stop_ = false;
   std::thread thread_;

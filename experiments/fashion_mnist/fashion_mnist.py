@@ -194,9 +194,10 @@ def plan(mode_name, links=None, epochs=None):
                          comm=None, ranks=1))
     for run in runs:
         # The floors and barrier measure a step, not what training reaches.
-        floor = run["name"] in ("ringlab_1rank", "pytorch_1proc") or run["sync"] == "barrier"
+        measures_a_step = (run["name"] in ("ringlab_1rank", "pytorch_1proc")
+                           or run["sync"] == "barrier")
         if not run.get("max_steps"):
-            run["epochs"] = mode.get("floor_epochs", epochs) if floor else epochs
+            run["epochs"] = mode.get("floor_epochs", epochs) if measures_a_step else epochs
     runs += link_runs(mode["links"] if links is None else links, mode, epochs)
     for order, run in enumerate(runs):
         run["order"] = order
