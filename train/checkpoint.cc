@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -46,6 +47,18 @@ std::optional<int64_t> StepOfDirectory(const std::string& name) {
   return step;
 }
 
+// What a part holds beside its tensors: the rank that wrote it and its job's
+// description, both covered by the part's checksums.
+constexpr char kPartRankFile[] = "rank";
+constexpr char kPartJobFile[] = "job.txt";
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument("cannot read " + path);
@@ -78,6 +91,9 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
                             StepRecordsToCsv(checkpoint.history, rank, true));
     io::WriteFileAtomically(temporary + "/next_step",
                             std::to_string(checkpoint.next_step) + "\n");
+    io::WriteFileAtomically(temporary + "/" + kPartRankFile,
+                            std::to_string(rank) + "\n");
+    io::WriteFileAtomically(temporary + "/" + kPartJobFile, checkpoint.job);
     // Taken of the files as they are on disk, so that a resume reads back
     // exactly what was written or refuses.
     io::WriteChecksums(temporary);
@@ -188,12 +204,54 @@ std::string ResumableCheckpointDir(const std::string& dir) {
   return LatestCheckpoint(StagingDir(dir)) ? StagingDir(dir) : dir;
 }
 
+std::string FirstJobDifference(const std::string& theirs,
+                               const std::string& ours) {
+  const std::vector<std::string> a = Lines(theirs), b = Lines(ours);
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const std::string mine = i < b.size() ? b[i] : "nothing";
+    const std::string other = i < a.size() ? a[i] : "nothing";
+    if (mine != other) return other + ", this run " + mine;
+  }
+  return "";
+}
+
+namespace {
+
+// A part is resumed only by the rank that wrote it, in the job that wrote it
+// (its files' checksums were checked before: these are as written).
+void CheckPartIsOurs(const std::string& rank_dir, int rank,
+                     const std::string& job) {
+  const std::string written = ReadFile(rank_dir + "/" + kPartRankFile);
+  if (written != std::to_string(rank) + "\n") {
+    throw std::invalid_argument(rank_dir + " holds rank " +
+                                written.substr(0, written.find('\n')) +
+                                "'s part, not rank " + std::to_string(rank) +
+                                "'s: parts are never resumed by another rank");
+  }
+  const std::string difference =
+      FirstJobDifference(ReadFile(rank_dir + "/" + kPartJobFile), job);
+  if (!difference.empty()) {
+    throw std::invalid_argument(rank_dir + " is another job's part (it has " +
+                                difference + ")");
+  }
+}
+
+}  // namespace
+
 RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
                                   const nn::MlpLayout& layout,
-                                  int64_t next_step,
+                                  int64_t next_step, const std::string& job,
                                   const std::vector<SyncTensor>& sync_state) {
-  const std::string rank_dir =
-      StepDir(dir, next_step) + "/rank" + std::to_string(rank);
+  const std::string step_dir = StepDir(dir, next_step);
+  const std::string rank_dir = step_dir + "/rank" + std::to_string(rank);
+  for (const std::string& path : {step_dir, rank_dir}) {
+    std::error_code error;
+    if (fs::is_symlink(fs::symlink_status(path, error))) {
+      throw std::invalid_argument(path +
+                                  " is a symbolic link: a checkpoint's step "
+                                  "directories and parts are never followed");
+    }
+  }
   if (!fs::is_directory(rank_dir)) {
     throw std::invalid_argument("the checkpoint of step " +
                                 std::to_string(next_step) + " in " + dir +
@@ -207,8 +265,10 @@ RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
                                 std::to_string(next_step) +
                                 " is damaged: " + e.what());
   }
+  CheckPartIsOurs(rank_dir, rank, job);
   RankCheckpoint checkpoint;
   checkpoint.next_step = next_step;
+  checkpoint.job = job;
   checkpoint.params.resize(layout.num_params());
   try {
     nn::LoadParams(rank_dir, layout, checkpoint.params.data());

@@ -1,7 +1,9 @@
 // Checkpoints that make a killed run resumable bit for bit, taken
 // collectively: each rank writes its part (its parameters, one .npy per
 // state_dict tensor, its synchroniser's state, one sync.<name>.npy per
-// tensor, its per-step history and the step it reached) into
+// tensor, its per-step history, the step it reached, its rank and its job's
+// description, so that a part is resumed only by its own rank of its own
+// job) into
 // <dir>/step_<N>/rank<r>/ through a temporary directory renamed into place,
 // with the SHA-256 of every file (SHA256SUMS, io/checksums.h, checked when
 // it is read back), every file and directory fsynced before the rename; once
@@ -34,6 +36,9 @@ struct RankCheckpoint {
   // read back into, the vectors they point to.
   std::vector<SyncTensor> sync_state;
   std::vector<StepRecord> history;
+  // The job's description (train/job_checks.h JobDescription): a part is
+  // read back only into the job that wrote it.
+  std::string job;
 };
 
 // Writes this rank's part of the checkpoint taken after next_step steps,
@@ -75,10 +80,18 @@ std::string ResumableCheckpointDir(const std::string& dir);
 // Reads this rank's part, the synchroniser's tensors into sync_state's
 // vectors (each of the size it has); throws std::invalid_argument naming what
 // is wrong (a missing part: "the checkpoint of step N in <dir> is incomplete:
-// rank R's part ... is missing"; a tensor of another size).
+// rank R's part ... is missing"; a part or step directory that is a symbolic
+// link; another rank's part; a part whose job description differs from
+// `job`, naming the first line that differs; a tensor of another size).
 RankCheckpoint ReadRankCheckpoint(
     const std::string& dir, int rank, const nn::MlpLayout& layout,
-    int64_t next_step, const std::vector<SyncTensor>& sync_state = {});
+    int64_t next_step, const std::string& job,
+    const std::vector<SyncTensor>& sync_state = {});
+
+// The first line where two job descriptions differ, as "<theirs>, this run
+// <ours>" ("nothing" for a missing line); empty when they are the same.
+std::string FirstJobDifference(const std::string& theirs,
+                               const std::string& ours);
 
 }  // namespace ringlab::train
 

@@ -390,4 +390,110 @@ TEST(CheckpointCliTest, EveryResumeErrorIsOneLineAndStatusTwo) {
   EXPECT_EQ(RunTrain(flags + " --resume").status, 0);
 }
 
+// A part belongs to its rank and its job: swapped parts, a part of a run
+// with another seed and a job.txt edited to fit this run's --lr were
+// resumed from silently; a checkpoints directory that is a symbolic link
+// to another run's was followed, and written and pruned there.
+TEST(CheckpointCliTest, ResumeRefusesAnotherRanksOrAnotherJobsPart) {
+  const std::string out = TempDir("bound"), other = TempDir("bound_other");
+  const std::string flags = "--quiet --epochs=10 --checkpoint_every=4";
+  ASSERT_EQ(RunTrain(flags + " --out_dir=" + out).status, 0);
+  ASSERT_EQ(RunTrain(flags + " --seed=1 --out_dir=" + other).status, 0);
+  const std::string resume = flags + " --resume --out_dir=" + out;
+  const std::string step = out + "/checkpoints/step_00000008";
+  fs::rename(step + "/rank0", step + "/aside");
+  fs::rename(step + "/rank1", step + "/rank0");
+  fs::rename(step + "/aside", step + "/rank1");
+  ExpectUsageError(RunTrain(resume),
+                   "--resume: " + step + "/rank0 holds rank 1's part");
+  fs::rename(step + "/rank0", step + "/aside");
+  fs::rename(step + "/rank1", step + "/rank0");
+  fs::rename(step + "/aside", step + "/rank1");
+
+  fs::rename(step + "/rank1", step + "/mine");
+  fs::copy(other + "/checkpoints/step_00000008/rank1", step + "/rank1");
+  ExpectUsageError(RunTrain(resume),
+                   step +
+                       "/rank1 is another job's part (it has --seed=1, "
+                       "this run --seed=0)");
+  fs::remove_all(step + "/rank1");
+  fs::rename(step + "/mine", step + "/rank1");
+
+  const std::string job = out + "/checkpoints/job.txt", text = ReadText(job);
+  const size_t lr = text.find("--lr=");
+  ASSERT_NE(lr, std::string::npos) << text;
+  const std::string ours = text.substr(lr, text.find('\n', lr) - lr);
+  WriteText(job,
+            text.substr(0, lr) + "--lr=0.5" + text.substr(text.find('\n', lr)));
+  ExpectUsageError(RunTrain(flags + " --lr=0.5 --resume --out_dir=" + out),
+                   step + "/rank0 is another job's part (it has " + ours +
+                       ", this run --lr=0.5)");
+  WriteText(job, text);
+
+  const std::string linked = TempDir("bound_linked");
+  fs::create_directory_symlink(other + "/checkpoints", linked + "/checkpoints");
+  const std::string before = ReadText(other + "/checkpoints/latest");
+  for (const std::string& run : {flags + " --resume", flags}) {
+    ExpectUsageError(RunTrain(run + " --seed=1 --out_dir=" + linked),
+                     linked + "/checkpoints is a symbolic link");
+  }
+  EXPECT_EQ(ReadText(other + "/checkpoints/latest"), before);
+  EXPECT_TRUE(fs::exists(other + "/checkpoints/step_00000008/rank1"));
+  // Put back as it was written, it resumes.
+  EXPECT_EQ(RunTrain(resume).status, 0);
+}
+
+// Under any launcher the job's rank 0 holds the out_dir: with a pair of
+// ranks started by torchrun's variables training on, a second job given
+// their out_dir is refused (one line naming the holder, exit 2, nothing in
+// the directory changed), whether started by ringlab's launcher or as rank 0
+// of torchrun-style, Open MPI or Slurm variables.
+TEST(CheckpointCliTest, AJobStartedByTorchrunsVariablesHoldsItsOutDir) {
+  const std::string out = TempDir("locked_by_hand"), dir = TempDir("seconds");
+  const std::string train =
+      std::string(kTrain) + " --quiet --epochs=1 --timeout=5 --out_dir=" + out;
+  const std::vector<std::string> seconds = {
+      train, "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " + train,
+      "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "
+      "OMPI_COMM_WORLD_LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " +
+          train,
+      "SLURM_PROCID=0 SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_LOCALID=0 "
+      "SLURM_JOB_ID=7 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " +
+          train};
+  // Once rank 0 holds the lock and the ranks' probes of the directory are
+  // done, a listing of it before and after the second jobs.
+  std::string after_start =
+      "for i in $(seq 1000); do [ -s " + out +
+      "/.ringlab.lock ] && break; sleep 0.01; done; sleep 2; "
+      "find " +
+      out + " -printf '%p %s %T@\\n' | sort >" + dir + "/before; ";
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    const std::string n = std::to_string(i);
+    after_start +=
+        "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR "
+        "-u MASTER_PORT " +
+        seconds[i] + " >/dev/null 2>" + dir + "/err" + n + "; echo $? >" + dir +
+        "/status" + n + "; ";
+  }
+  after_start += "find " + out + " -printf '%p %s %T@\\n' | sort >" + dir +
+                 "/after; kill $pid0 $pid1";
+  ByHand job;
+  job.args = [&](int) {
+    return "--quiet --timeout=30 --epochs=100000000 --out_dir=" + out;
+  };
+  job.after_start = after_start;
+  RunRanksByHand("locked_by_hand_ranks", job);
+  const std::string holder = ReadText(out + "/.ringlab.lock");
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    SCOPED_TRACE(seconds[i]);
+    const std::string n = std::to_string(i);
+    ExpectUsageError({std::atoi(ReadText(dir + "/status" + n).c_str()), "",
+                      ReadText(dir + "/err" + n)},
+                     "--out_dir " + out + " is in use by another job (pid " +
+                         holder.substr(0, holder.find('\n')) + " holds");
+  }
+  EXPECT_FALSE(ReadText(dir + "/before").empty());
+  EXPECT_EQ(ReadText(dir + "/after"), ReadText(dir + "/before"));
+}
+
 }  // namespace

@@ -14,6 +14,8 @@
 namespace ringlab::train {
 namespace {
 
+namespace fs = std::filesystem;
+
 TEST(CheckpointTest, RoundTripIsBitwise) {
   const std::string dir = io::FreshTestDir("roundtrip");
   const nn::MlpLayout layout({3, 2});
@@ -27,7 +29,7 @@ TEST(CheckpointTest, RoundTripIsBitwise) {
   MarkLatestCheckpoint(dir, 2);
   ASSERT_EQ(LatestCheckpoint(dir), std::optional<int64_t>(2));
 
-  const RankCheckpoint loaded = ReadRankCheckpoint(dir, 1, layout, 2);
+  const RankCheckpoint loaded = ReadRankCheckpoint(dir, 1, layout, 2, "");
   ASSERT_EQ(loaded.params.size(), saved.params.size());
   EXPECT_EQ(0, std::memcmp(loaded.params.data(), saved.params.data(),
                            saved.params.size() * sizeof(float)));
@@ -44,12 +46,14 @@ TEST(CheckpointTest, MissingRankOrShortHistoryIsAnError) {
   saved.params.assign(layout.num_params(), 1.0f);
   saved.history = {{0, 0, 1, 1, 1, 1}};
   WriteRankCheckpoint(dir, 0, layout, saved);
-  EXPECT_THROW(ReadRankCheckpoint(dir, 1, layout, 3), std::invalid_argument);
-  EXPECT_THROW(ReadRankCheckpoint(dir, 0, layout, 3), std::invalid_argument);
+  EXPECT_THROW(ReadRankCheckpoint(dir, 1, layout, 3, ""),
+               std::invalid_argument);
+  EXPECT_THROW(ReadRankCheckpoint(dir, 0, layout, 3, ""),
+               std::invalid_argument);
   // Another model's shapes.
   saved.history.resize(3);
   WriteRankCheckpoint(dir, 0, layout, saved);
-  EXPECT_THROW(ReadRankCheckpoint(dir, 0, nn::MlpLayout({4, 2}), 3),
+  EXPECT_THROW(ReadRankCheckpoint(dir, 0, nn::MlpLayout({4, 2}), 3, ""),
                std::invalid_argument);
 }
 
@@ -65,7 +69,6 @@ RankCheckpoint Part(const nn::MlpLayout& layout, int64_t next_step) {
 // collective in between, already writes N + 1 (param_avg, none): what is
 // being written survives, only steps before N go.
 TEST(CheckpointTest, PruningKeepsTheStepsBeingWritten) {
-  namespace fs = std::filesystem;
   const std::string dir = io::FreshTestDir("prune");
   const nn::MlpLayout layout({3, 2});
   for (int rank = 0; rank < 2; ++rank) {
@@ -88,7 +91,7 @@ TEST(CheckpointTest, PruningKeepsTheStepsBeingWritten) {
   EXPECT_TRUE(fs::exists(dir + "/step_00000003/rank1/fc1.weight.npy"));
   EXPECT_TRUE(fs::exists(dir + "/step_00000003/rank1.tmp-0123456789abcdef"));
   EXPECT_EQ(LatestCheckpoint(dir), std::optional<int64_t>(2));
-  EXPECT_EQ(ReadRankCheckpoint(dir, 1, layout, 2).next_step, 2);
+  EXPECT_EQ(ReadRankCheckpoint(dir, 1, layout, 2, "").next_step, 2);
 }
 
 // A resumed run first removes what the crash left beyond the latest
@@ -109,7 +112,7 @@ TEST(CheckpointTest, ResumingRemovesWhatACrashLeftBeyondTheLatest) {
   EXPECT_FALSE(fs::exists(dir + "/step_00000008"));
   EXPECT_FALSE(fs::exists(dir + "/step_00000004/rank0.tmp-00000000000000aa"));
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_EQ(ReadRankCheckpoint(dir, rank, layout, 4).next_step, 4);
+    EXPECT_EQ(ReadRankCheckpoint(dir, rank, layout, 4, "").next_step, 4);
   }
 }
 
@@ -119,7 +122,7 @@ TEST(CheckpointTest, AMissingPartIsNamedAsAnIncompleteCheckpoint) {
   WriteRankCheckpoint(dir, 0, layout, Part(layout, 5));
   MarkLatestCheckpoint(dir, 5);
   try {
-    ReadRankCheckpoint(dir, 1, layout, 5);
+    ReadRankCheckpoint(dir, 1, layout, 5, "");
     ADD_FAILURE() << "read a part that is not there";
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "the checkpoint of step 5 in " + dir +
@@ -145,7 +148,7 @@ TEST(CheckpointTest, ADamagedPartIsRefusedNamingTheFile) {
     file.put('\x7f');  // the last float's top byte: the same size
   }
   try {
-    ReadRankCheckpoint(dir, 0, layout, 2);
+    ReadRankCheckpoint(dir, 0, layout, 2, "");
     ADD_FAILURE() << "read a damaged part";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find(weight + " is not the file that was "
@@ -187,7 +190,7 @@ TEST(CheckpointTest, EveryFileIsDurableBeforeThePartIsRenamedIntoPlace) {
         at("fsync", [&](const auto& e) { return e.path == from; });
     EXPECT_TRUE(synced >= 0 && synced < i) << from << " renamed unsynced";
   }
-  EXPECT_EQ(files, 5);  // 2 tensors, history, next_step, SHA256SUMS
+  EXPECT_EQ(files, 7);  // 2 tensors, history, next_step, rank, job, sums
   const int dir_synced =
       at("fsync", [&](const auto& e) { return e.path == temporary; });
   EXPECT_TRUE(dir_synced >= 0 && dir_synced < publish)
@@ -195,6 +198,74 @@ TEST(CheckpointTest, EveryFileIsDurableBeforeThePartIsRenamedIntoPlace) {
   const int step_synced = at(
       "fsync", [&](const auto& e) { return e.path == dir + "/step_00000002"; });
   EXPECT_GT(step_synced, publish) << "the step's entry was not made durable";
+}
+
+// What --resume reads must be this rank's part of this job's checkpoint:
+// swapped parts (each rank would continue the other's model), a part of a
+// run with another seed, a part reached through a symbolic link were
+// resumed from silently.
+std::string ReadError(const std::string& dir, int rank,
+                      const nn::MlpLayout& layout, int64_t step,
+                      const std::string& job) {
+  try {
+    ReadRankCheckpoint(dir, rank, layout, step, job);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(read)";
+}
+
+TEST(CheckpointTest, APartIsReadOnlyByItsOwnRank) {
+  const std::string dir = io::FreshTestDir("swapped");
+  const nn::MlpLayout layout({3, 2});
+  for (int rank = 0; rank < 2; ++rank) {
+    WriteRankCheckpoint(dir, rank, layout, Part(layout, 2));
+  }
+  const std::string step = dir + "/step_00000002";
+  fs::rename(step + "/rank0", step + "/aside");
+  fs::rename(step + "/rank1", step + "/rank0");
+  fs::rename(step + "/aside", step + "/rank1");
+  EXPECT_EQ(ReadError(dir, 0, layout, 2, ""),
+            step +
+                "/rank0 holds rank 1's part, not rank 0's: parts are "
+                "never resumed by another rank");
+  EXPECT_NE(ReadError(dir, 1, layout, 2, "").find("holds rank 0's part"),
+            std::string::npos);
+}
+
+TEST(CheckpointTest, APartOfAnotherJobIsRefusedNamingWhatDiffers) {
+  const std::string dir = io::FreshTestDir("another_job");
+  const nn::MlpLayout layout({3, 2});
+  RankCheckpoint part = Part(layout, 2);
+  part.job = "--lr=0.01\n--seed=0\n";
+  WriteRankCheckpoint(dir, 0, layout, part);
+  EXPECT_EQ(ReadRankCheckpoint(dir, 0, layout, 2, part.job).job, part.job);
+  EXPECT_EQ(ReadError(dir, 0, layout, 2, "--lr=0.01\n--seed=1\n"),
+            dir +
+                "/step_00000002/rank0 is another job's part (it has "
+                "--seed=0, this run --seed=1)");
+  EXPECT_NE(ReadError(dir, 0, layout, 2, "--lr=0.01\n")
+                .find("(it has --seed=0, this run nothing)"),
+            std::string::npos);
+}
+
+TEST(CheckpointTest, APartOrStepThatIsASymbolicLinkIsNotFollowed) {
+  const std::string dir = io::FreshTestDir("symlinked");
+  const std::string other = io::FreshTestDir("symlinked_other");
+  const nn::MlpLayout layout({3, 2});
+  WriteRankCheckpoint(other, 0, layout, Part(layout, 2));
+  fs::create_directories(dir + "/step_00000002");
+  fs::create_directory_symlink(other + "/step_00000002/rank0",
+                               dir + "/step_00000002/rank0");
+  EXPECT_EQ(ReadError(dir, 0, layout, 2, ""),
+            dir +
+                "/step_00000002/rank0 is a symbolic link: a checkpoint's "
+                "step directories and parts are never followed");
+  fs::remove_all(dir + "/step_00000002");
+  fs::create_directory_symlink(other + "/step_00000002",
+                               dir + "/step_00000002");
+  EXPECT_NE(ReadError(dir, 0, layout, 2, "").find("is a symbolic link"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -15,8 +15,7 @@ namespace fs = std::filesystem;
 // Rank 0, while no other rank touches the checkpoints: a fresh run removes
 // older ones (they must not be resumed into it) and describes its job; a
 // resumed one removes what a crash left beyond the latest.
-void PrepareCheckpoints(const TrainConfig& config, int world_size,
-                        int64_t dataset_size) {
+void PrepareCheckpoints(const TrainConfig& config, const std::string& job) {
   const std::string dir = config.out_dir + "/checkpoints";
   // A run that crashed after its first checkpoint, before promoting it: its
   // checkpoints are the newest (and what --resume resumed from).
@@ -40,8 +39,7 @@ void PrepareCheckpoints(const TrainConfig& config, int world_size,
     std::fflush(stdout);
   }
   if (config.checkpoint_every > 0) {
-    WriteJobDescription(StagingDir(dir),
-                        JobDescription(config, world_size, dataset_size));
+    WriteJobDescription(StagingDir(dir), job);
   }
 }
 
@@ -50,7 +48,8 @@ void PrepareCheckpoints(const TrainConfig& config, int world_size,
 void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
                     const nn::MlpLayout& layout, const nn::Mlp& model,
                     const std::vector<SyncTensor>& sync_state,
-                    const std::vector<StepRecord>& history, int64_t step,
+                    const std::vector<StepRecord>& history,
+                    const std::string& job, int64_t step,
                     comm::Communicator& comm, bool* staged) {
   const std::string main = config.out_dir + "/checkpoints";
   const std::string dir = *staged ? StagingDir(main) : main;
@@ -61,6 +60,7 @@ void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
   model.GetParams(checkpoint.params.data());
   checkpoint.sync_state = sync_state;
   checkpoint.history = history;
+  checkpoint.job = job;
   WriteRankCheckpoint(dir, rank, layout, checkpoint,
                       [&] { MaybeFault(faults, rank, step, "part_written"); });
   MaybeFault(faults, rank, step, "part_renamed");
@@ -85,7 +85,7 @@ void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
 // when resuming, else rank 0's initial parameters (DDP's constructor
 // broadcasts them). Returns the first step to take.
 int64_t StartingPoint(const TrainConfig& config, const nn::MlpLayout& layout,
-                      const std::vector<float>& params,
+                      const std::vector<float>& params, const std::string& job,
                       comm::Communicator& comm, nn::Mlp& model,
                       const std::vector<SyncTensor>& sync_state,
                       std::vector<StepRecord>* history) {
@@ -98,7 +98,7 @@ int64_t StartingPoint(const TrainConfig& config, const nn::MlpLayout& layout,
     return 0;
   }
   RankCheckpoint checkpoint =
-      ReadRankCheckpoint(dir, comm.rank(), layout, *latest, sync_state);
+      ReadRankCheckpoint(dir, comm.rank(), layout, *latest, job, sync_state);
   model.SetParams(checkpoint.params.data());
   *history = std::move(checkpoint.history);
   return *latest;

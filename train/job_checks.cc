@@ -13,6 +13,7 @@
 
 #include "comm/backend.h"
 #include "comm/gather_strings.h"
+#include "io/checksums.h"
 #include "io/dirs.h"
 #include "io/npy.h"
 #include "nn/params_io.h"
@@ -95,6 +96,35 @@ std::vector<std::string> SplitLines(const std::string& text) {
   return lines;
 }
 
+// "<what> <name> sha256=<hex>" for each data or parameter file in dir (.npy,
+// IDX, gzip'd IDX), by name.
+std::string FileChecksums(const std::string& what, const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const auto ends_with = [&](const std::string& tail) {
+      return name.size() >= tail.size() &&
+             name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    if (entry.is_regular_file(error) &&
+        (ends_with(".npy") || ends_with("-ubyte") || ends_with("-ubyte.gz"))) {
+      names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  std::string text;
+  for (const std::string& name : names) {
+    try {
+      text += what + " " + name +
+              " sha256=" + io::Sha256OfFile(dir + "/" + name) + "\n";
+    } catch (const io::ChecksumError& e) {
+      throw std::invalid_argument(e.what());
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string JobDescription(const TrainConfig& c, int world_size,
@@ -112,6 +142,10 @@ std::string JobDescription(const TrainConfig& c, int world_size,
   text += "--per_rank_data=" + std::to_string(c.per_rank_data) + "\n";
   text += "--data_dir=" + c.data_dir + "\n";
   text += "--init_dir=" + c.init_dir + "\n";
+  // The files' bytes, not only their paths: a data set or initial
+  // parameters replaced under the same name make another job.
+  if (DatasetKind(c) != "synthetic") text += FileChecksums("data", DataDir(c));
+  if (!c.init_dir.empty()) text += FileChecksums("init", c.init_dir);
   return text;
 }
 
@@ -195,22 +229,20 @@ void CheckCheckpoint(const TrainConfig& config, int world_size,
       ResumableCheckpointDir(config.out_dir + "/checkpoints");
   const std::optional<int64_t> latest = LatestCheckpoint(dir);
   if (!latest) throw std::invalid_argument("no checkpoint in " + dir);
-  const std::vector<std::string> theirs = SplitLines(ReadJobDescription(dir));
-  const std::vector<std::string> ours =
-      SplitLines(JobDescription(config, world_size, dataset_size));
-  for (size_t i = 0; i < ours.size(); ++i) {
-    if (i >= theirs.size() || theirs[i] != ours[i]) {
-      throw std::invalid_argument(
-          "the checkpoint in " + dir + " is another job's (it has " +
-          (i < theirs.size() ? theirs[i] : std::string("nothing")) +
-          ", this run " + ours[i] + ")");
-    }
+  const std::string ours = JobDescription(config, world_size, dataset_size);
+  const std::string difference =
+      FirstJobDifference(ReadJobDescription(dir), ours);
+  if (!difference.empty()) {
+    throw std::invalid_argument("the checkpoint in " + dir +
+                                " is another job's (it has " + difference +
+                                ")");
   }
   const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
-  // Every rank's part, as each rank will read it: a checkpoint missing one
-  // is refused here, before any rank starts.
+  // Every rank's part, as each rank will read it: a checkpoint missing one,
+  // holding another rank's or another job's (job.txt edited to match this
+  // run) is refused here, before any rank starts.
   for (int rank = 0; rank < world_size; ++rank) {
-    if (every_part) ReadRankCheckpoint(dir, rank, layout, *latest);
+    if (every_part) ReadRankCheckpoint(dir, rank, layout, *latest, ours);
   }
 }
 
@@ -321,6 +353,13 @@ void ProbeOutputs(const TrainConfig& c) {
   ProbeWritable(c.out_dir, "--out_dir " + c.out_dir);
   for (const char* sub : {"/checkpoints", "/checkpoints.next"}) {
     std::error_code error;
+    // Followed, it would let this run write and prune another's.
+    if (fs::is_symlink(fs::symlink_status(c.out_dir + sub, error))) {
+      throw std::invalid_argument(
+          c.out_dir + sub +
+          " is a symbolic link: checkpoints are never written or read "
+          "through one");
+    }
     if (fs::is_directory(c.out_dir + sub, error)) {
       ProbeWritable(c.out_dir + sub, c.out_dir + sub);
     }

@@ -275,6 +275,12 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   std::vector<float> params = InitialParams(config, layout, generator);
   const TrainingData data = LoadTrainingData(config, layout, rank, generator);
 
+  // What binds a checkpoint's parts to this job (hashing the data's files):
+  // made only where checkpoints are written or read.
+  const bool checkpoints =
+      !config.out_dir.empty() && (config.checkpoint_every > 0 || config.resume);
+  const std::string job =
+      checkpoints ? JobDescription(config, world_size, data.train.size) : "";
   if (config.resume) {
     CheckResumable(config, world_size, data.train.size, /*every_part=*/false);
     // Every rank has read what it resumes from before rank 0 promotes a
@@ -284,7 +290,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   }
   // Before the agreement check, a collective no rank passes before rank 0.
   if (rank == 0 && !config.out_dir.empty()) {
-    PrepareCheckpoints(config, world_size, data.train.size);
+    PrepareCheckpoints(config, job);
   }
   CheckRanksAgree(config, data.train.size, comm);
   const std::unique_ptr<comm::Communicator> host =
@@ -298,8 +304,8 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   const SentBytes sent{comm, host_comm};
   TrainResult result;
   const int64_t first_step =
-      StartingPoint(config, layout, params, comm, *model, synchronizer->state(),
-                    &result.history);
+      StartingPoint(config, layout, params, job, comm, *model,
+                    synchronizer->state(), &result.history);
   synchronizer->Start(*model, /*resumed=*/first_step > 0);
 
   const DistributedSampler sampler(
@@ -331,7 +337,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
         (step + 1) % config.checkpoint_every == 0 &&
         step + 1 < schedule.total_steps) {
       TakeCheckpoint(config, faults, layout, *model, synchronizer->state(),
-                     result.history, step, comm, &staged);
+                     result.history, job, step, comm, &staged);
     }
     MaybeFault(faults, rank, step, "after_step");
     if (index == schedule.steps_per_epoch - 1) {
