@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -28,8 +29,9 @@ using std::chrono::milliseconds;
 // the ranks are x86-64 processes of one build).
 constexpr size_t kMessageBytes = kAgreementWords * sizeof(int64_t);
 constexpr size_t kNonceBytes = 16;
-// How long one connection may take to prove itself before it is dropped.
-constexpr milliseconds kHandshakeDeadline{5000};
+// How long one connection may take to prove itself before it is dropped
+// (connections prove themselves side by side: a silent one delays no other).
+constexpr milliseconds kHandshakeDeadline{2000};
 // How long a wait goes without moving the backend's queued data, where it
 // has some (Collect's `progress`).
 constexpr milliseconds kProgressSlice{1};
@@ -88,6 +90,65 @@ int Listen(const std::string& host, int world, int* port) {
   }
   *port = ntohs(address.sin_port);
   return fd;
+}
+
+// A connection to this rank's listener that has yet to prove it is a
+// rank of this job: sent a nonce, it must answer with its rank and the
+// proof before its own deadline.
+struct Candidate {
+  int fd = -1;
+  std::string nonce;
+  std::string answer;  // what has arrived of rank and proof
+  Clock::time_point limit;
+  bool failed = false;
+
+  // Reads what has arrived (the socket does not block); once the whole
+  // answer is in, the rank it proves (between `rank` and `world`, the
+  // secret's), or -1 with failed set for a wrong one.
+  int Read(const std::string& secret, int rank, int world) {
+    constexpr size_t kAnswerBytes = sizeof(int32_t) + kHmacBytes;
+    char bytes[kAnswerBytes];
+    const ssize_t n = recv(fd, bytes, kAnswerBytes - answer.size(), 0);
+    if (n <= 0) {
+      failed = n == 0 || (errno != EAGAIN && errno != EINTR);
+      return -1;
+    }
+    answer.append(bytes, static_cast<size_t>(n));
+    if (answer.size() < kAnswerBytes) return -1;
+    int32_t from = -1;
+    std::memcpy(&from, answer.data(), sizeof(from));
+    failed = !(from > rank && from < world &&
+               ConstantTimeEqual(answer.substr(sizeof(from)),
+                                 Proof(secret, nonce, from)));
+    if (failed) return -1;
+    // The peer's later calls read and write it blocking, with deadlines.
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return from;
+  }
+};
+
+// How many connections may be proving themselves at once: a local process
+// that opens more only drops its own oldest.
+constexpr size_t kMaxCandidates = 64;
+
+// Takes a connection off the listener and sends it a nonce to answer.
+void Welcome(int listener, std::vector<Candidate>* candidates) {
+  const int fd =
+      accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) return;
+  Candidate c{
+      fd, RandomBytes(kNonceBytes), {}, Clock::now() + kHandshakeDeadline};
+  // 16 bytes into a new connection's empty buffer: never short.
+  if (send(fd, c.nonce.data(), c.nonce.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(c.nonce.size())) {
+    close(fd);
+    return;
+  }
+  if (candidates->size() == kMaxCandidates) {
+    close(candidates->front().fd);
+    candidates->erase(candidates->begin());
+  }
+  candidates->push_back(std::move(c));
 }
 
 }  // namespace
@@ -168,44 +229,56 @@ void CallMesh::Connect(const RankContext& context, int to,
 void CallMesh::Admit(int listener, const std::string& secret,
                      Clock::time_point deadline) {
   std::vector<bool> admitted(static_cast<size_t>(world_), false);
-  for (int waiting = world_ - 1 - rank_; waiting > 0;) {
-    pollfd ready{listener, POLLIN, 0};
-    const int n = poll(&ready, 1,
-                       static_cast<int>(std::min<int64_t>(
-                           MillisecondsLeft(deadline), 1 << 30)));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::string missing;
-      for (int r = rank_ + 1; r < world_; ++r) {
-        if (!admitted[r]) missing += " " + std::to_string(r);
+  std::vector<Candidate> candidates;
+  try {
+    for (int waiting = world_ - 1 - rank_; waiting > 0;) {
+      Clock::time_point wake = deadline;
+      std::vector<pollfd> ready{{listener, POLLIN, 0}};
+      for (const Candidate& c : candidates) {
+        ready.push_back({c.fd, POLLIN, 0});
+        wake = std::min(wake, c.limit);
       }
-      throw CommError(backend_ + ": call mesh: rank " + std::to_string(rank_) +
-                      " was not reached by rank(s)" + missing + " in time");
+      const int n = poll(
+          ready.data(), ready.size(),
+          static_cast<int>(std::min<int64_t>(MillisecondsLeft(wake), 1 << 30)));
+      if (n < 0 && errno != EINTR) {
+        throw CommError(backend_ +
+                        ": call mesh: poll failed: " + std::strerror(errno));
+      }
+      // Every candidate moves on as its bytes arrive: one that stays silent
+      // holds up no other, and is dropped at its own deadline.
+      for (size_t i = candidates.size(); i-- > 0;) {
+        Candidate& c = candidates[i];
+        const int from =
+            ready[i + 1].revents != 0 ? c.Read(secret, rank_, world_) : -1;
+        if (from >= 0 && !admitted[from]) {
+          Tune(c.fd, timeout_);
+          admitted[from] = true;
+          peers_.push_back(Peer{from, c.fd, {}});
+          --waiting;
+        } else if (from >= 0 || c.failed || Clock::now() >= c.limit) {
+          close(c.fd);  // a stranger, or a rank of another job: dropped
+        } else {
+          continue;
+        }
+        candidates.erase(candidates.begin() + static_cast<ptrdiff_t>(i));
+      }
+      if (ready[0].revents & POLLIN) Welcome(listener, &candidates);
+      if (waiting > 0 && Clock::now() >= deadline) {
+        std::string missing;
+        for (int r = rank_ + 1; r < world_; ++r) {
+          if (!admitted[r]) missing += " " + std::to_string(r);
+        }
+        throw CommError(backend_ + ": call mesh: rank " +
+                        std::to_string(rank_) + " was not reached by rank(s)" +
+                        missing + " in time");
+      }
     }
-    const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    const std::string nonce = RandomBytes(kNonceBytes);
-    int32_t from = -1;
-    char proof[kHmacBytes];
-    std::string why;
-    const auto limit = std::min(deadline, Clock::now() + kHandshakeDeadline);
-    const bool proved =
-        wire::SendAll(fd, nonce.data(), nonce.size()) &&
-        wire::ReadExact(fd, reinterpret_cast<char*>(&from), sizeof(from), limit,
-                        &why) &&
-        wire::ReadExact(fd, proof, sizeof(proof), limit, &why) &&
-        from > rank_ && from < world_ && !admitted[from] &&
-        ConstantTimeEqual(std::string(proof, sizeof(proof)),
-                          Proof(secret, nonce, from));
-    if (!proved) {  // a stranger, or a rank of another job: dropped
-      close(fd);
-      continue;
-    }
-    Tune(fd, timeout_);
-    admitted[from] = true;
-    peers_.push_back(Peer{from, fd, {}});
-    --waiting;
+  } catch (...) {
+    for (const Candidate& c : candidates) close(c.fd);
+    throw;
   }
+  for (const Candidate& c : candidates) close(c.fd);
 }
 
 void CallMesh::Post(const int64_t words[kAgreementWords],

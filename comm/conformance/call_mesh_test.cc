@@ -2,8 +2,9 @@
 // processes: descriptions posted several calls ahead arrive in order and
 // reduce to their maximum; a wait keeps moving a backend's queued data; a
 // connection that cannot prove the job's secret is dropped while the ranks
-// still join; a peer that exits is named as dead, one that stays silent past
-// the deadline as the rank waited for.
+// still join, and one that stays silent holds up no rank; a peer that exits is
+// named as dead, one that stays silent past the deadline as the rank waited
+// for.
 #include "comm/call_mesh.h"
 
 #include <arpa/inet.h>
@@ -188,6 +189,48 @@ TEST(CallMeshTest, ASilentPeerTimesOutNamingIt) {
           return;
         }
         throw std::runtime_error("rank 1's silence went unnoticed");
+      },
+      milliseconds(60000));
+  ExpectAllExited0(results);
+}
+
+// A local process that connects to a listening rank and says nothing held
+// the job up: ranks were admitted one at a time, each connection given 5 s
+// to prove itself. With a silent stranger on each listener before the ranks
+// that it stands in front of connect, the mesh forms and agrees on a call
+// in well under a second.
+TEST(CallMeshTest, ASilentStrangerOnEachListenerDelaysNoRank) {
+  const auto results = RunRanks(
+      3,
+      [&](const RankContext& c) {
+        int stranger = -1;
+        if (c.rank > 0) {
+          const int port = std::stoi(
+              c.store->Get("call_mesh/port/" + std::to_string(c.rank - 1),
+                           milliseconds(10000)));
+          stranger = socket(AF_INET, SOCK_STREAM, 0);
+          sockaddr_in address{};
+          address.sin_family = AF_INET;
+          address.sin_port = htons(static_cast<uint16_t>(port));
+          address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+          Check(connect(stranger, reinterpret_cast<sockaddr*>(&address),
+                        sizeof(address)) == 0,
+                "the stranger could not connect");
+        }
+        const auto start = std::chrono::steady_clock::now();
+        CallMesh mesh(c, "test", milliseconds(10000), milliseconds(10000));
+        int64_t words[kAgreementWords];
+        WordsOf(c.rank, 0, words);
+        mesh.Post(words, "call 0");
+        mesh.Collect(words, "call 0");
+        const auto took = std::chrono::steady_clock::now() - start;
+        if (stranger >= 0) close(stranger);
+        Check(words[0] == 20, "the maximum is " + std::to_string(words[0]));
+        Check(took < milliseconds(1000),
+              "the mesh took " +
+                  std::to_string(
+                      std::chrono::duration_cast<milliseconds>(took).count()) +
+                  " ms to form beside a silent stranger");
       },
       milliseconds(60000));
   ExpectAllExited0(results);
