@@ -37,21 +37,6 @@ int UsableCores() {
   return std::max(1, CPU_COUNT(&cpus));
 }
 
-// Open MPI's allreduce rules for the tuned component (its file format: the
-// collective's id, 2 for allreduce, then per communicator size from which a
-// rule holds, per message size from which: algorithm, fan, segment). Two
-// ranks take recursive doubling at every size: one exchange of the whole
-// buffer, no step waiting on another. Across a 1 Gbit/s link Open MPI 4.1's
-// own choice reached 0.63-0.86 of the link at 4 and 16 MiB, recursive
-// doubling 0.88-0.92 (bench/results/links/2026-12-03-*). From 3 ranks,
-// algorithm 0 leaves the choice to Open MPI.
-constexpr char kAllreduceRules[] =
-    "1\n"
-    "2\n"
-    "2\n"
-    "2\n1\n0 3 0 0\n"
-    "3\n1\n0 0 0 0\n";
-
 // Whether the user chose Open MPI's collective algorithms: then ringlab's
 // rules stay out of the way.
 bool UserTunesCollectives() {
@@ -162,6 +147,19 @@ void RemoveTemporaryTree(const std::string& dir) {
 
 }  // namespace
 
+// Two ranks take recursive doubling at every size: one exchange of the whole
+// buffer, no step waiting on another. Across a 1 Gbit/s link Open MPI 4.1's
+// own choice reached 0.63-0.86 of the link at 4 and 16 MiB, recursive
+// doubling 0.88-0.92 (bench/results/links/2026-12-03-*). From 3 ranks,
+// algorithm 0 leaves the choice to Open MPI.
+std::string OpenMpiAllreduceRules() {
+  return "1\n"               // one collective:
+         "2\n"               // allreduce,
+         "2\n"               // with rules for two communicator sizes:
+         "2\n1\n0 3 0 0\n"   // from 2 ranks, one message size: 3 from 0 B;
+         "3\n1\n0 0 0 0\n";  // from 3 ranks: 0 (Open MPI's choice) from 0 B
+}
+
 std::vector<std::string> OpenMpiTuning(int nprocs, int cores,
                                        const std::string& rules) {
   std::vector<std::string> out;
@@ -196,7 +194,7 @@ int LaunchMpirunOnHosts(int nprocs, const std::vector<std::string>& argv,
   try {
     std::ofstream(agent) << AgentScript(hosts);
     chmod(agent.c_str(), 0700);
-    std::ofstream(rules) << kAllreduceRules;
+    std::ofstream(rules) << OpenMpiAllreduceRules();
     // Host 0's ranks are mpirun's own children: its index, and its shared
     // memory files in the private directory.
     status = RunOnHostZero(

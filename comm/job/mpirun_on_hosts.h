@@ -27,6 +27,12 @@ namespace ringlab::comm {
 std::vector<std::string> OpenMpiTuning(int nprocs, int cores,
                                        const std::string& rules);
 
+// ringlab's allreduce rules for Open MPI's tuned collectives, in its
+// dynamic rules file format (coll_tuned_dynamic_rules_filename): the
+// collective's id (2, allreduce), then per communicator size from which a
+// rule holds, per message size from which: algorithm, fan, segment size.
+std::string OpenMpiAllreduceRules();
+
 // Runs `argv` (its argv[0] resolved to this binary) as `nprocs` MPI ranks
 // on `cluster`; returns mpirun's exit status (128 + N for a signal).
 // Throws std::runtime_error when mpirun or nsenter is missing or cannot
