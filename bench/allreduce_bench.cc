@@ -151,6 +151,42 @@ std::string BadFlags() {
   return "";
 }
 
+// --backends against the backends linked in, before any rank or host
+// starts: an unknown name, one that cannot span the emulated hosts asked
+// for, or a list without a host-memory backend (the sweep times its rows over
+// one) is bad input. None named: every backend, each skipped where it cannot
+// start. (--threads names ipc_ring's variants, checked by its bench.)
+std::string BadBackends() {
+  if (FLAGS_threads > 0) return "";
+  const std::vector<std::string> specs = SplitList(FLAGS_backends, ',');
+  if (specs.empty()) return "";
+  bool host_memory = false;
+  for (const std::string& spec : specs) {
+    const std::string name = SplitList(spec, ':').front();
+    const comm::BackendDescription* backend = comm::FindBackend(name);
+    if (backend == nullptr) {
+      std::string linked;
+      for (const std::string& n : comm::RegisteredBackendNames()) {
+        linked += (linked.empty() ? "" : ", ") + n;
+      }
+      return "--backends: unknown backend '" + name +
+             "' (linked into this binary: " + linked + ")";
+    }
+    if (FLAGS_hosts > 1 && !backend->spans_hosts) {
+      return "--backends: " + name + " cannot span emulated hosts (--hosts=" +
+             std::to_string(FLAGS_hosts) +
+             "): its ranks must share one host's memory";
+    }
+    host_memory = host_memory || backend->memory == comm::MemoryKind::kHost;
+  }
+  if (!host_memory) {
+    return "--backends=" + FLAGS_backends +
+           " names no host-memory backend, which the sweep times its rows "
+           "over (add shm_ring or gloo)";
+  }
+  return "";
+}
+
 // Rank r on CPU r mod the CPUs allowed, so that ranks do not migrate.
 void PinToCpu(int local_rank) {
   cpu_set_t allowed;
@@ -393,8 +429,8 @@ int Main(int argc, char** argv) {
       argc, argv,
       "allreduce sweeps over every backend linked in, measured as nccl-tests "
       "does (bench/allreduce_bench.cc says how)");
-  if (const std::string bad = BadFlags(); !bad.empty()) {
-    cli::ExitWithUsageError(bad);
+  for (const std::string& bad : {BadFlags(), BadBackends()}) {
+    if (!bad.empty()) cli::ExitWithUsageError(bad);
   }
   comm::BackendTuning tuning;
   try {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace ringlab::cli {
 namespace {
@@ -70,11 +71,32 @@ void SetFlag(int argc, char** argv, int* i) {
   }
 }
 
+// gflags' --help restricted to the flags defined under any of `dirs` (its
+// own restriction takes one).
+void ShowHelp(const char* argv0, const std::vector<std::string>& dirs) {
+  std::printf("%s: %s\n", argv0, gflags::ProgramUsage());
+  std::vector<gflags::CommandLineFlagInfo> flags;
+  gflags::GetAllFlags(&flags);  // by file, then name
+  std::string file;
+  for (const gflags::CommandLineFlagInfo& flag : flags) {
+    bool shown = false;
+    for (const std::string& dir : dirs) {
+      shown = shown || flag.filename.find(dir) != std::string::npos;
+    }
+    if (!shown) continue;
+    if (flag.filename != file) {
+      file = flag.filename;
+      std::printf("\n  Flags from %s:\n", file.c_str());
+    }
+    std::printf("%s", gflags::DescribeOneFlag(flag).c_str());
+  }
+}
+
 }  // namespace
 
 std::vector<char*> ParseFlagsOrExit(
     int argc, char** argv, const std::string& usage,
-    const std::string& help_filter,
+    const std::vector<std::string>& help_dirs,
     const std::vector<std::string>& pass_through) {
   gflags::SetUsageMessage(usage);
   std::vector<char*> rest = {argv[0]};
@@ -87,7 +109,7 @@ std::vector<char*> ParseFlagsOrExit(
     const size_t start = arg[1] == '-' ? 2 : 1;
     const std::string name = arg.substr(start, arg.find('=', start) - start);
     if (IsHelp(name)) {
-      gflags::ShowUsageWithFlagsRestrict(argv[0], help_filter.c_str());
+      ShowHelp(argv[0], help_dirs);
       std::exit(0);
     }
     if (PassedThrough(arg, pass_through)) {

@@ -15,13 +15,13 @@
 namespace ringlab::cli {
 
 // Parses argv[1..] into the gflags defined in the binary. --help prints
-// `usage` and the flags defined in files whose path contains help_filter
-// (e.g. "train/") and exits 0. Arguments that begin with one of
-// pass_through (e.g. "--benchmark_") are not parsed: they are returned, in
-// order, after argv[0].
+// `usage` and the flags defined in files whose path contains one of
+// help_dirs (e.g. {"train/", "comm/cluster/"}) and exits 0. Arguments that
+// begin with one of pass_through (e.g. "--benchmark_") are not parsed: they are
+// returned, in order, after argv[0].
 std::vector<char*> ParseFlagsOrExit(
     int argc, char** argv, const std::string& usage,
-    const std::string& help_filter,
+    const std::vector<std::string>& help_dirs,
     const std::vector<std::string>& pass_through = {});
 
 }  // namespace ringlab::cli

@@ -36,7 +36,7 @@ std::vector<char*> Parse(std::vector<std::string> words,
   static std::vector<Args> kept;  // the returned pointers point into these
   kept.emplace_back(std::move(words));
   return ParseFlagsOrExit(kept.back().argc(), kept.back().argv(), "usage",
-                          "cli/", pass);
+                          {"cli/"}, pass);
 }
 
 class FlagsTest : public ::testing::Test {

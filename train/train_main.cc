@@ -453,9 +453,10 @@ int Main(int argc, char** argv) {
   cli::ParseFlagsOrExit(
       argc, argv,
       "trains an MLP data-parallel; the defaults are the configuration of the "
-      "document's PyTorch DDP run\n\nbackends in this binary (--comm):\n" +
+      "seed example's PyTorch DDP run (experiments/seed_ddp)\n\nbackends in "
+      "this binary (--comm):\n" +
           comm::DescribeBackends(),
-      "train/");
+      {"train/", "comm/cluster/"});
   // Before anything starts CUDA (CreateMlp below): as many hardware queues
   // as ranks whose kernels spin waiting for each other.
   if (RanksAreThreads(FLAGS_comm)) comm::PrepareProcessForRankThreads();

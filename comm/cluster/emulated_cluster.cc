@@ -15,6 +15,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -303,7 +304,9 @@ void EmulatedCluster::Shape(const Namespaces& where, const std::string& dev) {
              "delay", std::to_string(link_.latency_us) + "us", "limit",
              "10000000"});
     } catch (const ClusterError& e) {
-      throw ClusterError(
+      // The user's flag, which this kernel cannot honour (where its
+      // configuration could not say so before the hosts were made).
+      throw std::invalid_argument(
           "--link_latency needs the kernel's netem queueing discipline "
           "(sch_netem, CONFIG_NET_SCH_NETEM), which this kernel lacks: " +
           std::string(e.what()));

@@ -49,7 +49,7 @@ class EmulatedCluster {
 
   // Builds the hosts and the switch; throws ClusterError when it cannot
   // (having removed what it made), std::invalid_argument for hosts outside
-  // [1, kMaxHosts].
+  // [1, kMaxHosts] or a delay the kernel cannot make (no netem).
   EmulatedCluster(int hosts, const Link& link);
   // std::invalid_argument for a count outside [1, kMaxHosts].
   static void CheckHostCount(int hosts);

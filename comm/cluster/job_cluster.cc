@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "comm/cluster/kernel_config.h"
+
 namespace ringlab::comm::cluster {
 
 std::unique_ptr<EmulatedCluster> CreateJobCluster(
@@ -18,6 +20,12 @@ std::unique_ptr<EmulatedCluster> CreateJobCluster(
           "give --hosts=2 or more");
     }
     return nullptr;
+  }
+  if (link.latency_us > 0 && KernelHasNetem() == false) {
+    throw std::invalid_argument(
+        "--link_latency needs the kernel's netem queueing discipline "
+        "(CONFIG_NET_SCH_NETEM), which this kernel's configuration says it "
+        "lacks");
   }
   if (ranks % hosts != 0) {
     throw std::invalid_argument(

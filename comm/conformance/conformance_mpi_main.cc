@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
       argc, argv,
       "the communicator conformance suite over mpi, one case per run, under "
       "mpirun: --list | --case=NAME [--hosts=H --nprocs=N]",
-      "comm/");
+      {"comm/"});
   if (FLAGS_list == !FLAGS_case.empty()) {
     ringlab::cli::ExitWithUsageError("give exactly one of --list and --case");
   }

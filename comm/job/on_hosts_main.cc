@@ -32,7 +32,7 @@ int Main(int argc, char** argv) {
       split, argv,
       "starts a program's ranks on emulated hosts, torchrun-style: on_hosts "
       "[flags] -- COMMAND [ARGS...]",
-      "comm/");
+      {"comm/"});
   if (split + 1 >= argc) {
     ringlab::cli::ExitWithUsageError(
         "give the command after --: on_hosts --nprocs=2 --hosts=2 -- CMD");
