@@ -1,6 +1,7 @@
-// Time per training step of the document's run (Net 10,5,2, batch 50 per rank,
-// SGD 0.01, 2 ranks) for each synchroniser over shm_ring, next to a single
-// process's step: what synchronising gradients costs. Launches its own ranks
+// Time per training step of the seed example's run (Net 10,5,2, batch 50 per
+// rank, SGD 0.01, 2 ranks) for each synchroniser over shm_ring, next to a
+// single process's step: what synchronising gradients costs. Launches its own
+// ranks
 // (--nprocs, default 2; --comm, default shm_ring); rank 0 reports. Compare with
 // PyTorch DDP in the same session with bench/ddp_vs_pytorch.sh.
 //
@@ -21,6 +22,7 @@
 
 #include "bench/benchmark_flags.h"
 #include "cli/usage_error.h"
+#include "comm/backend.h"
 #include "comm/communicator.h"
 #include "comm/job/launch.h"
 #include "comm/job/rendezvous.h"
@@ -129,13 +131,15 @@ int main(int argc, char** argv) {
   using namespace ringlab;
   bench::ParseBenchmarkFlagsOrExit(
       argc, argv,
-      "time per training step of the document's run for each synchroniser, "
+      "time per training step of the seed example's run (experiments/seed_ddp) "
+      "for each synchroniser, "
       "next to a single process's step");
   if (FLAGS_nprocs < 1 || FLAGS_nprocs > 1024) {
     cli::ExitWithUsageError("--nprocs must be in [1, 1024]");
   }
   comm::CommOptions options;
   try {
+    comm::BackendNamed(FLAGS_comm);                  // before any rank starts
     options.tuning = comm::TuningFromEnvironment();  // RINGLAB_* variables
   } catch (const std::invalid_argument& e) {
     cli::ExitWithUsageError(e.what());

@@ -3,10 +3,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace ringlab::io {
 namespace {
@@ -18,21 +20,21 @@ int64_t Holder(int fd) {
   return n > 0 ? std::strtoll(text, nullptr, 10) : 0;
 }
 
-}  // namespace
-
-DirectoryLock::DirectoryLock(const std::string& dir) {
-  const std::string path = dir + "/" + kFileName;
+// Opens and locks path's current file. A holder removes the file as it
+// lets go, so a lock taken on a file no longer at path (opened before its
+// holder removed it) is no lock: false, try again.
+bool LockCurrentFile(const std::string& dir, const std::string& path, int* fd) {
   // No O_TRUNC: a holder's pid must survive a refused opener.
-  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd_ < 0) {
+  *fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (*fd < 0) {
     throw std::invalid_argument("cannot open " + path + ": " +
                                 std::strerror(errno));
   }
-  if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    const int64_t holder = err == EWOULDBLOCK ? Holder(fd_) : 0;
-    close(fd_);
-    fd_ = -1;
+    const int64_t holder = err == EWOULDBLOCK ? Holder(*fd) : 0;
+    close(*fd);
+    *fd = -1;
     if (err != EWOULDBLOCK) {
       throw std::invalid_argument("cannot lock " + path + ": " +
                                   std::strerror(err));
@@ -43,6 +45,27 @@ DirectoryLock::DirectoryLock(const std::string& dir) {
             " holds " + path + ")",
         holder);
   }
+  struct stat held {
+  }, named{};
+  if (fstat(*fd, &held) == 0 && stat(path.c_str(), &named) == 0 &&
+      held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
+    return true;
+  }
+  close(*fd);
+  *fd = -1;
+  return false;
+}
+
+}  // namespace
+
+DirectoryLock::DirectoryLock(const std::string& dir)
+    : path_(dir + "/" + kFileName) {
+  for (int attempt = 0; !LockCurrentFile(dir, path_, &fd_); ++attempt) {
+    if (attempt == 100) {
+      throw std::invalid_argument("cannot lock " + path_ +
+                                  ": it is removed and made again meanwhile");
+    }
+  }
   const std::string pid = std::to_string(getpid()) + "\n";
   if (ftruncate(fd_, 0) != 0 || pwrite(fd_, pid.data(), pid.size(), 0) !=
                                     static_cast<ssize_t>(pid.size())) {
@@ -51,10 +74,16 @@ DirectoryLock::DirectoryLock(const std::string& dir) {
 }
 
 DirectoryLock::~DirectoryLock() {
-  if (fd_ >= 0) close(fd_);  // releases the lock; the file stays
+  if (fd_ < 0) return;
+  // Removed while still held: the directory is left as the job found it
+  // (a refused job, too, leaves no file behind), and an opener that had the
+  // old file sees it is gone (LockCurrentFile).
+  unlink(path_.c_str());
+  close(fd_);
 }
 
-DirectoryLock::DirectoryLock(DirectoryLock&& other) noexcept : fd_(other.fd_) {
+DirectoryLock::DirectoryLock(DirectoryLock&& other) noexcept
+    : fd_(other.fd_), path_(std::move(other.path_)) {
   other.fd_ = -1;
 }
 

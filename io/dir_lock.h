@@ -2,8 +2,10 @@
 // file in it, <dir>/.ringlab.lock, which names the holder's pid) held for as
 // long as the object lives, so that a second job given the same --out_dir is
 // refused before it touches anything instead of pruning the first one's
-// checkpoints. The kernel releases the lock when the holder exits however it
-// exits, so a crashed job never leaves a directory locked.
+// checkpoints. The holder removes the file as it lets go, so a directory is
+// left as it was found; the kernel releases the lock when the holder exits
+// however it exits, so a crashed job never leaves a directory locked (only
+// the file, which the next holder takes over).
 #ifndef RINGLAB_IO_DIR_LOCK_H_
 #define RINGLAB_IO_DIR_LOCK_H_
 
@@ -40,6 +42,7 @@ class DirectoryLock {
 
  private:
   int fd_ = -1;
+  std::string path_;
 };
 
 }  // namespace ringlab::io

@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "io/test_dirs.h"
@@ -43,8 +45,47 @@ TEST(DirectoryLockTest, ASecondLockerIsRefusedNamingTheHolder) {
     waitpid(child, &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   }
-  DirectoryLock again(dir);  // released with the first
+  // Released with the first, which removed its file: a refused job leaves
+  // no file behind either.
+  EXPECT_FALSE(std::filesystem::exists(dir + "/" + DirectoryLock::kFileName));
+  DirectoryLock again(dir);
   EXPECT_TRUE(std::filesystem::exists(dir + "/" + DirectoryLock::kFileName));
+}
+
+// A file removed by its holder as it let go is no lock for whoever opened
+// it before: many lockers racing never hold the directory two at a time.
+TEST(DirectoryLockTest, LockersRacingAReleaseNeverHoldItTogether) {
+  const std::string dir = FreshTestDir("lock_race");
+  int holders[2];
+  ASSERT_EQ(pipe(holders), 0);
+  std::vector<pid_t> children;
+  for (int c = 0; c < 8; ++c) {
+    const pid_t child = fork();
+    if (child == 0) {
+      for (int i = 0; i < 200; ++i) {
+        try {
+          DirectoryLock mine(dir);
+          // Holding: the file at the path names this process.
+          const std::string named = std::to_string(getpid()) + "\n";
+          std::FILE* f =
+              std::fopen((dir + "/" + DirectoryLock::kFileName).c_str(), "r");
+          char text[32] = {};
+          if (f == nullptr || std::fread(text, 1, sizeof(text) - 1, f) == 0 ||
+              named != text) {
+            (void)!write(holders[1], "x", 1);
+          }
+          if (f != nullptr) std::fclose(f);
+        } catch (const DirectoryInUse&) {
+        }
+      }
+      _exit(0);
+    }
+    children.push_back(child);
+  }
+  for (const pid_t child : children) waitpid(child, nullptr, 0);
+  close(holders[1]);
+  char c;
+  EXPECT_EQ(read(holders[0], &c, 1), 0) << "two processes held the lock";
 }
 
 TEST(DirectoryLockTest, AKilledHolderLeavesItFree) {

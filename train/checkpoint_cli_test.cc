@@ -464,9 +464,9 @@ TEST(CheckpointCliTest, AJobStartedByTorchrunsVariablesHoldsItsOutDir) {
   // done, a listing of it before and after the second jobs.
   std::string after_start =
       "for i in $(seq 1000); do [ -s " + out +
-      "/.ringlab.lock ] && break; sleep 0.01; done; sleep 2; "
-      "find " +
-      out + " -printf '%p %s %T@\\n' | sort >" + dir + "/before; ";
+      "/.ringlab.lock ] && break; sleep 0.01; done; sleep 2; cp " + out +
+      "/.ringlab.lock " + dir + "/holder; find " + out +
+      " -printf '%p %s %T@\\n' | sort >" + dir + "/before; ";
   for (size_t i = 0; i < seconds.size(); ++i) {
     const std::string n = std::to_string(i);
     after_start +=
@@ -483,7 +483,7 @@ TEST(CheckpointCliTest, AJobStartedByTorchrunsVariablesHoldsItsOutDir) {
   };
   job.after_start = after_start;
   RunRanksByHand("locked_by_hand_ranks", job);
-  const std::string holder = ReadText(out + "/.ringlab.lock");
+  const std::string holder = ReadText(dir + "/holder");
   for (size_t i = 0; i < seconds.size(); ++i) {
     SCOPED_TRACE(seconds[i]);
     const std::string n = std::to_string(i);

@@ -365,11 +365,24 @@ void ProbeOutputs(const TrainConfig& c) {
     }
   }
 }
+// --model's layout; its errors in the flag's terms, not the parser's.
+nn::MlpLayout ParseModelFlag(const std::string& model) {
+  try {
+    return nn::MlpLayout::Parse(model);
+  } catch (const std::invalid_argument& e) {
+    const std::string why = e.what();
+    const size_t colon = why.find(": ");
+    throw std::invalid_argument(
+        "--model=" + model + ": " +
+        (colon == std::string::npos ? why : why.substr(colon + 2)));
+  }
+}
+
 }  // namespace
 
 void ValidateConfig(const TrainConfig& config, int world_size,
                     ValidationScope scope) {
-  const nn::MlpLayout layout = nn::MlpLayout::Parse(config.model);
+  const nn::MlpLayout layout = ParseModelFlag(config.model);
   CheckBounds(config, world_size);
   if (!(config.lr >= 0.0f) || config.lr > 1e6f) {
     throw std::invalid_argument("--lr must be a number in [0, 1e6]");
