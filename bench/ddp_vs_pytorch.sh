@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Time per training step of the document's run: ringlab (bench/ddp_step_bench,
+# Time per training step of the seed example's run: ringlab (bench/ddp_step_bench,
 # 2 ranks over shm_ring) and PyTorch DDP (gloo, 2 ranks, 1 thread each) in one
 # session, one after the other, so the figures share the machine's load.
 #   bazel build -c opt //bench:ddp_step_bench && bench/ddp_vs_pytorch.sh

@@ -20,7 +20,7 @@ namespace {
 // kernels torch itself runs there); elsewhere torch's scalar fallback and
 // this one's both use the C library's log, cos and sin, which the export
 // did not, so there the check is within 2e-6 (the scalar path's distance
-// measured from the vectorised one, ../shared/pytorch-facts.md).
+// measured from the vectorised one, docs/pytorch-fidelity.md).
 TEST(RandnTest, MatchesTorch) {
   const bool vectorised =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

@@ -1,6 +1,6 @@
 // What the Fashion-MNIST experiment relies on, run as a user runs //train:train
 // on a small IDX data set written here: --dataset=fashion_mnist reads it (and
-// refuses what does not fit), eval.csv holds the documented evaluations,
+// refuses what does not fit), eval.csv holds the evaluations it was asked for,
 // DDP's buckets change no result bit whether or not they overlap backward,
 // and --trace writes a Chrome trace whose allreduce bytes are what the ranks
 // reported sending.

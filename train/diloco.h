@@ -26,7 +26,7 @@ namespace ringlab::train {
 // momentum * mu + delta; the parameters move by -lr * (delta + mu * buffer).
 // The two multiply-adds that torch 1.13's CPU kernels fuse are fused here
 // (std::fma), the buffer's update is not: both as measured on Debian's
-// build (../shared/pytorch-hooks-facts.md, 1.8).
+// build (docs/pytorch-fidelity.md, "DiLoCo").
 void OuterNesterovStep(const float* delta, float* momentum, bool first,
                        float lr, float mu, float* outer, size_t n);
 

@@ -7,7 +7,7 @@
 // last step's Q after), summed and orthogonalised; Q = M^T P, summed and
 // divided by the world size. With error feedback what the approximation
 // lost is added to the next step's gradients. The arithmetic is torch's,
-// step by step (../shared/pytorch-hooks-facts.md, 1.3): tensors in DDP's
+// step by step (docs/pytorch-fidelity.md, "powerSGD_hook"): tensors in DDP's
 // bucket order, P and Q grouped by shape, the seeds of numpy's RandomState,
 // torch.randn, Gram-Schmidt with ATen's 8-lane norm for rank 1 (and 2),
 // LAPACK's QR above, row-major sgemm products, the error over the whole

@@ -15,8 +15,8 @@
 
 namespace ringlab::train {
 
-// Defaults reproduce the document's run (Net 10,5,2, SGD 0.01, 10 epochs, 100
-// samples, batch 64, DistributedSampler defaults without set_epoch).
+// Defaults reproduce the seed example's run (Net 10,5,2, SGD 0.01, 10 epochs,
+// 100 samples, batch 64, DistributedSampler defaults without set_epoch).
 struct TrainConfig {
   std::string model = "10,5,2";
   std::string sync = "allreduce";
@@ -33,7 +33,7 @@ struct TrainConfig {
   uint64_t sampler_seed = 0;  // DistributedSampler(seed=...)
   bool shuffle = true;
   bool drop_last = false;
-  bool set_epoch = false;      // the document never calls sampler.set_epoch
+  bool set_epoch = false;      // the seed example never calls sampler.set_epoch
   bool per_rank_data = false;  // synthetic data drawn per rank (seed + rank)
   // "synthetic", "npy" (data_dir's .npy files) or "fashion_mnist" (IDX files
   // in data_dir, default kFashionMnistDir); empty: npy with a data_dir, else

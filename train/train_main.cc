@@ -1,4 +1,4 @@
-// ringlab's trainer CLI. Its defaults are the document's PyTorch DDP run's
+// ringlab's trainer CLI. Its defaults are the seed example's PyTorch DDP run's
 // configuration (Net 10,5,2, SGD 0.01, 10 epochs, 100 samples, batch 64, 2
 // ranks, DistributedSampler defaults without set_epoch); its synthetic data
 // are not PyTorch's randn, so to reproduce PyTorch's numbers give its exported
@@ -84,10 +84,10 @@ DEFINE_uint64(sampler_seed, 0, "DistributedSampler's own seed");
 DEFINE_bool(shuffle, true, "DistributedSampler shuffle");
 DEFINE_bool(drop_last, false, "DistributedSampler drop_last");
 DEFINE_bool(set_epoch, false,
-            "call sampler.set_epoch(epoch) (the document does not)");
-DEFINE_bool(
-    per_rank_data, false,
-    "synthetic data drawn per rank with seed + rank (the document's quirk)");
+            "call sampler.set_epoch(epoch) (the seed example does not)");
+DEFINE_bool(per_rank_data, false,
+            "synthetic data drawn per rank with seed + rank (the seed "
+            "example's quirk)");
 DEFINE_string(dataset, "",
               "synthetic | npy (--data_dir's .npy files) | fashion_mnist (IDX "
               "files, default dir /usr/share/datasets/fashion-mnist); "

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The document's run under mpirun (--comm=mpi) leaves every rank with
+# The seed example's run under mpirun (--comm=mpi) leaves every rank with
 # parameters bitwise equal to the same run over shm_ring: with 2 ranks both
 # average gradients as (g0 + g1) / 2, which is exact whatever the order. Fresh
 # TMPDIR and vader directory per run: Bazel's sandboxes share PIDs and so
@@ -12,7 +12,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 train="$1"
 reference="testdata/seed_ddp/reference"
 work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/train_mpi.XXXXXX")"
-# One step more than the document's 10, with a checkpoint after its 10th: only
+# One step more than the seed example's 10, with a checkpoint after its 10th: only
 # rank 0 writes final/, but every rank writes its own parameters into the
 # checkpoint, so the ranks' parameters are compared here, not by the trainer's
 # own summary.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The trainer's threads mode (--comm=ipc_ring_threads: the ranks as threads of
 # one process on one GPU). Without a GPU: its refusals, each one "error:"
-# line and status 2. With one: the document's configuration on 2 ranks as
+# line and status 2. With one: the seed example's configuration on 2 ranks as
 # threads, every rank ending with the same bits, losses next to the CPU
 # run's within 1e-4 (cuda_mlp_test's tolerance for cuBLAS against OpenBLAS:
 # the same operations summed in other orders).

@@ -33,7 +33,7 @@ constexpr char kReference[] = "testdata/seed_ddp/reference";
 const std::vector<std::string> kTensors = {"fc1.weight", "fc1.bias",
                                            "fc2.weight", "fc2.bias"};
 
-// The document's run on PyTorch's exported data and initial parameters.
+// The seed example's run on PyTorch's exported data and initial parameters.
 TrainConfig ReferenceConfig(const std::string& out_dir) {
   TrainConfig config;
   config.data_dir = kReference;
@@ -406,9 +406,9 @@ TEST(TrainerTest, RanksThatDisagreeFailTogether) {
 }
 
 TEST(TrainerTest, BroadcastGivesEveryRankRankZerosParameters) {
-  // Different seeds per rank (as the document's unseeded ranks): after DDP's
-  // broadcast and zero epochs, both ranks hold rank 0's initial parameters,
-  // torch.manual_seed(0); Net(), and not what rank 1 drew (seed 1).
+  // Different seeds per rank (as the seed example's unseeded ranks): after
+  // DDP's broadcast and zero epochs, both ranks hold rank 0's initial
+  // parameters, torch.manual_seed(0); Net(), and not what rank 1 drew (seed 1).
   const nn::MlpLayout layout({10, 5, 2});
   std::vector<float> rank0_draw(layout.num_params());
   std::vector<float> rank1_draw(layout.num_params());

@@ -169,9 +169,9 @@ TEST(DataTypeTest, VectorisedKernelsMatchTheScalarTwin) {
 
 // One hop of a ring on two 16-bit values is their correctly rounded sum:
 // the float32 sum of two halves (or two bfloat16) is exact or too far from
-// a tie for the second rounding to matter (../shared/pytorch-hooks-facts.md,
-// 1.1), so it equals rounding the exact sum once. Checked on every pair of
-// a dense sample of finite values.
+// a tie for the second rounding to matter (docs/pytorch-fidelity.md,
+// "fp16_compress_hook"), so it equals rounding the exact sum once. Checked on
+// every pair of a dense sample of finite values.
 TEST(DataTypeTest, OneHopIsTheCorrectlyRoundedSum) {
   for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
     SCOPED_TRACE(DataTypeName(type));
