@@ -519,8 +519,13 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
   DrainOutput(ranks.streams);
   err.Append(errors.Report(end));
   // What a reader that stopped reading never takes is not waited for long:
-  // the job is over.
-  out.Flush(options.output_flush);
+  // the job is over. Lines stdout dropped and could not say so itself are
+  // counted on stderr, the launcher's last line.
+  if (!out.Flush(options.output_flush) && out.dropped_lines() > 0) {
+    err.Append("[launcher] " + std::to_string(out.dropped_lines()) +
+               " line(s) of the ranks' standard output dropped: it was not "
+               "read\n");
+  }
   err.Flush(options.output_flush);
   return end.failure.empty() ? 0 : status;
 }

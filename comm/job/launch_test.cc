@@ -167,6 +167,42 @@ TEST(LaunchTest, OutputNobodyReadsNeverStopsTheJob) {
   close(pipe_fds[0]);
 }
 
+// Lines a stdout nobody reads had to drop are counted at the end, on
+// stderr, when stdout could not say so itself.
+TEST(LaunchTest, LinesDroppedOnAnUnreadStdoutAreCountedOnStderr) {
+  int out_fds[2], err_fds[2];
+  ASSERT_EQ(pipe(out_fds), 0);
+  ASSERT_EQ(pipe(err_fds), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(out_fds[0]);
+    close(err_fds[0]);
+    dup2(out_fds[1], 1);
+    dup2(err_fds[1], 2);
+    LaunchOptions options;
+    options.exec_self = false;
+    options.output_flush = std::chrono::milliseconds(300);
+    _exit(LaunchRanks(1, {"/bin/sh", "-c", "yes ringlab | head -c 10000000"},
+                      options));
+  }
+  close(out_fds[1]);
+  close(err_fds[1]);
+  std::string err;
+  char buffer[4096];
+  for (ssize_t n; (n = read(err_fds[0], buffer, sizeof(buffer))) > 0;) {
+    err.append(buffer, static_cast<size_t>(n));
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(out_fds[0]);
+  close(err_fds[0]);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_NE(err.find(" line(s) of the ranks' standard output dropped: it was "
+                     "not read"),
+            std::string::npos)
+      << err;
+}
+
 TEST(LaunchTest, FailingRankStopsTheOthersAndItsStatusPropagates) {
   Launched l =
       Launch(3, "if [ $RANK = 1 ]; then sleep 0.2; exit 3; fi; exec sleep 60");
