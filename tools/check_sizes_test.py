@@ -2,7 +2,9 @@
 """tools/check_sizes.py's scan on the C++ it must not be fooled by: constructor
 initialiser lists with brace initialisers, lambdas and initialisers at
 namespace scope, braces in strings, characters, comments and raw strings,
-digit separators, operators, templates, TEST bodies, preprocessor lines."""
+digit separators, operators, templates, TEST bodies, preprocessor lines; and
+on Python: methods, nested and decorated functions, a planted long function,
+a long file and one that does not parse."""
 import os
 import sys
 import tempfile
@@ -86,6 +88,69 @@ class ScanTest(unittest.TestCase):
             problems = check_sizes.check([os.path.join(d, "pkg")], 200, 50)
             self.assertEqual(len(problems), 1, problems)
             self.assertIn("long.cc: 102 lines (limit 50)", problems[0])
+
+
+PYTHON = '''"""A module."""
+import functools
+
+
+@functools.lru_cache
+def cached(x):
+    return x
+
+
+class Thing:
+    def method(self):
+        def inner():
+            return 1
+        return inner()
+
+    async def later(self):
+        return 2
+
+
+text = "def not_a_function(): pass"
+'''
+
+
+class PythonTest(unittest.TestCase):
+    def test_functions_and_their_lines(self):
+        self.assertEqual(check_sizes.python_functions(PYTHON), [
+            ("cached", 5, 7),
+            ("Thing.method", 11, 14),
+            ("Thing.method.inner", 12, 13),
+            ("Thing.later", 16, 17),
+        ])
+
+    def test_a_planted_long_function_file_and_syntax_error_fail(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "pkg"))
+            body = "import os\n\n\ndef long_one():\n" + "    os.getcwd()\n" * 100 + "\n"
+            with open(os.path.join(d, "pkg", "long.py"), "w") as f:
+                f.write(body)
+            with open(os.path.join(d, "pkg", "short.py"), "w") as f:
+                f.write("def short():\n" + "    pass\n" * 99)  # 100 lines: at the limit
+            with open(os.path.join(d, "pkg", "long_test.py"), "w") as f:
+                f.write("x = 1\n" * 700)
+            problems = check_sizes.check([os.path.join(d, "pkg")], 100, 600)
+            self.assertEqual(len(problems), 1, problems)
+            self.assertIn("long.py:4: long_one is 101 lines (limit 100)", problems[0])
+            problems = check_sizes.check([os.path.join(d, "pkg")], 200, 50)
+            self.assertEqual(len(problems), 2, problems)
+            self.assertIn("long.py: 105 lines (limit 50)", problems[0])
+            self.assertIn("short.py: 100 lines (limit 50)", problems[1])
+            with open(os.path.join(d, "pkg", "broken.py"), "w") as f:
+                f.write("def broken(:\n")
+            problems = check_sizes.check([os.path.join(d, "pkg")], 100, 600)
+            self.assertEqual(len(problems), 2, problems)
+            self.assertIn("broken.py:1: does not parse", problems[0])
+
+    def test_main_fails_on_a_long_python_function(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "tool.py"), "w") as f:
+                f.write("def f():\n" + "    pass\n" * 120)
+            self.assertEqual(check_sizes.main([d]), 1)
+            self.assertEqual(check_sizes.main(["--max_function_lines=200", d]), 0)
 
 
 if __name__ == "__main__":

@@ -255,6 +255,34 @@ std::vector<float> FinalParams(const Synchronizer& synchronizer,
   return params;
 }
 
+// Collectively, before the first step: the job's description (what binds a
+// checkpoint's parts to it), the checkpoints prepared, and the ranks agreed
+// on the settings. Returns the description.
+std::string PrepareJob(const TrainConfig& config, int64_t dataset_size,
+                       comm::Communicator& comm) {
+  // What binds a checkpoint's parts to this job (hashing the data's files):
+  // made only where checkpoints are written or read.
+  const bool checkpoints =
+      !config.out_dir.empty() && (config.checkpoint_every > 0 || config.resume);
+  const std::string job =
+      checkpoints ? JobDescription(config, comm.world_size(), dataset_size)
+                  : "";
+  if (config.resume) {
+    CheckResumable(config, comm.world_size(), dataset_size,
+                   /*every_part=*/false);
+    // Every rank has read what it resumes from before rank 0 promotes a
+    // staged checkpoint (PrepareCheckpoints renames the directory the
+    // others may still be reading: CI saw rank 1 find it gone).
+    comm.Barrier();
+  }
+  // Before the agreement check, a collective no rank passes before rank 0.
+  if (comm.rank() == 0 && !config.out_dir.empty()) {
+    PrepareCheckpoints(config, job);
+  }
+  CheckRanksAgree(config, dataset_size, comm);
+  return job;
+}
+
 }  // namespace
 
 TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
@@ -275,24 +303,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   std::vector<float> params = InitialParams(config, layout, generator);
   const TrainingData data = LoadTrainingData(config, layout, rank, generator);
 
-  // What binds a checkpoint's parts to this job (hashing the data's files):
-  // made only where checkpoints are written or read.
-  const bool checkpoints =
-      !config.out_dir.empty() && (config.checkpoint_every > 0 || config.resume);
-  const std::string job =
-      checkpoints ? JobDescription(config, world_size, data.train.size) : "";
-  if (config.resume) {
-    CheckResumable(config, world_size, data.train.size, /*every_part=*/false);
-    // Every rank has read what it resumes from before rank 0 promotes a
-    // staged checkpoint (PrepareCheckpoints renames the directory the
-    // others may still be reading: CI saw rank 1 find it gone).
-    comm.Barrier();
-  }
-  // Before the agreement check, a collective no rank passes before rank 0.
-  if (rank == 0 && !config.out_dir.empty()) {
-    PrepareCheckpoints(config, job);
-  }
-  CheckRanksAgree(config, data.train.size, comm);
+  const std::string job = PrepareJob(config, data.train.size, comm);
   const std::unique_ptr<comm::Communicator> host =
       make_host_comm ? make_host_comm() : nullptr;
   comm::Communicator* const host_comm = host.get();

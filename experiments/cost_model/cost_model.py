@@ -39,8 +39,8 @@ communication, losses.csv), its model's gradient bytes and its backend's fit, an
 beside the measured step.
 """
 
-import argparse
 import csv
+import importlib.util
 import json
 import math
 import os
@@ -50,12 +50,22 @@ import sys
 
 import numpy as np
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
+
+import cli_errors  # noqa: E402
+
 # Fashion-MNIST MLP 784,1024,1024,10: its gradients, float32.
 DEFAULT_BUFFER_BYTES = 1863690 * 4
 BACKWARD_SHARE = 2 / 3
 EXTRAPOLATE_RANKS = (8, 16, 32, 64, 128, 256, 512, 1024)
 EXTRAPOLATE_LINKS_GBIT = (25, 100, 400)
 RANKS_PER_HOST = 8
+MAX_HOSTS, MAX_BUFFER_BYTES = 1 << 16, 1 << 40
+# What --plot may end in: the formats matplotlib's Agg writes ('' for its default, PNG).
+PLOT_SUFFIXES = ("", "png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff",
+                 "webp", "pgf", "raw", "rgba")
 
 
 RUN_WARMUP_STEPS = 20  # a run's first steps (allocation, caches), left out of its mean
@@ -289,10 +299,13 @@ def report_runs(run_dirs, fits, ranks, hosts, b_intra):
     return lines
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv=None):
+    """The flags, every one checked here, before anything is read or written: one error line
+    and exit status 2 for any that cannot be used."""
+    parser = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bench", required=True, help="allreduce_bench output across a link")
-    parser.add_argument("--hosts", type=int, default=2, help="the bench's hosts")
+    parser.add_argument("--hosts", type=int, default=2,
+                        help=f"the bench's hosts, in [2, {MAX_HOSTS}]")
     parser.add_argument("--compute_ms", type=float, default=28.8,
                         help="compute per step (default: the Fashion-MNIST MLP's 'none' run at "
                              "2 ranks on this 2-core machine, 28.8 ms)")
@@ -309,11 +322,27 @@ def main(argv=None):
                         help="comma-separated trainer out_dirs run on the bench's ranks, hosts "
                              "and link: each one's step predicted beside its measured one")
     args = parser.parse_args(argv)
+    cli_errors.int_in_range("--hosts", args.hosts, 2, MAX_HOSTS)
+    cli_errors.positive_finite("--compute_ms", args.compute_ms)
+    cli_errors.int_in_range("--buffer_bytes", args.buffer_bytes, 1, MAX_BUFFER_BYTES)
+    cli_errors.positive_finite("--intra_gbs", args.intra_gbs)
+    if args.alpha_us is not None:
+        cli_errors.non_negative_finite("--alpha_us", args.alpha_us)
+    cli_errors.input_file("--bench", args.bench)
+    args.runs = [r for r in args.runs.split(",") if r]
+    for run in args.runs:
+        if not os.path.isdir(run):
+            cli_errors.fail(f"{run}: no such directory (--runs)")
+    if args.plot is not None:
+        cli_errors.output_file("--plot", args.plot, PLOT_SUFFIXES)
+        if importlib.util.find_spec("matplotlib") is None:
+            cli_errors.fail(f"--plot: matplotlib is not installed for {sys.executable}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     try:
-        if args.hosts < 2 or args.compute_ms <= 0 or args.buffer_bytes <= 0 or \
-                args.intra_gbs <= 0:
-            raise ModelError("need --hosts >= 2 and positive --compute_ms, --buffer_bytes, "
-                             "--intra_gbs")
         try:
             with open(args.bench) as f:
                 rows, ranks, link_bits = parse_bench(f.read())
@@ -328,23 +357,19 @@ def main(argv=None):
         if flat is None:
             raise ModelError("the bench has no flat allreduce row to fit")
         lines = report_fit(fits, rows, ranks, args.hosts, b_intra, link_bits)
-        runs = [r for r in args.runs.split(",") if r]
-        if runs:
-            lines += report_runs(runs, fits, ranks, args.hosts, b_intra)
+        if args.runs:
+            lines += report_runs(args.runs, fits, ranks, args.hosts, b_intra)
         if args.alpha_us is not None:
-            if args.alpha_us < 0:
-                raise ModelError("--alpha_us must be >= 0")
             fits = {row: (args.alpha_us * 1e-6,) + terms[1:] for row, terms in fits.items()}
             lines += ["", f"# extrapolating with alpha = {args.alpha_us:g} us per ring step "
                       "(--alpha_us), the fitted B_eff"]
         table, more = extrapolate(fits, flat, hier, args.compute_ms, args.buffer_bytes,
                                   b_intra)
-        print("\n".join(lines + more))
-        if args.plot:
-            plot(table, args.plot, args.compute_ms)
     except ModelError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        cli_errors.fail(e)
+    print("\n".join(lines + more))
+    if args.plot:
+        plot(table, args.plot, args.compute_ms)
     return 0
 
 

@@ -115,6 +115,43 @@ class CliTest(unittest.TestCase):
             self.assertEqual(result.returncode, 2, run)
             self.assertTrue(result.stderr.startswith(f"error: {run}"), result.stderr)
 
+    def test_every_bad_flag_is_one_error_line_before_anything_is_written(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(bench_text())
+        root = tempfile.mkdtemp()
+        good = f"--bench={f.name}"
+        cases = [
+            ([good, "--no_such_flag"], "unknown flag --no_such_flag"),
+            ([good, "--hosts=abc"], "invalid int value: 'abc'"),
+            ([good, "--compute_ms=abc"], "invalid float value: 'abc'"),
+            ([good, "--hosts=0"], "--hosts=0 is not in [2, "),
+            ([good, "--hosts=1"], "--hosts=1 is not in"),
+            ([good, "--compute_ms=-1"], "--compute_ms=-1 is not in (0, inf)"),
+            ([good, "--compute_ms=nan"], "--compute_ms=nan"),
+            ([good, "--compute_ms=inf"], "--compute_ms=inf"),
+            ([good, "--buffer_bytes=0"], "--buffer_bytes=0 is not in"),
+            ([good, "--intra_gbs=nan"], "--intra_gbs=nan"),
+            ([good, "--alpha_us=-1"], "--alpha_us=-1 is not a finite number >= 0"),
+            ([good, "--alpha_us=inf"], "--alpha_us=inf"),
+            ([], "the following arguments are required: --bench"),
+            (["--bench=/nonexistent"], "--bench=/nonexistent: no such file"),
+            ([f"--bench={root}"], "is not a regular file"),
+            ([good, "--plot=/nonexistent/dir/x.png"], "no such directory /nonexistent/dir"),
+            ([good, f"--plot={root}"], "is a directory"),
+            ([good, f"--plot={root}/x.txt"], ".txt is not one of"),
+            ([good, "--plot=/proc/x.png"], "holds no files"),
+            ([good, "--runs=/nonexistent"], "/nonexistent: no such directory"),
+        ]
+        for args, fragment in cases:
+            with self.subTest(args=args):
+                result = self.run_model(*args)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertEqual(result.stdout, "")
+                self.assertEqual(len(result.stderr.splitlines()), 1, result.stderr)
+                self.assertTrue(result.stderr.startswith("error: "), result.stderr)
+                self.assertIn(fragment, result.stderr)
+        self.assertEqual(os.listdir(root), [])
+
     def test_bad_input_is_one_error_line(self):
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write("not a bench\n")

@@ -25,6 +25,12 @@ import sys
 import tempfile
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
+
+import cli_errors  # noqa: E402
+
 # name: (ranks, DDP?, process-group backend, no-op hook?, gradient_as_bucket_view?)
 CONFIGS = {
     "one process, no DDP": (1, False, None, False, False),
@@ -83,6 +89,8 @@ def rank_main(args):
 
 def fail(message, status=2):
     """One error line; status 2 for bad input, 1 for a configuration that failed."""
+    if status == 2:
+        cli_errors.fail(message)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(status)
 
@@ -91,11 +99,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one error line, as every ringlab tool
-        fail(message)
 
 
 def run_config(args, name, deadline_s=600):
@@ -132,7 +135,7 @@ def run_config(args, name, deadline_s=600):
 
 
 def main():
-    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser = cli_errors.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ringlab_torch", required=True,
                         help="the directory holding ringlab_torch.so")
     parser.add_argument("--steps", type=int, default=300)

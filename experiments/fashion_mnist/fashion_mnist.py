@@ -26,10 +26,11 @@ plots; each run's own files (losses.csv, eval.csv, trace.json, log.txt, run.json
 
 Measured times are in the README, per CPU. --report_only: rewrite the report from the runs
 already in --out_dir. --dry_run: print the commands and stop. Exit status 0 when every run
-finished, 1 when one failed (the report says which), 2 for bad input.
+finished, 1 when one failed (the report says which), 2 for bad input: one error line, found
+before anything runs or is written (in every mode: --dry_run checks the flags, binaries, data
+set and --out_dir as a run does).
 """
 
-import argparse
 import datetime
 import json
 import os
@@ -44,13 +45,18 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(1, os.path.dirname(HERE))  # experiments/: the kit's error line
 
 import analysis  # noqa: E402  (after the path: these modules live next to this file)
+import cli_errors  # noqa: E402
 import report  # noqa: E402
+from cli_errors import fail  # noqa: E402
 
 DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
+MAX_EPOCHS, MAX_TIMEOUT_S = 1000, 86400
 MODEL, LR, BATCH, SEED = "784,1024,1024,10", 0.1, 64, 0
 SYNCS = (("allreduce_overlap", "allreduce", None, True),
          ("allreduce_no_overlap", "allreduce", None, False),
@@ -157,11 +163,6 @@ def link_runs(links, mode, epochs):
                              epochs=max(1, epochs + EXTRA_EPOCHS.get(sync,
                                                                      CHEAP_EXTRA_EPOCHS))))
     return runs
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def plan(mode_name, links=None, epochs=None):
@@ -422,14 +423,13 @@ def _terminate(signum, frame):
     raise SystemExit(f"error: stopped by signal {signum}")
 
 
-def main(argv=None):
-    signal.signal(signal.SIGTERM, _terminate)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parser():
+    p = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
     default_out = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()),
                                "out", "fashion_mnist")
-    parser.add_argument("--out_dir", default=default_out)
-    parser.add_argument("--train", help="path to the //train:train binary")
-    modes = parser.add_mutually_exclusive_group()
+    p.add_argument("--out_dir", default=default_out)
+    p.add_argument("--train", help="path to the //train:train binary")
+    modes = p.add_mutually_exclusive_group()
     modes.add_argument("--quick", action="store_const", dest="mode", const="quick",
                        help="1 epoch: PyTorch DDP, ringlab allreduce and param_avg K=16 on one "
                             "host, the last two on a 1gbit link too")
@@ -440,66 +440,98 @@ def main(argv=None):
     modes.add_argument("--one_host", action="store_const", dest="mode", const="one_host",
                        help="the one-host matrix: every synchroniser over shm_ring, mpi and "
                             "gloo, both compute floors, no links")
-    parser.add_argument("--epochs", type=int,
-                        help="epochs per run (param_avg and none across links: "
-                             f"{CHEAP_EXTRA_EPOCHS} more, DiLoCo 1 fewer); default "
-                             f"{MODES['standard']['epochs']}, 1 with --quick")
-    parser.add_argument("--data_dir", default="",
-                        help=f"the IDX .gz files (default {DEFAULT_DATA_DIR})")
-    parser.add_argument("--timeout", type=float, default=120,
-                        help="seconds any wait between ranks may take")
-    parser.add_argument("--links",
-                        help="comma-separated link rates (e.g. unlimited,10gbit,1gbit), or "
-                             "none: PyTorch DDP and ringlab's synchronisers at 2 emulated hosts "
-                             "on each (needs root or user namespaces); default the mode's: "
-                             + "; ".join(f"{name} {','.join(m['links'])}"
-                                         for name, m in MODES.items()))
-    parser.add_argument("--bench", help="path to the //bench:allreduce_bench binary (the "
-                                        "sweeps across each link that the cost model fits)")
-    parser.add_argument("--on_hosts", help="path to the //comm/job:on_hosts binary")
-    parser.add_argument("--torch_module",
-                        help="the directory holding //torch_backend:ringlab_torch's "
-                             "ringlab_torch.so (without it, PyTorch DDP over ringlab is "
-                             "skipped)")
-    parser.add_argument("--report_only", action="store_true",
-                        help="rewrite the report from the runs already in --out_dir")
-    parser.add_argument("--dry_run", action="store_true", help="print the commands and stop")
-    args = parser.parse_args(argv)
-    args.mode = args.mode or "standard"
-    if args.epochs is not None and not 1 <= args.epochs <= 1000:
-        fail("--epochs must be in [1, 1000]")
-    if not 0 < args.timeout <= 86400:
-        fail("--timeout must be in (0, 86400] seconds")
-    if args.torch_module and not os.path.isfile(
-            os.path.join(args.torch_module, "ringlab_torch.so")):
-        fail(f"--torch_module {args.torch_module} holds no ringlab_torch.so")
-    out = os.path.abspath(args.out_dir)
-    if args.links is not None:
-        args.links = [link for link in args.links.split(",") if link and link != "none"]
-    for link in args.links or ():
+    p.add_argument("--epochs", type=int,
+                   help=f"epochs per run, in [1, {MAX_EPOCHS}] (param_avg and none across "
+                        f"links: {CHEAP_EXTRA_EPOCHS} more, DiLoCo 1 fewer); default "
+                        f"{MODES['standard']['epochs']}, 1 with --quick")
+    p.add_argument("--data_dir", help=f"the IDX .gz files (default {DEFAULT_DATA_DIR})")
+    p.add_argument("--timeout", type=float, default=120,
+                   help=f"seconds any wait between ranks may take, in (0, {MAX_TIMEOUT_S}]")
+    p.add_argument("--links",
+                   help="comma-separated link rates (e.g. unlimited,10gbit,1gbit), or "
+                        "none: PyTorch DDP and ringlab's synchronisers at 2 emulated hosts "
+                        "on each (needs root or user namespaces); default the mode's: "
+                        + "; ".join(f"{name} {','.join(m['links'])}"
+                                    for name, m in MODES.items()))
+    p.add_argument("--bench", help="path to the //bench:allreduce_bench binary (the "
+                                   "sweeps across each link that the cost model fits)")
+    p.add_argument("--on_hosts", help="path to the //comm/job:on_hosts binary")
+    p.add_argument("--torch_module",
+                   help="the directory holding //torch_backend:ringlab_torch's "
+                        "ringlab_torch.so (without it, PyTorch DDP over ringlab is "
+                        "skipped)")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--report_only", action="store_true",
+                      help="rewrite the report from the runs already in --out_dir")
+    only.add_argument("--dry_run", action="store_true",
+                      help="print the commands (every flag checked as for the runs) and stop")
+    return p
+
+
+def parse_links(text):
+    """--links as a list of rates ([] for none), or fails."""
+    links = [link for link in text.split(",") if link and link != "none"]
+    for link in links:
         if link != "unlimited" and not re.fullmatch(r"[0-9]+(\.[0-9]+)?[kmgt]bit", link):
             fail(f"--links: '{link}' is not unlimited or a rate such as 1gbit or 2.5gbit")
+    return links
 
+
+def check_inputs(args):
+    """The binaries and directories the runs read: each one given must be usable; --train
+    and the data set are needed to run (or to print the runs: --dry_run checks as a run)."""
+    runs = not args.report_only
+    if args.train is not None or runs:
+        if args.train is None:
+            fail("--train is needed: the path to the //train:train binary")
+        cli_errors.executable("--train", args.train)
+    for flag, path in (("--on_hosts", args.on_hosts), ("--bench", args.bench)):
+        if path is not None:
+            cli_errors.executable(flag, path)
+    if args.torch_module is not None and not os.path.isfile(
+            os.path.join(args.torch_module, "ringlab_torch.so")):
+        fail(f"--torch_module={args.torch_module} holds no ringlab_torch.so")
+    if args.data_dir is not None:
+        cli_errors.input_dir("--data_dir", args.data_dir, DATA_FILES)
+    elif runs:
+        missing = [n for n in DATA_FILES if not os.path.isfile(os.path.join(DEFAULT_DATA_DIR, n))]
+        if missing:
+            fail(f"{DEFAULT_DATA_DIR} lacks {', '.join(missing)} (Debian's "
+                 f"dataset-fashion-mnist: tools/setup.sh installs it; or --data_dir)")
+
+
+def parse_args(argv=None):
+    """The flags, every one checked here, before anything runs or is written: one error
+    line and exit status 2 for any that cannot be used."""
+    args = parser().parse_args(argv)
+    args.mode = args.mode or "standard"
+    if args.epochs is not None:
+        cli_errors.int_in_range("--epochs", args.epochs, 1, MAX_EPOCHS)
+    cli_errors.positive_finite("--timeout", args.timeout, MAX_TIMEOUT_S)
+    if args.links is not None:
+        args.links = parse_links(args.links)
+    args.out_dir = cli_errors.output_dir("--out_dir", args.out_dir)
+    if args.report_only and not os.path.isfile(os.path.join(args.out_dir, "invocation.json")):
+        fail(f"--report_only: --out_dir={args.out_dir} holds no invocation.json (no runs "
+             f"to report on)")
+    check_inputs(args)
+    return args
+
+
+def main(argv=None):
+    signal.signal(signal.SIGTERM, _terminate)
+    args = parse_args(argv)
+    out = args.out_dir
     if args.dry_run:
         for run in plan(args.mode, args.links, args.epochs):
             print(" ".join(shlex.quote(a) for a in command(
                 run, args, os.path.join(out, "runs", run["name"]))))
         return 0
     if not args.report_only:
-        if not args.train or not os.access(args.train, os.X_OK):
-            fail(f"--train {args.train} is not an executable")
-        data_dir = args.data_dir or DEFAULT_DATA_DIR
-        missing = [n for n in DATA_FILES if not os.path.isfile(os.path.join(data_dir, n))]
-        if missing:
-            fail(f"{data_dir} lacks {', '.join(missing)} (Debian's dataset-fashion-mnist: "
-                 f"tools/setup.sh installs it)")
         try:
             os.makedirs(out, exist_ok=True)
-            probe = os.path.join(out, ".write-probe")
-            open(probe, "w").close()
-            os.remove(probe)
         except OSError as e:
-            fail(f"--out_dir {out} is not writable: {e.strerror}")
+            fail(f"--out_dir={out} cannot be made: {e.strerror}")
         run_all(args, out)
     try:
         runs = report.build(out)

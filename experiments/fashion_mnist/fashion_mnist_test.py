@@ -277,9 +277,32 @@ class UlpTest(unittest.TestCase):
         self.assertEqual(analysis.loss_ulps(ref, ref, steps=3), (3, 3, None, 3))
 
 
+def fakes():
+    """(train, on_hosts, data_dir): two executables that are never run and a directory with
+    the data set's file names, for --dry_run, which checks them as a run would."""
+    root = tempfile.mkdtemp(prefix="fashion_mnist_fakes.")
+    paths = []
+    for name in ("train", "on_hosts"):
+        paths.append(os.path.join(root, name))
+        with open(paths[-1], "w") as f:
+            f.write("#!/bin/sh\nexit 1\n")
+        os.chmod(paths[-1], 0o755)
+    data = os.path.join(root, "data")
+    os.makedirs(data)
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                 "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        open(os.path.join(data, name), "w").close()
+    return paths[0], paths[1], data
+
+
 class PlanTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.train, cls.on_hosts, cls.data = fakes()
+
     def plan(self, *args):
-        result = run_driver("--dry_run", "--train=/t", "--on_hosts=/o", *args)
+        result = run_driver("--dry_run", f"--train={self.train}", f"--on_hosts={self.on_hosts}",
+                            f"--data_dir={self.data}", *args)
         self.assertEqual(result.returncode, 0, result.stderr)
         return result.stdout.splitlines()
 
@@ -304,8 +327,8 @@ class PlanTest(unittest.TestCase):
         # ringlab (through on_hosts) first on 1gbit.
         self.assertEqual(len(lines), 6)
         self.assertTrue(all("--hosts=2 --link=unlimited" in l for l in lines[:2]))
-        self.assertTrue(all(l.startswith("/o --nprocs=2 --hosts=2 --link=1gbit -- ")
-                            for l in lines[2:4]))
+        launcher = f"{self.on_hosts} --nprocs=2 --hosts=2 --link=1gbit -- "
+        self.assertTrue(all(l.startswith(launcher) for l in lines[2:4]))
         self.assertIn("--backend=ringlab", lines[3])
         self.assertTrue(all("--link=1gbit" in l for l in lines[4:]))
         self.assertTrue(all("--comm=gloo" in l for l in lines[:2] + lines[4:]))
@@ -357,14 +380,91 @@ class PlanTest(unittest.TestCase):
         self.assertTrue(all("--link=2.5gbit" in l for l in lines[5:]))
         self.assertIn("--epochs=2", lines[-2])  # allreduce
         self.assertIn("--epochs=1", lines[-1])  # DiLoCo: an epoch less
-        bad = run_driver("--dry_run", "--train=/t", "--links=fast")
+        good = (f"--train={self.train}", f"--data_dir={self.data}")
+        bad = run_driver("--dry_run", *good, "--links=fast")
         self.assertEqual(bad.returncode, 2)
         self.assertIn("--links: 'fast'", bad.stderr)
-        both = run_driver("--dry_run", "--train=/t", "--quick", "--full")
+        both = run_driver("--dry_run", *good, "--quick", "--full")
         self.assertEqual(both.returncode, 2)
-        no_module = run_driver("--dry_run", "--train=/t", "--torch_module=/nonexistent")
+        no_module = run_driver("--dry_run", *good, "--torch_module=/nonexistent")
         self.assertEqual(no_module.returncode, 2)
         self.assertIn("holds no ringlab_torch.so", no_module.stderr)
+
+
+def tree(root):
+    """{relative path: contents} of every file under root (None for a directory)."""
+    found = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs:
+            found[os.path.relpath(os.path.join(directory, name), root)] = None
+        for name in files:
+            with open(os.path.join(directory, name), "rb") as f:
+                found[os.path.relpath(os.path.join(directory, name), root)] = f.read()
+    return found
+
+
+class BadInputTest(unittest.TestCase):
+    """Every bad input, in every mode, is one error line and exit status 2 before anything
+    runs: nothing on stdout, the --out_dir as it was (or never made)."""
+
+    def test_each_is_one_error_line_and_nothing_written(self):
+        train, on_hosts, data = fakes()
+        root = tempfile.mkdtemp(prefix="fashion_mnist_bad.")
+        out, file = os.path.join(root, "out"), os.path.join(root, "file")
+        os.makedirs(out)
+        for path in (os.path.join(out, "earlier.txt"), file):
+            with open(path, "w") as f:
+                f.write("earlier\n")
+        good = [f"--train={train}", f"--on_hosts={on_hosts}", f"--data_dir={data}",
+                f"--out_dir={out}"]
+        cases = [
+            (["--no_such_flag"], "unknown flag --no_such_flag"),
+            (["--epochs=abc"], "invalid int value: 'abc'"),
+            (["--timeout=abc"], "invalid float value: 'abc'"),
+            (["--quick", "--full"], "not allowed with argument --quick"),
+            (["--report_only", "--dry_run"], "not allowed with argument"),
+            (["--epochs=0"], "--epochs=0 is not in [1, 1000]"),
+            (["--epochs=1000000"], "--epochs=1000000 is not in"),
+            (["--timeout=0"], "--timeout=0 is not in (0, 86400]"),
+            (["--timeout=-5"], "--timeout=-5 is not in"),
+            (["--timeout=nan"], "--timeout=nan is not in"),
+            (["--timeout=inf"], "--timeout=inf is not in"),
+            (["--links=warp"], "--links: 'warp'"),
+            (["--out_dir=/dev/null"], "--out_dir=/dev/null is not a directory"),
+            ([f"--out_dir={file}"], "is not a directory"),
+            (["--out_dir=/proc/ringlab"], "--out_dir=/proc/ringlab cannot be made"),
+            ([f"--out_dir={file}/sub"], f"{file} is not a directory"),
+            (["--data_dir=/nonexistent"], "--data_dir=/nonexistent: no such directory"),
+            ([f"--data_dir={out}"], "lacks train-images-idx3-ubyte.gz"),
+            (["--train=/nonexistent"], "--train=/nonexistent is not an executable file"),
+            ([f"--train={file}"], "is not an executable file"),
+            (["--bench=/nonexistent"], "--bench=/nonexistent is not an executable file"),
+            (["--on_hosts=/nonexistent"], "--on_hosts=/nonexistent is not an executable"),
+            (["--torch_module=/nonexistent"], "holds no ringlab_torch.so"),
+        ]
+        modes = [[], ["--dry_run"], ["--quick"]]
+        missing = os.path.join(root, "never_made")
+        extra = [(["--report_only"], "holds no invocation.json"),
+                 (["--report_only", f"--out_dir={missing}"], "holds no invocation.json"),
+                 (["--report_only", "--timeout=nan"], "--timeout=nan is not in"),
+                 (["--dry_run", "--out_dir=/dev/null"], "--out_dir=/dev/null"),
+                 ([f"--out_dir={missing}", "--timeout=-5"], "--timeout=-5")]
+        before = tree(root)
+        for args, fragment in [(m + a, f) for m in modes for a, f in cases] + extra:
+            with self.subTest(args=args):
+                result = run_driver(*(good + args))
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertEqual(result.stdout, "")
+                self.assertEqual(len(result.stderr.splitlines()), 1, result.stderr)
+                self.assertTrue(result.stderr.startswith("error: "), result.stderr)
+                self.assertIn(fragment, result.stderr)
+        self.assertEqual(tree(root), before)
+        self.assertFalse(os.path.exists(missing))
+
+    def test_help_is_the_full_usage(self):
+        result = run_driver("--help")
+        self.assertEqual(result.returncode, 0)
+        self.assertIn("--report_only", result.stdout)
 
 
 # allreduce_bench's output across a link, as the cost model reads it: 2 ranks, 1 Gbit/s; every

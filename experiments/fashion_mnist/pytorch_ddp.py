@@ -50,8 +50,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import datetime
+import datetime  # noqa: E402
 import faulthandler
 import gzip
 import json
@@ -64,6 +63,12 @@ import tempfile
 import time
 
 import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
+
+import cli_errors  # noqa: E402
 
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 FILES = {
@@ -266,88 +271,105 @@ def ranks_per_host(args, world):
     return size
 
 
+def join_group(dist, rank, args):
+    """Joins the process group, ringlab's backend registered first where it is asked for."""
+    if args.backend == "ringlab":
+        if args.ringlab_torch:
+            sys.path.insert(0, args.ringlab_torch)
+        import ringlab_torch  # noqa: F401  (registers the backend)
+    dist.init_process_group(args.backend, rank=rank, world_size=args.world_size,
+                            timeout=datetime.timedelta(seconds=args.timeout))
+
+
+def prepare_rank(torch, dist, rank, args):
+    """This rank's data, model, synchroniser, sampler, loader, loss and optimiser (and, on
+    rank 0, the test set), as a dict."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    widths = [int(w) for w in args.model.split(",")]
+    train_x, train_y = load_split(args.data_dir, "train", widths[0], widths[-1])
+    if args.train_subset:
+        train_x, train_y = train_x[:args.train_subset], train_y[:args.train_subset]
+    test = None
+    if rank == 0:
+        test_x, test_y = load_split(args.data_dir, "test", widths[0], widths[-1])
+        test = torch.from_numpy(test_x), torch.from_numpy(test_y)
+    torch.manual_seed(args.seed)
+    model = build_model(torch, widths)
+    net, after_step, diloco = synchronise(torch, dist, model, args, rank, args.world_size)
+    dataset = TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y))
+    sampler = DistributedSampler(dataset, num_replicas=args.world_size, rank=rank,
+                                 shuffle=True, seed=args.sampler_seed)
+    return dict(model=model, net=net, after_step=after_step, diloco=diloco, sampler=sampler,
+                loader=DataLoader(dataset, batch_size=args.batch_size, sampler=sampler),
+                loss_fn=torch.nn.CrossEntropyLoss(),
+                optimizer=torch.optim.SGD(net.parameters(), lr=args.lr), test=test)
+
+
+def train_epochs(torch, dist, rank, args, rank_run):
+    """The training loop: (losses.csv rows of this rank, eval.csv rows of rank 0)."""
+    net, optimizer, loss_fn = rank_run["net"], rank_run["optimizer"], rank_run["loss_fn"]
+    after_step, diloco = rank_run["after_step"], rank_run["diloco"]
+    swap = diloco.swap if diloco is not None else lambda: None
+    losses, evals = [], []
+    step, eval_seconds = 0, 0.0
+    start = None
+    for epoch in range(args.epochs):
+        if args.set_epoch:
+            rank_run["sampler"].set_epoch(epoch)
+        for x, y in rank_run["loader"]:
+            if start is None:
+                start = time.perf_counter()
+            t0 = time.perf_counter()
+            optimizer.zero_grad()
+            loss = loss_fn(net(x), y)
+            loss.backward()
+            optimizer.step()
+            if after_step is not None:
+                after_step(step)
+            dt = time.perf_counter() - t0
+            losses.append(f"{rank},{epoch},{step},{loss.item()!r},{dt * 1e3:.6f},nan,nan")
+            step += 1
+            if step == args.max_steps:
+                break
+        done = epoch + 1
+        capped = args.max_steps > 0 and step == args.max_steps
+        if done % args.eval_every == 0 or done == args.epochs or capped:
+            t0 = time.perf_counter()
+            if rank == 0:  # the test set, through DiLoCo's outer parameters
+                wall = t0 - start - eval_seconds
+                swap()
+                test_loss, accuracy = evaluate(torch, rank_run["model"], *rank_run["test"])
+                swap()
+                evals.append(f"{done},{step},{test_loss!r},{accuracy!r},{wall:.6f},nan")
+                if not args.quiet:
+                    recent = [float(r.split(",")[4]) for r in losses[-200:]]
+                    print(f"pytorch {args.world_size} rank(s) epoch {done}/{args.epochs}: "
+                          f"test accuracy {accuracy:.4f}, loss {test_loss:.4f}, median step "
+                          f"{statistics.median(recent):.2f} ms, {wall:.1f} s", flush=True)
+            if args.world_size > 1:
+                dist.barrier()  # the other ranks wait here, outside their timed steps
+            eval_seconds += time.perf_counter() - t0
+        if capped:
+            break
+    return losses, evals
+
+
 def train_rank(rank, args, scratch):
     """One rank (or the single process when --world_size 1). Writes scratch/losses_rank<r>.csv
     and, on rank 0, scratch/eval.csv."""
     import torch
     import torch.distributed as dist
-    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     torch.set_num_threads(1)
     # A rank that outlives its deadline prints every thread's Python stack and exits 1 (before
     # the parent's deadline kills it), so that a hang says where it hangs.
     faulthandler.dump_traceback_later(args.timeout * (args.epochs + 1.5), exit=True)
-    world = args.world_size
-    distributed = world > 1
+    distributed = args.world_size > 1
     if distributed:
-        if args.backend == "ringlab":
-            if args.ringlab_torch:
-                sys.path.insert(0, args.ringlab_torch)
-            import ringlab_torch  # noqa: F401  (registers the backend)
-        dist.init_process_group(args.backend, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=args.timeout))
+        join_group(dist, rank, args)
     try:
-        widths = [int(w) for w in args.model.split(",")]
-        train_x, train_y = load_split(args.data_dir, "train", widths[0], widths[-1])
-        if args.train_subset:
-            train_x, train_y = train_x[:args.train_subset], train_y[:args.train_subset]
-        if rank == 0:
-            test_x, test_y = load_split(args.data_dir, "test", widths[0], widths[-1])
-            test_x, test_y = torch.from_numpy(test_x), torch.from_numpy(test_y)
-        torch.manual_seed(args.seed)
-        model = build_model(torch, widths)
-        net, after_step, diloco = synchronise(torch, dist, model, args, rank, world)
-        dataset = TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y))
-        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True,
-                                     seed=args.sampler_seed)
-        loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
-        loss_fn = torch.nn.CrossEntropyLoss()
-        optimizer = torch.optim.SGD(net.parameters(), lr=args.lr)
-
-        losses, evals = [], []
-        step, eval_seconds = 0, 0.0
-        start = None
-        for epoch in range(args.epochs):
-            if args.set_epoch:
-                sampler.set_epoch(epoch)
-            for x, y in loader:
-                if start is None:
-                    start = time.perf_counter()
-                t0 = time.perf_counter()
-                optimizer.zero_grad()
-                loss = loss_fn(net(x), y)
-                loss.backward()
-                optimizer.step()
-                if after_step is not None:
-                    after_step(step)
-                dt = time.perf_counter() - t0
-                losses.append(f"{rank},{epoch},{step},{loss.item()!r},{dt * 1e3:.6f},nan,nan")
-                step += 1
-                if step == args.max_steps:
-                    break
-            done = epoch + 1
-            capped = args.max_steps > 0 and step == args.max_steps
-            if done % args.eval_every == 0 or done == args.epochs or capped:
-                t0 = time.perf_counter()
-                if rank == 0:
-                    wall = t0 - start - eval_seconds
-                    if diloco is not None:
-                        diloco.swap()
-                    test_loss, accuracy = evaluate(torch, model, test_x, test_y)
-                    if diloco is not None:
-                        diloco.swap()
-                    evals.append(f"{done},{step},{test_loss!r},{accuracy!r},{wall:.6f},nan")
-                    if not args.quiet:
-                        recent = [float(r.split(",")[4]) for r in losses[-200:]]
-                        print(f"pytorch {world} rank(s) epoch {done}/{args.epochs}: "
-                              f"test accuracy {accuracy:.4f}, loss {test_loss:.4f}, "
-                              f"median step {statistics.median(recent):.2f} ms, "
-                              f"{wall:.1f} s", flush=True)
-                if distributed:
-                    dist.barrier()  # the other ranks wait here, outside their timed steps
-                eval_seconds += time.perf_counter() - t0
-            if capped:
-                break
+        losses, evals = train_epochs(torch, dist, rank, args,
+                                     prepare_rank(torch, dist, rank, args))
         with open(os.path.join(scratch, f"losses_rank{rank}.csv"), "w") as f:
             f.write("".join(line + "\n" for line in losses))
         if rank == 0:
@@ -389,6 +411,21 @@ def run_ranks(args, scratch):
                                f"{args.timeout * (args.epochs + 2):.0f} s: killed")
 
 
+def summary(args, wall, torch_version):
+    """summary.json: the configuration, torch's version and the total wall time."""
+    flags = lambda *names: {name: getattr(args, name) for name in names}  # noqa: E731
+    return {"framework": "pytorch", "torch_version": torch_version,
+            "world_size": args.world_size, "ddp": args.world_size > 1 and args.sync != "diloco",
+            **flags("sync", "avg_period", "avg_warmup", "post_local_subgroup", "inner_steps",
+                    "outer_lr", "outer_momentum"),
+            "backend": args.backend if args.world_size > 1 else None,
+            "max_steps": args.max_steps or None, "threads_per_rank": 1,
+            **flags("model", "epochs", "lr", "batch_size", "seed", "sampler_seed", "set_epoch",
+                    "train_subset", "data_dir"),
+            "wall_seconds_total": wall,
+            "step_ms_note": "perf_counter around zero_grad+forward+loss+backward+step"}
+
+
 def write_outputs(args, scratch, wall, torch_version):
     os.makedirs(args.out_dir, exist_ok=True)
     rows = []
@@ -400,33 +437,7 @@ def write_outputs(args, scratch, wall, torch_version):
     files = {
         "losses.csv": LOSSES_HEADER + "\n" + "".join(rows),
         "eval.csv": evals,
-        "summary.json": json.dumps({
-            "framework": "pytorch",
-            "torch_version": torch_version,
-            "world_size": args.world_size,
-            "ddp": args.world_size > 1 and args.sync != "diloco",
-            "sync": args.sync,
-            "avg_period": args.avg_period,
-            "avg_warmup": args.avg_warmup,
-            "post_local_subgroup": args.post_local_subgroup,
-            "inner_steps": args.inner_steps,
-            "outer_lr": args.outer_lr,
-            "outer_momentum": args.outer_momentum,
-            "backend": args.backend if args.world_size > 1 else None,
-            "max_steps": args.max_steps or None,
-            "threads_per_rank": 1,
-            "model": args.model,
-            "epochs": args.epochs,
-            "lr": args.lr,
-            "batch_size": args.batch_size,
-            "seed": args.seed,
-            "sampler_seed": args.sampler_seed,
-            "set_epoch": args.set_epoch,
-            "train_subset": args.train_subset,
-            "data_dir": args.data_dir,
-            "wall_seconds_total": wall,
-            "step_ms_note": "perf_counter around zero_grad+forward+loss+backward+step",
-        }, indent=2) + "\n",
+        "summary.json": json.dumps(summary(args, wall, torch_version), indent=2) + "\n",
     }
     for name, text in files.items():  # each file complete or absent
         tmp = os.path.join(args.out_dir, f".{name}.tmp")
@@ -435,8 +446,8 @@ def write_outputs(args, scratch, wall, torch_version):
         os.replace(tmp, os.path.join(args.out_dir, name))
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parser():
+    parser = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out_dir", required=True)
     parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR)
     parser.add_argument("--model", default="784,1024,1024,10")
@@ -483,7 +494,12 @@ def parse_args(argv):
                         help="stop after this many steps (0: the epochs), then evaluate once: "
                              "enough for the step time and the first losses")
     parser.add_argument("--quiet", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv):
+    """The flags, every one checked before any rank starts (UsageError or the error line)."""
+    args = parser().parse_args(argv)
     try:
         widths = [int(w) for w in args.model.split(",")]
     except ValueError:
@@ -509,11 +525,12 @@ def parse_args(argv):
         raise UsageError(f"--ringlab_torch={args.ringlab_torch} holds no ringlab_torch.so "
                          f"(bazel build -c opt //torch_backend:ringlab_torch)")
     args.ringlab_torch = os.path.abspath(args.ringlab_torch) if args.ringlab_torch else ""
-    if not (args.outer_lr >= 0) or not (0 <= args.outer_momentum < 1):
-        raise UsageError("--outer_lr must be >= 0 and --outer_momentum in [0, 1)")
-    if not (args.lr >= 0) or not (0 < args.timeout <= 86400):
-        raise UsageError("--lr must be >= 0 and --timeout in (0, 86400]")
-    args.out_dir = os.path.abspath(args.out_dir)
+    if not (0 <= args.outer_lr < math.inf) or not (0 <= args.outer_momentum < 1):
+        raise UsageError("--outer_lr must be finite and >= 0 and --outer_momentum in [0, 1)")
+    if not (0 <= args.lr < math.inf) or not (0 < args.timeout <= 86400):
+        raise UsageError("--lr must be finite and >= 0 and --timeout in (0, 86400]")
+    args.out_dir = cli_errors.output_dir("--out_dir", args.out_dir)
+    cli_errors.input_dir("--data_dir", args.data_dir, FILES["train"] + FILES["test"])
     return args
 
 
@@ -544,9 +561,23 @@ def run_launched(args, rank, world, torch_version):
     return wall
 
 
+def run_spawned(args, torch_version):
+    """The ranks as this process's children (or itself, for --world_size 1); the seconds."""
+    scratch = tempfile.mkdtemp(prefix="pytorch_ddp.")
+    try:
+        t0 = time.perf_counter()
+        run_ranks(args, scratch)
+        wall = time.perf_counter() - t0
+        write_outputs(args, scratch, wall, torch_version)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return wall
+
+
 def main(argv=None):
     try:
         args = parse_args(argv)
+        launched = launched_rank()
         # The data are checked here, in the parent, so that a bad file is one error line.
         widths = [int(w) for w in args.model.split(",")]
         for split in ("train", "test"):
@@ -555,26 +586,12 @@ def main(argv=None):
             import torch
         except ImportError as e:
             raise UsageError(f"torch does not import with {sys.executable}: {e}") from None
-        launched = launched_rank()
-        if launched is not None:
-            wall = run_launched(args, *launched, torch.__version__)
-            if launched[0] != 0:
-                return 0
-            if not args.quiet:
-                print(f"wrote {args.out_dir}/losses.csv, eval.csv, summary.json ({wall:.1f} s)")
-            return 0
-        scratch = tempfile.mkdtemp(prefix="pytorch_ddp.")
-        try:
-            t0 = time.perf_counter()
-            run_ranks(args, scratch)
-            wall = time.perf_counter() - t0
-            write_outputs(args, scratch, wall, torch.__version__)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        wall = (run_spawned(args, torch.__version__) if launched is None else
+                run_launched(args, *launched, torch.__version__))
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if not args.quiet:
+    if not args.quiet and (launched is None or launched[0] == 0):
         print(f"wrote {args.out_dir}/losses.csv, eval.csv, summary.json ({wall:.1f} s)")
     return 0
 

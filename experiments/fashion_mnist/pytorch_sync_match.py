@@ -5,9 +5,10 @@ pytorch_ddp.py (as many gloo ranks, one BLAS thread each) train the
 Fashion-MNIST MLP from the same seed on the same first --train_subset images, and every training
 loss of every rank must be the same float32 value, each evaluation's test accuracy the same. Both
 sides reach the same OpenBLAS at run time, so this holds on any CPU and kernel (the arithmetic
-each side must share is in ../shared/pytorch-hooks-facts.md): 0 ulp is the tolerance. The test
-loss is not computed alike (ringlab sums each sample's loss in double, torch each chunk's in
-float32), so it must agree within 1e-6 relative: seen here, 1 ulp of float32 (6e-8).
+each side must share is in docs/pytorch-fidelity.md, "The communication hooks"): 0 ulp is the
+tolerance. The test loss is not computed alike (ringlab sums each sample's loss in double, torch
+each chunk's in float32), so it must agree within 1e-6 relative: seen here, 1 ulp of float32
+(6e-8).
 
     pytorch_sync_match.py --train PATH_TO_TRAIN [--only NAME,...] [--train_subset N]
 
@@ -15,7 +16,6 @@ Prints one line per pair and exits 0 when all match, 1 when one does not, 77 whe
 import or the data set is not installed (the test then skips).
 """
 
-import argparse
 import csv
 import os
 import subprocess
@@ -23,6 +23,11 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
+
+import cli_errors  # noqa: E402
+
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 COMMON = ["--model=784,1024,1024,10", "--lr=0.1", "--batch_size=64", "--seed=0",
           "--sampler_seed=0", "--set_epoch=true", "--eval_every=1", "--epochs=1", "--quiet"]
@@ -141,7 +146,7 @@ def run_pytorch(argv, what):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--train", required=True)
     parser.add_argument("--only", type=lambda text: text.split(","), default=[],
                         help="comma-separated pairs to run (default: all)")
@@ -150,6 +155,8 @@ def main():
     unknown = sorted(set(args.only) - set(PAIRS))
     if unknown:
         parser.error(f"--only: no pair {', '.join(unknown)} (pairs: {', '.join(PAIRS)})")
+    cli_errors.executable("--train", args.train)
+    cli_errors.int_in_range("--train_subset", args.train_subset, 1, 60000)
     if subprocess.run(["/usr/bin/python3", "-c", "import torch"],
                       stderr=subprocess.DEVNULL).returncode != 0:
         print("skipped: torch does not import with /usr/bin/python3")

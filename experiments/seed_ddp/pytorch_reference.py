@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference run for experiments/seed_ddp: the document's DDP example, made runnable.
+"""PyTorch reference run for experiments/seed_ddp: the seed example's DDP program, made runnable.
 
 ringlab's C++ trainer reproduces this run; this script produces the numbers it is compared to
 (initial and final parameters, each rank's data, the sampler's indices, per-step losses) and
@@ -9,7 +9,7 @@ Run with Debian's torch (the pyenv python3 on PATH has no torch):
     /usr/bin/python3 experiments/seed_ddp/pytorch_reference.py [--seed 0] [--out DIR]
                                                                [--timing_steps N]
 
-DEFECTS OF THE DOCUMENT'S EXAMPLE AND THEIR MINIMAL FIXES (defect -> fix)
+DEFECTS OF THE SEED EXAMPLE AND THEIR MINIMAL FIXES (defect -> fix)
   1. The spawned function receives 4 positional arguments (mp.spawn passes the rank first, then
      the args tuple) but declares 3: "TypeError: run() takes 3 positional arguments but 4 were
      given". -> The spawned function's parameters match what spawn passes: run(rank, *args).
@@ -21,7 +21,7 @@ DEFECTS OF THE DOCUMENT'S EXAMPLE AND THEIR MINIMAL FIXES (defect -> fix)
      moved .to(rank), train(model, rank, ...)): "Torch not compiled with CUDA enabled".
      -> Everything stays on the CPU: no .to(rank), DDP(model) without device_ids.
 
-SILENT QUIRKS OF THE DOCUMENT, KEPT ON PURPOSE (they are what "its intent" computes)
+SILENT QUIRKS OF THE SEED EXAMPLE, KEPT ON PURPOSE (they are what "its intent" computes)
   a. Each rank draws its own random data set, though DistributedSampler assumes one data set
      shared by all ranks: rank r trains on its own samples at the indices the sampler gives r.
   b. Nothing is seeded (fixed here, see ADDITIONS).
@@ -30,19 +30,18 @@ SILENT QUIRKS OF THE DOCUMENT, KEPT ON PURPOSE (they are what "its intent" compu
      step of 50 samples, so 10 steps per rank in 10 epochs.
   e. The labels are random (randint(0, 2)): there is nothing to learn; the loss barely moves.
 
-ADDITIONS (not in the document; needed for a reproducible reference)
+ADDITIONS (not in the seed example; needed for a reproducible reference)
   - --seed S (default 0): each rank calls torch.manual_seed(S + rank) BEFORE building the model;
     the model is built (init draws: fc1.weight, fc1.bias, fc2.weight, fc2.bias), then the data
     set is drawn (torch.randn(100, 10), then torch.randint(0, 2, (100,))). So each rank has its
     own initial parameters (DDP's constructor broadcasts rank 0's) and its own data (quirk a).
     The sampler's seed stays DistributedSampler's default 0, independent of --seed.
   - torch.set_num_threads(1) per rank (determinism and a fair timing comparison).
-  - Measurement and export only; the training arithmetic is the document's.
+  - Measurement and export only; the training arithmetic is the seed example's.
   - --timing_steps N: optional extra DDP run of N steps (fresh model, same seed and data) whose
     mean time per step goes to meta.json["timing"].
 """
 
-import argparse
 import datetime
 import json
 import os
@@ -62,6 +61,12 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
+
+import cli_errors  # noqa: E402
 
 WORLD_SIZE = 2
 NUM_SAMPLES = 100
@@ -84,7 +89,7 @@ DEFECTS_FIXED = [
 ]
 QUIRKS_KEPT = [
     "each rank draws its own random data set though the sampler assumes one shared set",
-    "nothing seeded in the document (this script adds --seed: manual_seed(seed + rank))",
+    "nothing seeded in the seed example (this script adds --seed: manual_seed(seed + rank))",
     "no sampler.set_epoch: every epoch uses epoch 0's permutation",
     "batch 64 > 50 samples per rank: one full-batch step per epoch (10 steps per rank)",
     "random labels: nothing to learn",
@@ -92,7 +97,7 @@ QUIRKS_KEPT = [
 
 
 class Net(nn.Module):
-    """The document's model: Linear(10, 5) -> ReLU -> Linear(5, 2)."""
+    """The seed example's model: Linear(10, 5) -> ReLU -> Linear(5, 2)."""
 
     def __init__(self):
         super().__init__()
@@ -125,7 +130,7 @@ def _build(seed, rank):
 
 
 def _train_step(ddp_model, loss_fn, optimizer, batch, target):
-    """The document's step; returns (loss tensor, seconds for zero_grad+fwd+bwd+step)."""
+    """The seed example's step; returns (loss tensor, seconds for zero_grad+fwd+bwd+step)."""
     t0 = time.perf_counter()
     optimizer.zero_grad()
     output = ddp_model(batch)
@@ -133,6 +138,27 @@ def _train_step(ddp_model, loss_fn, optimizer, batch, target):
     loss.backward()  # DDP averages the gradients across ranks here.
     optimizer.step()
     return loss, time.perf_counter() - t0
+
+
+def _timing_run(seed, rank, timing_steps, loss_fn):
+    """The seconds of each step of a second DDP run, timing_steps long (fresh model, same seed
+    and data): [] when timing_steps is 0."""
+    timing_times = []
+    if timing_steps > 0:
+        t_model, t_data, t_targets = _build(seed, rank)
+        t_ddp = DDP(t_model)
+        t_sampler = DistributedSampler(TensorDataset(t_data, t_targets))
+        t_loader = DataLoader(
+            TensorDataset(t_data, t_targets), batch_size=BATCH_SIZE, sampler=t_sampler
+        )
+        t_opt = optim.SGD(t_ddp.parameters(), lr=LR)
+        while len(timing_times) < timing_steps:
+            for batch, target in t_loader:
+                _, dt = _train_step(t_ddp, loss_fn, t_opt, batch, target)
+                timing_times.append(dt)
+                if len(timing_times) == timing_steps:
+                    break
+    return timing_times
 
 
 def run(rank, world_size, seed, timing_steps, scratch):
@@ -182,22 +208,7 @@ def run(rank, world_size, seed, timing_steps, scratch):
                 step_times.append(dt)
                 step += 1
         final = _params(ddp_model.module)
-
-        timing_times = []
-        if timing_steps > 0:
-            t_model, t_data, t_targets = _build(seed, rank)
-            t_ddp = DDP(t_model)
-            t_sampler = DistributedSampler(TensorDataset(t_data, t_targets))
-            t_loader = DataLoader(
-                TensorDataset(t_data, t_targets), batch_size=BATCH_SIZE, sampler=t_sampler
-            )
-            t_opt = optim.SGD(t_ddp.parameters(), lr=LR)
-            while len(timing_times) < timing_steps:
-                for batch, target in t_loader:
-                    _, dt = _train_step(t_ddp, loss_fn, t_opt, batch, target)
-                    timing_times.append(dt)
-                    if len(timing_times) == timing_steps:
-                        break
+        timing_times = _timing_run(seed, rank, timing_steps, loss_fn)
         dist.barrier()
         torch.save(
             {
@@ -218,7 +229,7 @@ def run(rank, world_size, seed, timing_steps, scratch):
         dist.destroy_process_group()
 
 
-# ---- checks against shared/pytorch-facts.md --------------------------------------------------
+# ---- checks against DistributedSampler's order (docs/pytorch-fidelity.md) ---------------------
 
 
 class MT19937:
@@ -376,10 +387,10 @@ def export(results, out_tmp, args, command_line):
 
 
 def main(argv=None):
-    here = os.path.dirname(os.path.abspath(__file__))
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="manual_seed(seed + rank) per rank")
-    parser.add_argument("--out", default=os.path.join(here, "..", "..", "testdata", "seed_ddp", "reference"), help="output directory")
+    parser.add_argument("--out", default=os.path.join(HERE, "..", "..", "testdata", "seed_ddp",
+                                                      "reference"), help="output directory")
     parser.add_argument(
         "--timing_steps", type=int, default=0, help="extra timed DDP run of N steps (0 = off)"
     )
@@ -388,6 +399,7 @@ def main(argv=None):
         parser.error("--timing_steps must be >= 0")
     if args.seed < 0:
         parser.error("--seed must be >= 0")
+    cli_errors.output_dir("--out", args.out)
     command_line = " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv)
 
     out = os.path.abspath(args.out)

@@ -4,7 +4,7 @@
 The seed_ddp reference (pytorch_reference.py) is one full-batch step per epoch without
 set_epoch: it cannot tell a sampler that ignores set_epoch, or a loss summed in another order
 over a partial batch, from PyTorch's. This run takes the same model, seed, data and initial
-parameters (the document's DDP example with fixes 1-4 of pytorch_reference.py), but a batch
+parameters (the seed example's DDP program with fixes 1-4 of pytorch_reference.py), but a batch
 of 16 (50 samples per rank: steps of 16, 16, 16 and 2) over 3 epochs, with
 DistributedSampler.set_epoch(epoch) before each: 12 steps per rank. It exports each rank's
 per-step losses, the sampler's indices of every epoch and the final parameters under
@@ -14,7 +14,6 @@ Run with Debian's torch (the pyenv python3 on PATH has no torch):
     /usr/bin/python3 experiments/seed_ddp/pytorch_set_epoch_reference.py [--out DIR]
 """
 
-import argparse
 import ctypes
 import json
 import os
@@ -34,6 +33,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytorch_reference as ref  # noqa: E402  (the model, the seeding, the export helpers)
+import cli_errors  # noqa: E402  (experiments/, on the path since pytorch_reference is imported)
 
 BATCH_SIZE = 16
 EPOCHS = 3
@@ -82,13 +82,13 @@ def run(rank, world_size, seed, scratch):
 
 def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--out",
         default=os.path.join(here, "..", "..", "testdata", "seed_ddp", "reference_set_epoch"),
     )
     args = parser.parse_args(argv)
-    out = os.path.abspath(args.out)
+    out = cli_errors.output_dir("--out", args.out)
     scratch = tempfile.mkdtemp(prefix="set_epoch_scratch.")
     try:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -97,7 +97,7 @@ def main(argv=None):
         results = [torch.load(os.path.join(scratch, f"rank{r}.pt")) for r in range(ref.WORLD_SIZE)]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    # The facts' sampler (shared/pytorch-facts.md) against torch's, every epoch.
+    # DistributedSampler's order (docs/pytorch-fidelity.md) against torch's, every epoch.
     for rank, r in enumerate(results):
         for epoch, order in enumerate(r["orders"]):
             assert order == ref.expected_sampler_indices(

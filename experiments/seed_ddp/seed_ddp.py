@@ -1,17 +1,18 @@
 #!/usr/bin/python3
-"""The document's PyTorch DDP run, reproduced with every synchroniser and communicator.
+"""The seed example's PyTorch DDP run, reproduced with every synchroniser and communicator.
 
 Runs //train:train on the PyTorch reference's own data and initial parameters (exported by
 pytorch_reference.py; rerun here when Debian's torch is installed, else the committed copy is
 used) and prints one table: synchroniser, communicator, device, each rank's loss at the first
 and last step, max |Δ parameter| against PyTorch, whether ranks end bitwise equal, time per
 step and bytes sent per step. Writes report.md, results.csv and loss_curves.png to --out_dir.
+Bad input is one error line and exit status 2, before any run starts.
 
     bazel run //experiments:seed_ddp [-- --out_dir=DIR]
 """
 
-import argparse
 import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -22,17 +23,19 @@ import time
 
 import numpy as np
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
+
+import cli_errors  # noqa: E402
+from cli_errors import fail  # noqa: E402
+
 TENSORS = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
 # The time/step column comes from a separate run of each configuration, TIMING_STEPS steps long,
 # whose first TIMING_WARMUP steps (start-up, the ranks falling into step) are left out: the
 # numerical run's 10 steps are too few (a median of 18 samples, dominated by who arrives first).
 TIMING_STEPS = 1000
 TIMING_WARMUP = 100
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def read_losses(path):
@@ -162,50 +165,69 @@ def plot(rows, ref_losses, path):
     return None
 
 
-def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+REFERENCE_FILES = (["losses.csv", "meta.json"] +
+                   [f"{kind}/{name}.npy" for kind in ("init", "final") for name in TENSORS] +
+                   [f"{kind}_rank{rank}.npy" for kind in ("data", "targets") for rank in (0, 1)])
+MAX_TIMEOUT_S = 86400
+
+
+def on_debian_python():
+    """Whether this is /usr/bin/python3, whose torch the reference runs with."""
+    try:
+        return os.path.samefile(sys.executable, "/usr/bin/python3")
+    except OSError:
+        return False
+
+
+def parse_args(argv=None):
+    """The flags, every one checked here, before anything runs: one error line and exit
+    status 2 for any that cannot be used."""
+    parser = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
     default_out = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()),
                                "out", "seed_ddp")
     parser.add_argument("--out_dir", default=default_out)
     parser.add_argument("--train", required=True, help="path to the //train:train binary")
-    parser.add_argument("--reference", default=os.path.join(here, "..", "..", "testdata", "seed_ddp", "reference"),
+    parser.add_argument("--reference",
+                        default=os.path.join(HERE, "..", "..", "testdata", "seed_ddp",
+                                             "reference"),
                         help="the committed PyTorch export")
     parser.add_argument("--rerun_reference", choices=["auto", "yes", "no"], default="auto")
-    parser.add_argument("--timeout", type=float, default=60)
-    args = parser.parse_args()
+    parser.add_argument("--timeout", type=float, default=60,
+                        help=f"seconds any wait between ranks may take, in (0, {MAX_TIMEOUT_S}]")
+    args = parser.parse_args(argv)
+    cli_errors.positive_finite("--timeout", args.timeout, MAX_TIMEOUT_S)
+    args.out_dir = cli_errors.output_dir("--out_dir", args.out_dir)
+    cli_errors.executable("--train", args.train)
+    args.reference = cli_errors.input_dir("--reference", args.reference, REFERENCE_FILES)
+    # Under Debian's python3 whether torch is there is known without starting one.
+    if (args.rerun_reference == "yes" and on_debian_python()
+            and importlib.util.find_spec("torch") is None):
+        fail("--rerun_reference=yes: PyTorch is not importable by /usr/bin/python3 "
+             "(apt install python3-torch)")
+    return args
 
-    out = os.path.abspath(args.out_dir)
-    try:
-        os.makedirs(out, exist_ok=True)
-        probe = os.path.join(out, ".write-probe")
-        open(probe, "w").close()
-        os.remove(probe)
-    except OSError as e:
-        fail(f"--out_dir {out} is not writable: {e.strerror}")
-    if not os.access(args.train, os.X_OK):
-        fail(f"--train {args.train} is not an executable")
 
-    reference = os.path.abspath(args.reference)
-    reference_note = "committed export (testdata/seed_ddp/reference)"
+def load_reference(args, out):
+    """The reference the runs are compared with, rerun now with torch where --rerun_reference
+    asks for it: a dict of its losses, final parameters, meta.json and how it was made."""
+    reference = args.reference
+    note = "committed export (testdata/seed_ddp/reference)"
     fresh_reference = False
     if args.rerun_reference == "yes" or (args.rerun_reference == "auto" and torch_available()):
         fresh = os.path.join(out, "pytorch")
-        run_reference(os.path.join(here, "pytorch_reference.py"), fresh, 300)
+        if args.rerun_reference == "yes" and not torch_available():
+            fail("PyTorch is not importable by /usr/bin/python3 (apt install python3-torch)")
+        run_reference(os.path.join(HERE, "pytorch_reference.py"), fresh, 300)
         same = all(
             np.array_equal(np.load(os.path.join(fresh, "final", n + ".npy")),
                            np.load(os.path.join(reference, "final", n + ".npy")))
             for n in TENSORS)
-        reference_note = ("rerun now with torch (" + ("identical to" if same else "DIFFERS from") +
-                          " the committed export)")
+        note = ("rerun now with torch (" + ("identical to" if same else "DIFFERS from") +
+                " the committed export)")
         reference = fresh
         fresh_reference = True
-    elif args.rerun_reference == "yes":
-        fail("PyTorch is not importable by /usr/bin/python3 (apt install python3-torch)")
-
-    ref_losses = {r: [(s, l, float("nan"), float("nan")) for s, l, _, _ in rows]
-                  for r, rows in read_losses(os.path.join(reference, "losses.csv")).items()}
-    ref_final = read_params(os.path.join(reference, "final"))
+    losses = {r: [(s, l, float("nan"), float("nan")) for s, l, _, _ in rows]
+              for r, rows in read_losses(os.path.join(reference, "losses.csv")).items()}
     with open(os.path.join(reference, "meta.json")) as f:
         meta = json.load(f)
     timing = meta.get("timing") or {}
@@ -217,7 +239,13 @@ def main():
         ref_time = f"{ref_ms:.3f}"
     else:  # measured wherever the export was made, not in this run
         ref_time = f"{ref_ms:.3f} (committed export, other machine: not this run)"
+    return {"dir": reference, "note": note, "fresh": fresh_reference, "losses": losses,
+            "final": read_params(os.path.join(reference, "final")), "meta": meta,
+            "time": ref_time}
 
+
+def configurations():
+    """(sync, its extra flags, communicator, device, why skipped or None) of every run."""
     have_mpi = shutil.which("mpirun") is not None
     have_gpu = gpu_available()
     syncs = [("allreduce", []), ("param_avg", ["--avg_period=1"]),
@@ -226,53 +254,68 @@ def main():
              ("mpi", "cpu", None if have_mpi else "skipped: no mpirun"),
              ("nccl", "cuda", None if have_gpu else "skipped: no GPU"),
              ("ipc_ring", "cuda", None if have_gpu else "skipped: no GPU")]
-    rows = []
-    for sync, extra in syncs:
-        label = sync + ("" if not extra else f" (K={extra[0].split('=')[1]})")
-        for comm, device, skip in comms:
-            row = {"sync": label, "comm": comm, "device": device, "status": skip or "ok"}
-            rows.append(row)
-            if skip:
-                print(f"{label:16} {comm:9} {skip}", flush=True)
-                continue
-            name = f"{sync}{extra[0].split('=')[1] if extra else ''}_{comm}_{device}"
-            run_dir = os.path.join(out, "runs", name)
-            result, wall = run_ringlab(args.train, reference, run_dir, sync, comm, device, extra,
-                                       args.timeout)
-            if result.returncode != 0:
-                lines = (result.stderr + result.stdout).splitlines()
-                errors = [l for l in lines if "error:" in l]
-                reason = errors[0] if errors else f"exit status {result.returncode}"
-                row["status"] = "failed: " + reason.split("error:", 1)[-1].strip()[:80]
-                with open(os.path.join(out, f"{name}.log"), "w") as log:
-                    log.write(result.stdout + result.stderr)
-                print(f"{label:16} {comm:9} {row['status']}", flush=True)
-                continue
-            row["stats"] = summarise(run_dir, ref_final, ref_losses)
-            # The same configuration again, long enough for a stable median step time.
-            timing, timing_wall = run_ringlab(
-                args.train, reference, run_dir + "_timing", sync, comm, device,
-                extra + [f"--epochs={TIMING_STEPS}"], args.timeout)
-            if timing.returncode == 0:
-                row["stats"]["step_ms"] = timing_text(run_dir + "_timing")
-            else:
-                row["stats"]["step_ms"] = f"n/a (timing run: exit {timing.returncode})"
-                with open(os.path.join(out, f"{name}_timing.log"), "w") as log:
-                    log.write(timing.stdout + timing.stderr)
-            print(f"{label:16} {comm:9} ok ({wall:.1f} s; timing run {timing_wall:.1f} s)",
-                  flush=True)
+    return [(sync, extra, comm, device, skip)
+            for sync, extra in syncs for comm, device, skip in comms]
 
+
+def run_configuration(args, out, ref, sync, extra, comm, device):
+    """One configuration's row: its numerical run against the reference, then its timing
+    run. A failed run's output goes to <out>/<name>.log."""
+    label = sync + ("" if not extra else f" (K={extra[0].split('=')[1]})")
+    row = {"sync": label, "comm": comm, "device": device, "status": "ok"}
+    name = f"{sync}{extra[0].split('=')[1] if extra else ''}_{comm}_{device}"
+    run_dir = os.path.join(out, "runs", name)
+    result, wall = run_ringlab(args.train, ref["dir"], run_dir, sync, comm, device, extra,
+                               args.timeout)
+    if result.returncode != 0:
+        lines = (result.stderr + result.stdout).splitlines()
+        errors = [l for l in lines if "error:" in l]
+        reason = errors[0] if errors else f"exit status {result.returncode}"
+        row["status"] = "failed: " + reason.split("error:", 1)[-1].strip()[:80]
+        with open(os.path.join(out, f"{name}.log"), "w") as log:
+            log.write(result.stdout + result.stderr)
+        print(f"{label:16} {comm:9} {row['status']}", flush=True)
+        return row
+    row["stats"] = summarise(run_dir, ref["final"], ref["losses"])
+    # The same configuration again, long enough for a stable median step time.
+    timing, timing_wall = run_ringlab(
+        args.train, ref["dir"], run_dir + "_timing", sync, comm, device,
+        extra + [f"--epochs={TIMING_STEPS}"], args.timeout)
+    if timing.returncode == 0:
+        row["stats"]["step_ms"] = timing_text(run_dir + "_timing")
+    else:
+        row["stats"]["step_ms"] = f"n/a (timing run: exit {timing.returncode})"
+        with open(os.path.join(out, f"{name}_timing.log"), "w") as log:
+            log.write(timing.stdout + timing.stderr)
+    print(f"{label:16} {comm:9} ok ({wall:.1f} s; timing run {timing_wall:.1f} s)", flush=True)
+    return row
+
+
+def run_all(args, out, ref):
+    rows = []
+    for sync, extra, comm, device, skip in configurations():
+        if skip:
+            label = sync + ("" if not extra else f" (K={extra[0].split('=')[1]})")
+            rows.append({"sync": label, "comm": comm, "device": device, "status": skip})
+            print(f"{label:16} {comm:9} {skip}", flush=True)
+            continue
+        rows.append(run_configuration(args, out, ref, sync, extra, comm, device))
+    return rows
+
+
+def results_table(rows, ref):
+    """(header, table rows): the reference's row first, then one per configuration."""
     header = ["synchroniser", "communicator", "device", "loss rank0 first→last",
               "loss rank1 first→last", "max abs Δparam vs PyTorch", "max rel Δloss",
               "ranks bitwise equal", f"time/step (ms, median of {TIMING_STEPS}-step run)",
               "bytes sent/step/rank"]
-    ref_first_last = {r: (rows_[0][1], rows_[-1][1]) for r, rows_ in ref_losses.items()}
-    table = [["PyTorch DDP (reference: " + ("rerun now" if fresh_reference else
+    ref_first_last = {r: (rows_[0][1], rows_[-1][1]) for r, rows_ in ref["losses"].items()}
+    table = [["PyTorch DDP (reference: " + ("rerun now" if ref["fresh"] else
                                              "committed export") + ")", "gloo", "cpu",
               f"{ref_first_last[0][0]:.7f}→{ref_first_last[0][1]:.7f}",
               f"{ref_first_last[1][0]:.7f}→{ref_first_last[1][1]:.7f}", "0", "0",
-              "yes" if meta.get("final_params_equal_across_ranks") else "no",
-              ref_time, "n/a"]]
+              "yes" if ref["meta"].get("final_params_equal_across_ranks") else "no",
+              ref["time"], "n/a"]]
     for row in rows:
         s = row.get("stats")
         if not s:
@@ -285,7 +328,10 @@ def main():
                       f"{s['max_dparam']:.2e}", f"{s['max_rel_dloss']:.2e}",
                       "yes" if s["ranks_equal"] else "no", s["step_ms"],
                       f"{s['bytes']:.0f}"])
+    return header, table
 
+
+def print_table(header, table):
     widths = [max(len(str(r[i])) for r in [header] + table) for i in range(len(header))]
     lines = [" | ".join(str(c).ljust(w) for c, w in zip(header, widths)),
              "-+-".join("-" * w for w in widths)]
@@ -293,17 +339,16 @@ def main():
     print()
     print("\n".join(lines))
 
-    with open(os.path.join(out, "results.csv"), "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(table)
-    plot_note = plot(rows, ref_losses, os.path.join(out, "loss_curves.png"))
-    md = ["# seed_ddp: the document's DDP run, reproduced", "",
+
+def report_lines(header, table, ref, plot_note):
+    """report.md's lines."""
+    meta = ref["meta"]
+    md = ["# seed_ddp: the seed example's DDP run, reproduced", "",
           "Net 10→5→2, SGD lr 0.01, CrossEntropyLoss, 10 epochs, 100 samples per rank (each rank "
-          "its own data, as the document), DistributedSampler defaults without set_epoch, batch "
-          "64 (one full-batch step of 50 samples per epoch), 2 ranks. ringlab trains from the "
-          "PyTorch run's own data and initial parameters.", "",
-          f"PyTorch reference: {reference_note}; torch {meta.get('torch_version')}.", "",
+          "its own data, as the seed example), DistributedSampler defaults without set_epoch, "
+          "batch 64 (one full-batch step of 50 samples per epoch), 2 ranks. ringlab trains from "
+          "the PyTorch run's own data and initial parameters.", "",
+          f"PyTorch reference: {ref['note']}; torch {meta.get('torch_version')}.", "",
           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(str(c) for c in r) + " |" for r in table]
     md += ["", "- max abs Δparam: largest absolute difference of rank 0's final parameters from "
@@ -318,15 +363,38 @@ def main():
            f"so. A noisy shared 2-core machine: compare figures from one run.",
            "- param_avg (K=1) equals allreduce up to rounding for plain SGD; K=4 and none diverge "
            "from DDP by design.",
-           "", "Defects of the document's program fixed in pytorch_reference.py:", ""]
+           "", "Defects of the seed example's program fixed in pytorch_reference.py:", ""]
     md += [f"- {d}" for d in meta.get("defects_fixed", [])]
     if plot_note:
         md += ["", plot_note]
     else:
         md += ["", "![loss curves](loss_curves.png)"]
+    return md
+
+
+def write_outputs(out, header, table, rows, ref):
+    with open(os.path.join(out, "results.csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(table)
+    plot_note = plot(rows, ref["losses"], os.path.join(out, "loss_curves.png"))
     with open(os.path.join(out, "report.md"), "w") as f:
-        f.write("\n".join(md) + "\n")
+        f.write("\n".join(report_lines(header, table, ref, plot_note)) + "\n")
     print(f"\nwrote {out}/report.md, results.csv" + ("" if plot_note else ", loss_curves.png"))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    out = args.out_dir
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        fail(f"--out_dir={out} cannot be made: {e.strerror}")
+    ref = load_reference(args, out)
+    rows = run_all(args, out, ref)
+    header, table = results_table(rows, ref)
+    print_table(header, table)
+    write_outputs(out, header, table, rows, ref)
     failed = [r for r in rows if r["status"].startswith("failed")]
     return 1 if failed else 0
 

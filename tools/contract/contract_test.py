@@ -210,6 +210,7 @@ def main():
     missing = set(binaries) - {t[:-len(".txt")] for t in os.listdir(args.tables)}
     for name in sorted(missing):
         failures.append(f"{name}: a command without a table (tables/{name}.txt)")
+    shutil.rmtree(parent, ignore_errors=True)
     for failure in failures:
         print("FAIL: " + failure)
     print(f"contract: {passed} passed, {len(failures)} failed, {skipped} skipped")
