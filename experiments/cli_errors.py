@@ -139,9 +139,7 @@ def output_file(flag, path, suffixes=None):
 def input_dir(flag, path, files=()):
     """The absolute path of an existing, readable directory holding every one of files
     (relative paths); else fails."""
-    if not path:
-        fail(f"{flag} is empty")
-    directory = os.path.abspath(path)
+    directory = _absolute(flag, path)
     if not os.path.exists(directory):
         fail(f"{flag}={path}: no such directory")
     if not os.path.isdir(directory):
@@ -155,11 +153,16 @@ def input_dir(flag, path, files=()):
     return directory
 
 
-def input_file(flag, path):
-    """The absolute path of an existing, readable regular file; else fails."""
+def _absolute(flag, path):
+    """The absolute path of a path given to flag; fails when it is empty."""
     if not path:
         fail(f"{flag} is empty")
-    name = os.path.abspath(path)
+    return os.path.abspath(path)
+
+
+def input_file(flag, path):
+    """The absolute path of an existing, readable regular file; else fails."""
+    name = _absolute(flag, path)
     if not os.path.exists(name):
         fail(f"{flag}={path}: no such file")
     if not os.path.isfile(name):
@@ -171,9 +174,7 @@ def input_file(flag, path):
 
 def executable(flag, path):
     """The absolute path of an existing regular file it may execute; else fails."""
-    if not path:
-        fail(f"{flag} is empty")
-    name = os.path.abspath(path)
+    name = _absolute(flag, path)
     if not os.path.isfile(name) or not os.access(name, os.X_OK):
         fail(f"{flag}={path} is not an executable file")
     return name
