@@ -162,7 +162,8 @@ std::string BadBackends() {
   if (specs.empty()) return "";
   bool host_memory = false;
   for (const std::string& spec : specs) {
-    const std::string name = SplitList(spec, ':').front();
+    const std::vector<std::string> parts = SplitList(spec, ':');
+    const std::string name = parts.empty() ? "" : parts.front();
     const comm::BackendDescription* backend = comm::FindBackend(name);
     if (backend == nullptr) {
       std::string linked;

@@ -31,7 +31,9 @@ std::string BadOutputFile(const std::string& path) {
     return "--benchmark_out=" + path + " is a directory";
   }
   if (fs::exists(path, error)) {
-    const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    // Non-blocking: a FIFO nobody reads is refused, not waited on.
+    const int fd =
+        open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
       return "--benchmark_out=" + path + " is not writable (" +
              std::strerror(errno) + ")";
@@ -55,6 +57,20 @@ std::string BadOutputFile(const std::string& path) {
   }
   close(fd);
   unlink(probe.c_str());
+  return "";
+}
+
+// Values Benchmark's Initialize would answer with its usage and exit
+// status 0 rather than refuse.
+std::string BadBenchmarkValue(const std::string& arg) {
+  for (const char* flag : {"--benchmark_format=", "--benchmark_out_format="}) {
+    if (arg.rfind(flag, 0) != 0) continue;
+    const std::string value = arg.substr(std::strlen(flag));
+    if (value != "console" && value != "json" && value != "csv") {
+      return std::string(flag) + value + ": expected console, json or csv";
+    }
+  }
+  if (arg == "--benchmark_color=") return "--benchmark_color needs a value";
   return "";
 }
 
@@ -98,8 +114,10 @@ void ParseBenchmarkFlagsOrExit(int argc, char** argv,
       {"bench/", "comm/cluster/"}, {"--benchmark_"});
   for (size_t i = 1; i < rest.size(); ++i) {
     const std::string arg = rest[i];
-    if (arg.rfind(kOutFlag, 0) != 0) continue;
-    const std::string bad = BadOutputFile(arg.substr(std::strlen(kOutFlag)));
+    const std::string bad =
+        arg.rfind(kOutFlag, 0) == 0
+            ? BadOutputFile(arg.substr(std::strlen(kOutFlag)))
+            : BadBenchmarkValue(arg);
     if (!bad.empty()) cli::ExitWithUsageError(bad);
   }
   int count = static_cast<int>(rest.size());

@@ -29,9 +29,6 @@ using std::chrono::milliseconds;
 // the ranks are x86-64 processes of one build).
 constexpr size_t kMessageBytes = kAgreementWords * sizeof(int64_t);
 constexpr size_t kNonceBytes = 16;
-// How long one connection may take to prove itself before it is dropped
-// (connections prove themselves side by side: a silent one delays no other).
-constexpr milliseconds kHandshakeDeadline{2000};
 // How long a wait goes without moving the backend's queued data, where it
 // has some (Collect's `progress`).
 constexpr milliseconds kProgressSlice{1};
@@ -77,7 +74,8 @@ void Tune(int fd, milliseconds timeout) {
 
 // Listens on `host`, any port; returns the socket and sets *port.
 int Listen(const std::string& host, int world, int* port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking: a connection reset between poll and accept is no wait.
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   sockaddr_in address = AddressOf(host, 0);
   socklen_t length = sizeof(address);
   if (fd < 0 ||
@@ -94,7 +92,9 @@ int Listen(const std::string& host, int world, int* port) {
 
 // A connection to this rank's listener that has yet to prove it is a
 // rank of this job: sent a nonce, it must answer with its rank and the
-// proof before its own deadline.
+// proof. Connections prove themselves side by side, each within the join's
+// deadline, so a silent one delays no other (a rank's Connect returns once
+// its proof is sent, so a rank dropped early would never try again).
 struct Candidate {
   int fd = -1;
   std::string nonce;
@@ -127,17 +127,18 @@ struct Candidate {
   }
 };
 
-// How many connections may be proving themselves at once: a local process
-// that opens more only drops its own oldest.
+// How many connections may be proving themselves at once: beyond it the
+// oldest is dropped (a local process that opens that many can delay a job
+// until its join deadline, as it could by filling the listen queue).
 constexpr size_t kMaxCandidates = 64;
 
 // Takes a connection off the listener and sends it a nonce to answer.
-void Welcome(int listener, std::vector<Candidate>* candidates) {
+void Welcome(int listener, Clock::time_point deadline,
+             std::vector<Candidate>* candidates) {
   const int fd =
       accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) return;
-  Candidate c{
-      fd, RandomBytes(kNonceBytes), {}, Clock::now() + kHandshakeDeadline};
+  Candidate c{fd, RandomBytes(kNonceBytes), {}, deadline};
   // 16 bytes into a new connection's empty buffer: never short.
   if (send(fd, c.nonce.data(), c.nonce.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(c.nonce.size())) {
@@ -263,7 +264,7 @@ void CallMesh::Admit(int listener, const std::string& secret,
         }
         candidates.erase(candidates.begin() + static_cast<ptrdiff_t>(i));
       }
-      if (ready[0].revents & POLLIN) Welcome(listener, &candidates);
+      if (ready[0].revents & POLLIN) Welcome(listener, deadline, &candidates);
       if (waiting > 0 && Clock::now() >= deadline) {
         std::string missing;
         for (int r = rank_ + 1; r < world_; ++r) {

@@ -61,9 +61,10 @@ bool LockCurrentFile(const std::string& dir, const std::string& path, int* fd) {
 DirectoryLock::DirectoryLock(const std::string& dir)
     : path_(dir + "/" + kFileName) {
   for (int attempt = 0; !LockCurrentFile(dir, path_, &fd_); ++attempt) {
-    if (attempt == 100) {
-      throw std::invalid_argument("cannot lock " + path_ +
-                                  ": it is removed and made again meanwhile");
+    if (attempt == 100) {  // other jobs keep taking and letting go of it
+      throw DirectoryInUse(dir + " is in use by other jobs (" + path_ +
+                               " is removed and made again meanwhile)",
+                           0);
     }
   }
   const std::string pid = std::to_string(getpid()) + "\n";

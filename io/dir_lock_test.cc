@@ -82,7 +82,11 @@ TEST(DirectoryLockTest, LockersRacingAReleaseNeverHoldItTogether) {
     }
     children.push_back(child);
   }
-  for (const pid_t child : children) waitpid(child, nullptr, 0);
+  for (const pid_t child : children) {
+    int status = 0;
+    waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
   close(holders[1]);
   char c;
   EXPECT_EQ(read(holders[0], &c, 1), 0) << "two processes held the lock";

@@ -221,6 +221,13 @@ namespace {
 // (its files' checksums were checked before: these are as written).
 void CheckPartIsOurs(const std::string& rank_dir, int rank,
                      const std::string& job) {
+  std::error_code error;
+  if (!fs::exists(rank_dir + "/" + kPartRankFile, error)) {
+    throw std::invalid_argument(
+        rank_dir +
+        " records no rank and job: a part written by an older ringlab, which "
+        "this one does not resume (start the run afresh)");
+  }
   const std::string written = ReadFile(rank_dir + "/" + kPartRankFile);
   if (written != std::to_string(rank) + "\n") {
     throw std::invalid_argument(rank_dir + " holds rank " +

@@ -460,13 +460,15 @@ TEST(CheckpointCliTest, AJobStartedByTorchrunsVariablesHoldsItsOutDir) {
       "SLURM_PROCID=0 SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_LOCALID=0 "
       "SLURM_JOB_ID=7 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " +
           train};
-  // Once rank 0 holds the lock and the ranks' probes of the directory are
-  // done, a listing of it before and after the second jobs.
-  std::string after_start =
-      "for i in $(seq 1000); do [ -s " + out +
-      "/.ringlab.lock ] && break; sleep 0.01; done; sleep 2; cp " + out +
-      "/.ringlab.lock " + dir + "/holder; find " + out +
-      " -printf '%p %s %T@\\n' | sort >" + dir + "/before; ";
+  // Once rank 0 has printed its job line (the ranks have agreed, past
+  // their probes of the directory), a listing of it before and after the
+  // second jobs.
+  const std::string ranks = TempDir("locked_by_hand_ranks");
+  std::string after_start = "for i in $(seq 1200); do [ -s " + ranks +
+                            "/out0 ] && break; sleep 0.05; done; cp " + out +
+                            "/.ringlab.lock " + dir + "/holder; find " + out +
+                            " -printf '%p %s %T@\\n' | sort >" + dir +
+                            "/before; ";
   for (size_t i = 0; i < seconds.size(); ++i) {
     const std::string n = std::to_string(i);
     after_start +=
@@ -479,7 +481,7 @@ TEST(CheckpointCliTest, AJobStartedByTorchrunsVariablesHoldsItsOutDir) {
                  "/after; kill $pid0 $pid1";
   ByHand job;
   job.args = [&](int) {
-    return "--quiet --timeout=30 --epochs=100000000 --out_dir=" + out;
+    return "--timeout=30 --epochs=100000000 --out_dir=" + out;
   };
   job.after_start = after_start;
   RunRanksByHand("locked_by_hand_ranks", job);

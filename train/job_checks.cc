@@ -96,23 +96,9 @@ std::vector<std::string> SplitLines(const std::string& text) {
   return lines;
 }
 
-// "<what> <name> sha256=<hex>" for each data or parameter file in dir (.npy,
-// IDX, gzip'd IDX), by name.
-std::string FileChecksums(const std::string& what, const std::string& dir) {
-  std::vector<std::string> names;
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
-    const auto ends_with = [&](const std::string& tail) {
-      return name.size() >= tail.size() &&
-             name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-    };
-    if (entry.is_regular_file(error) &&
-        (ends_with(".npy") || ends_with("-ubyte") || ends_with("-ubyte.gz"))) {
-      names.push_back(name);
-    }
-  }
-  std::sort(names.begin(), names.end());
+// "<what> <name> sha256=<hex>" for each of `names` in dir.
+std::string FileChecksums(const std::string& what, const std::string& dir,
+                          const std::vector<std::string>& names) {
   std::string text;
   for (const std::string& name : names) {
     try {
@@ -123,6 +109,31 @@ std::string FileChecksums(const std::string& what, const std::string& dir) {
     }
   }
   return text;
+}
+
+// The files the data set's loader reads (train/dataset.cc,
+// train/idx_dataset.cc), by name in DataDir: IDX files (gzip'd where the .gz
+// is there), per-rank .npy files for every rank, or the shared pair.
+std::vector<std::string> DataFileNames(const TrainConfig& c, int world_size) {
+  const std::string dir = DataDir(c);
+  std::vector<std::string> names;
+  std::error_code error;
+  if (DatasetKind(c) == "fashion_mnist") {
+    for (const char* base :
+         {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+      const std::string gz = std::string(base) + ".gz";
+      names.push_back(fs::exists(dir + "/" + gz, error) ? gz : base);
+    }
+  } else if (fs::exists(dir + "/data_rank0.npy", error)) {
+    for (int r = 0; r < std::max(world_size, 1); ++r) {
+      names.push_back("data_rank" + std::to_string(r) + ".npy");
+      names.push_back("targets_rank" + std::to_string(r) + ".npy");
+    }
+  } else {
+    names = {"data.npy", "targets.npy"};
+  }
+  return names;
 }
 
 }  // namespace
@@ -140,12 +151,18 @@ std::string JobDescription(const TrainConfig& c, int world_size,
   text += "world size=" + std::to_string(world_size) + "\n";
   text += "--seed=" + std::to_string(c.seed) + "\n";
   text += "--per_rank_data=" + std::to_string(c.per_rank_data) + "\n";
-  text += "--data_dir=" + c.data_dir + "\n";
-  text += "--init_dir=" + c.init_dir + "\n";
-  // The files' bytes, not only their paths: a data set or initial
-  // parameters replaced under the same name make another job.
-  if (DatasetKind(c) != "synthetic") text += FileChecksums("data", DataDir(c));
-  if (!c.init_dir.empty()) text += FileChecksums("init", c.init_dir);
+  // The files' bytes, not their paths: the same data moved elsewhere is the
+  // same job, other data under the same name another.
+  if (DatasetKind(c) != "synthetic") {
+    text += FileChecksums("data", DataDir(c), DataFileNames(c, world_size));
+  }
+  if (!c.init_dir.empty()) {
+    std::vector<std::string> tensors;
+    for (const nn::TensorSlot& t : nn::MlpLayout::Parse(c.model).tensors()) {
+      tensors.push_back(t.name + ".npy");
+    }
+    text += FileChecksums("init", c.init_dir, tensors);
+  }
   return text;
 }
 
@@ -224,12 +241,11 @@ int64_t DatasetSize(const TrainConfig& config, int world_size,
 namespace {
 
 void CheckCheckpoint(const TrainConfig& config, int world_size,
-                     int64_t dataset_size, bool every_part) {
+                     const std::string& ours, bool every_part) {
   const std::string dir =
       ResumableCheckpointDir(config.out_dir + "/checkpoints");
   const std::optional<int64_t> latest = LatestCheckpoint(dir);
   if (!latest) throw std::invalid_argument("no checkpoint in " + dir);
-  const std::string ours = JobDescription(config, world_size, dataset_size);
   const std::string difference =
       FirstJobDifference(ReadJobDescription(dir), ours);
   if (!difference.empty()) {
@@ -249,12 +265,12 @@ void CheckCheckpoint(const TrainConfig& config, int world_size,
 }  // namespace
 
 void CheckResumable(const TrainConfig& config, int world_size,
-                    int64_t dataset_size, bool every_part) {
+                    const std::string& job, bool every_part) {
   // Whatever is wrong with what is on disk (a file missing or damaged, a
   // symlink loop, a directory where a file should be) is the user's input:
   // one line, exit 2.
   try {
-    CheckCheckpoint(config, world_size, dataset_size, every_part);
+    CheckCheckpoint(config, world_size, job, every_part);
   } catch (const std::exception& e) {
     throw std::invalid_argument(std::string("--resume: ") + e.what());
   }
@@ -427,7 +443,10 @@ void ValidateConfig(const TrainConfig& config, int world_size,
       throw std::invalid_argument(e.what());
     }
   }
-  if (config.resume) CheckResumable(config, world_size, dataset_size);
+  if (config.resume) {
+    CheckResumable(config, world_size,
+                   JobDescription(config, world_size, dataset_size));
+  }
 }
 
 }  // namespace ringlab::train

@@ -30,11 +30,11 @@ enum class ValidationScope {
 void ValidateConfig(const TrainConfig& config, int world_size,
                     ValidationScope scope = ValidationScope::kLaunch);
 
-// --resume: the latest checkpoint must be this job's (JobDescription) and,
-// with every_part, hold every rank's part (a rank reads its own as it
-// resumes).
+// --resume: the latest checkpoint must be this job's (`job`, its
+// JobDescription) and, with every_part, hold every rank's part, each this
+// job's and its rank's (a rank reads its own as it resumes).
 void CheckResumable(const TrainConfig& config, int world_size,
-                    int64_t dataset_size, bool every_part = true);
+                    const std::string& job, bool every_part = true);
 
 // Collective, like DDP's constructor: every rank checks that all run the same
 // job on data sets of the same size, and all fail together, with the same
@@ -45,7 +45,8 @@ void CheckRanksAgree(const TrainConfig& config, int64_t dataset_size,
 // What a checkpoint must have been written by to be resumed: the shared
 // settings except --resume, --epochs and --checkpoint_every (a resumed run
 // may train longer, checkpointing differently), plus what decides each
-// rank's numbers ("name=value" lines).
+// rank's numbers ("name=value" lines), and the SHA-256 of each data and
+// initial-parameter file the run reads.
 std::string JobDescription(const TrainConfig& c, int world_size,
                            int64_t dataset_size);
 

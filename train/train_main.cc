@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <new>
 #include <optional>
@@ -163,6 +164,8 @@ DEFINE_string(store_bind, "",
 
 namespace ringlab::train {
 namespace {
+
+namespace fs = std::filesystem;
 
 // The backend --comm names, or nullptr when this binary has none of that
 // name (ConfigFromFlags refuses it).
@@ -337,18 +340,46 @@ TrainConfig ConfigFromFlags() {
 
 // The job's --out_dir, locked for as long as the job runs: a second job
 // given it is refused here, before it touches anything (its first run's
-// checkpoints included). Nothing to lock without an --out_dir.
-std::optional<io::DirectoryLock> LockOutDir(const TrainConfig& config) {
-  if (config.out_dir.empty()) return std::nullopt;
-  io::MakeDirs(config.out_dir);
-  try {
-    return io::DirectoryLock(config.out_dir);
-  } catch (const io::DirectoryInUse& e) {
-    throw std::invalid_argument("--out_dir " + std::string(e.what()) +
-                                "; wait for it to end or choose another "
-                                "--out_dir");
+// checkpoints included). Nothing to lock without an --out_dir. The
+// directories it had to make are removed again, while empty, unless Keep()
+// said the job was accepted: bad input leaves nothing behind.
+class OutDirHold {
+ public:
+  explicit OutDirHold(const TrainConfig& config) {
+    if (config.out_dir.empty()) return;
+    for (fs::path p = fs::absolute(config.out_dir); !p.empty();
+         p = p.parent_path()) {
+      std::error_code error;
+      if (fs::exists(p, error) || p == p.parent_path()) break;
+      made_.push_back(p);
+    }
+    io::MakeDirs(config.out_dir);
+    try {
+      lock_.emplace(config.out_dir);
+    } catch (const io::DirectoryInUse& e) {
+      throw std::invalid_argument("--out_dir " + std::string(e.what()) +
+                                  "; wait for it to end or choose another "
+                                  "--out_dir");
+    }
   }
-}
+  ~OutDirHold() {
+    lock_.reset();  // its file goes with it
+    if (kept_) return;
+    for (const fs::path& dir : made_) {
+      std::error_code error;
+      fs::remove(dir, error);  // only while empty
+    }
+  }
+  OutDirHold(const OutDirHold&) = delete;
+  OutDirHold& operator=(const OutDirHold&) = delete;
+
+  void Keep() { kept_ = true; }
+
+ private:
+  std::optional<io::DirectoryLock> lock_;
+  std::vector<fs::path> made_;  // deepest first
+  bool kept_ = false;
+};
 
 int RunThisRank(const TrainConfig& config) {
   // One BLAS thread per rank under any launcher (ours, mpirun, torchrun-style)
@@ -365,8 +396,8 @@ int RunThisRank(const TrainConfig& config) {
   if (!FLAGS_store_bind.empty()) job.store_bind = FLAGS_store_bind;
 
   // Under our launcher, the launcher holds the lock; under another, rank 0.
-  const std::optional<io::DirectoryLock> lock =
-      job.rank == 0 && !job.store_hosted ? LockOutDir(config) : std::nullopt;
+  std::optional<OutDirHold> hold;
+  if (job.rank == 0 && !job.store_hosted) hold.emplace(config);
   const auto rendezvous = comm::Rendezvous::Join(job, config.timeout);
   const comm::RankContext& context = rendezvous->context();
   // Under a foreign launcher (torchrun-style, mpirun) nothing was checked
@@ -375,6 +406,7 @@ int RunThisRank(const TrainConfig& config) {
   // data-set size on another rank is caught by the agreement check.
   ValidateConfig(config, context.world_size, ValidationScope::kRank);
   ValidateFaultInjection(Faults(), context.world_size);
+  if (hold) hold->Keep();
   size_t hosts = 0;
   const std::string where = comm::DescribeHosts(context.peers, &hosts);
   if (hosts > 1 && context.rank == 0 && !config.quiet) {
@@ -401,7 +433,7 @@ int RunThisRank(const TrainConfig& config) {
 // others fail by their own deadlines; one that has not within twice the timeout
 // is reported stuck and the process ends without waiting for it.
 int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
-  const std::optional<io::DirectoryLock> lock = LockOutDir(config);
+  OutDirHold hold(config);
   ValidateConfig(config, nprocs);  // before any rank starts
   // The ranks are threads of this process: it may create the context they
   // share, and refuse before any starts when there is no device.
@@ -410,6 +442,7 @@ int RunRanksAsThreads(const TrainConfig& config, int nprocs) {
   } catch (const std::runtime_error& e) {
     throw std::invalid_argument(e.what());
   }
+  hold.Keep();
   comm::CommOptions options;
   options.timeout = config.timeout;
   options.join_timeout = config.timeout;
@@ -491,7 +524,7 @@ int Main(int argc, char** argv) {
                             " runs its ranks as threads of one process");
         return RunRanksAsThreads(config, FLAGS_nprocs);
       }
-      const std::optional<io::DirectoryLock> lock = LockOutDir(config);
+      OutDirHold hold(config);
       ValidateConfig(config, FLAGS_nprocs);  // before any rank starts
       // Bad RINGLAB_* tuning is refused here, once, not by every rank.
       comm::TuningFromEnvironment();
@@ -503,6 +536,7 @@ int Main(int argc, char** argv) {
       const std::unique_ptr<comm::cluster::EmulatedCluster> cluster =
           comm::cluster::CreateJobCluster(
               FLAGS_nprocs, comm::cluster::ClusterRequestFromFlags());
+      hold.Keep();
       if (launch == comm::RankLaunch::kMpirun) {
         return comm::LaunchMpirunOnHosts(
             FLAGS_nprocs, std::vector<std::string>(argv, argv + argc),

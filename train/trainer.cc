@@ -268,8 +268,7 @@ std::string PrepareJob(const TrainConfig& config, int64_t dataset_size,
       checkpoints ? JobDescription(config, comm.world_size(), dataset_size)
                   : "";
   if (config.resume) {
-    CheckResumable(config, comm.world_size(), dataset_size,
-                   /*every_part=*/false);
+    CheckResumable(config, comm.world_size(), job, /*every_part=*/false);
     // Every rank has read what it resumes from before rank 0 promotes a
     // staged checkpoint (PrepareCheckpoints renames the directory the
     // others may still be reading: CI saw rank 1 find it gone).

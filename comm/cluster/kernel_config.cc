@@ -64,9 +64,15 @@ std::optional<bool> KernelHasNetem() {
   if (!value) return std::nullopt;
   if (*value == "y") return true;
   if (*value != "m") return false;
+  // A module: there where it is loaded or installed; else the kernel may
+  // still load it from elsewhere (a container without /lib/modules), so
+  // only the hosts' setup can tell.
   std::error_code error;
-  return std::filesystem::exists("/sys/module/sch_netem", error) ||
-         std::filesystem::exists("/lib/modules/" + Release(), error);
+  if (std::filesystem::exists("/sys/module/sch_netem", error) ||
+      std::filesystem::exists("/lib/modules/" + Release(), error)) {
+    return true;
+  }
+  return std::nullopt;
 }
 
 }  // namespace ringlab::comm::cluster

@@ -21,8 +21,10 @@ std::optional<std::string> KernelOption(const std::string& text,
 std::optional<std::string> RunningKernelConfig();
 
 // Whether the running kernel has the netem queueing discipline: built in,
-// or a module that is loaded or installed; nothing when its configuration
-// cannot be read (the hosts' setup then says so if it fails).
+// or a module that is loaded or installed; false when its configuration
+// leaves it unset; nothing when that cannot be told (no configuration, or a
+// module neither loaded nor installed here): the hosts' setup then says so
+// if it fails.
 std::optional<bool> KernelHasNetem();
 
 }  // namespace ringlab::comm::cluster

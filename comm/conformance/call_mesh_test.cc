@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -197,8 +198,10 @@ TEST(CallMeshTest, ASilentPeerTimesOutNamingIt) {
 // A local process that connects to a listening rank and says nothing held
 // the job up: ranks were admitted one at a time, each connection given 5 s
 // to prove itself. With a silent stranger on each listener before the ranks
-// that it stands in front of connect, the mesh forms and agrees on a call
-// in well under a second.
+// behind it connect, the mesh forms and agrees on a call at once: rank 2,
+// which starts last and whose connections queue behind both strangers,
+// measures it (a bound with room for a loaded machine; the old admission
+// took at least 5 s).
 TEST(CallMeshTest, ASilentStrangerOnEachListenerDelaysNoRank) {
   const auto results = RunRanks(
       3,
@@ -223,14 +226,17 @@ TEST(CallMeshTest, ASilentStrangerOnEachListenerDelaysNoRank) {
         WordsOf(c.rank, 0, words);
         mesh.Post(words, "call 0");
         mesh.Collect(words, "call 0");
-        const auto took = std::chrono::steady_clock::now() - start;
+        const auto took = std::chrono::duration_cast<milliseconds>(
+            std::chrono::steady_clock::now() - start);
         if (stranger >= 0) close(stranger);
         Check(words[0] == 20, "the maximum is " + std::to_string(words[0]));
-        Check(took < milliseconds(1000),
-              "the mesh took " +
-                  std::to_string(
-                      std::chrono::duration_cast<milliseconds>(took).count()) +
-                  " ms to form beside a silent stranger");
+        if (c.rank == 2) {
+          std::printf("rank 2: mesh formed and agreed in %lld ms\n",
+                      static_cast<long long>(took.count()));
+          Check(took < milliseconds(2000),
+                "the mesh took " + std::to_string(took.count()) +
+                    " ms to form beside a silent stranger");
+        }
       },
       milliseconds(60000));
   ExpectAllExited0(results);

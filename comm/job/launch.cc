@@ -519,10 +519,12 @@ int LaunchRanks(int nprocs, const std::vector<std::string>& argv,
   DrainOutput(ranks.streams);
   err.Append(errors.Report(end));
   // What a reader that stopped reading never takes is not waited for long:
-  // the job is over. Lines stdout dropped and could not say so itself are
-  // counted on stderr, the launcher's last line.
-  if (!out.Flush(options.output_flush) && out.dropped_lines() > 0) {
-    err.Append("[launcher] " + std::to_string(out.dropped_lines()) +
+  // the job is over. Lines stdout dropped and did not say so itself (its
+  // reader stopped, or went away) are counted on stderr, the launcher's last
+  // line.
+  out.Flush(options.output_flush);
+  if (const int64_t unsaid = out.unsaid_dropped_lines(); unsaid > 0) {
+    err.Append("[launcher] " + std::to_string(unsaid) +
                " line(s) of the ranks' standard output dropped: it was not "
                "read\n");
   }

@@ -87,6 +87,11 @@ int64_t OutputSink::dropped_lines() const {
   return shared_->dropped;
 }
 
+int64_t OutputSink::unsaid_dropped_lines() const {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->dropped - shared_->reported;
+}
+
 bool OutputSink::closed() const {
   std::lock_guard<std::mutex> lock(shared_->mutex);
   return shared_->closed;

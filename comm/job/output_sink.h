@@ -37,8 +37,10 @@ class OutputSink {
   // dropped lines included, as a last line); false when it was not.
   bool Flush(std::chrono::milliseconds wait);
 
-  // Lines dropped so far, and whether the descriptor refused (EPIPE, EBADF).
+  // Lines dropped so far, those of them not yet said on the descriptor,
+  // and whether the descriptor refused (EPIPE, EBADF).
   int64_t dropped_lines() const;
+  int64_t unsaid_dropped_lines() const;
   bool closed() const;
 
  private:

@@ -13,10 +13,12 @@ and after. `--help` must exit 0 and print something.
 
 Table lines, `#` comments aside:
     help                          the command's --help exits 0
-    [?no_netem] [VAR=value ...] ARGS => FRAGMENT
+    [?condition ...] [VAR=value ...] ARGS => FRAGMENT
 ARGS are split as a shell would (no expansion); {out} is a directory with
 earlier contents, {file} a regular file, {missing} a path that does not
-exist. `?no_netem` runs the case only where the kernel lacks netem.
+exist. `?no_netem` runs the case only where the kernel lacks netem, `?cuda`
+and `?nccl` only where the commands were built with CUDA (--with_cuda) and
+with NCCL (--with_nccl).
 """
 import argparse
 import gzip
@@ -123,7 +125,8 @@ def run_case(binary, env_extra, args, fragment, parent):
     fragment = substitute(fragment, places)
     before = tree_digest(work)
     log = os.path.join(parent, "strace.log")
-    env = dict(os.environ, BUILD_WORKING_DIRECTORY=work, **env_extra)
+    # Temporary files a refused command leaves would land in the workspace.
+    env = dict(os.environ, BUILD_WORKING_DIRECTORY=work, TMPDIR=work, **env_extra)
     command = ["strace", "-f", "-qq", "-o", log, "-e", "trace=" + TRACED, binary] + args
     try:
         result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
@@ -166,14 +169,15 @@ def check_help(binary):
     return []
 
 
-def run_table(name, binary, table, parent, no_netem):
+def run_table(name, binary, table, parent, conditions_met):
     cases, help_checked = parse_table(table)
     failures = check_help(binary) if help_checked else []
     passed, skipped = int(help_checked and not failures), 0
     for number, conditions, env, args, fragment in cases:
         label = f"{name} {' '.join(shlex.quote(a) for a in args)}"
-        if "?no_netem" in conditions and not no_netem:
-            print(f"skip: {label} (this kernel has netem)")
+        unmet = [c for c in conditions if c not in conditions_met]
+        if unmet:
+            print(f"skip: {label} ({' '.join(unmet)} does not hold here)")
             skipped += 1
             continue
         problems, err = run_case(binary, env, args, fragment, parent)
@@ -189,6 +193,10 @@ def run_table(name, binary, table, parent, no_netem):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tables", required=True)
+    parser.add_argument("--with_cuda", action="store_true",
+                        help="the commands were built with CUDA")
+    parser.add_argument("--with_nccl", action="store_true",
+                        help="the commands were built with NCCL")
     parser.add_argument("commands", nargs="+", help="NAME=PATH of each command")
     args = parser.parse_args()
     if shutil.which("strace") is None:
@@ -196,7 +204,11 @@ def main():
         return 1
     binaries = dict(c.split("=", 1) for c in args.commands)
     parent = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-    no_netem = kernel_lacks_netem()
+    conditions_met = {"?no_netem"} if kernel_lacks_netem() else set()
+    if args.with_cuda:
+        conditions_met.add("?cuda")
+    if args.with_nccl:
+        conditions_met.add("?nccl")
     passed = skipped = 0
     failures = []
     for table in sorted(os.listdir(args.tables)):
@@ -205,7 +217,7 @@ def main():
             print(f"skip: table {table}: {name} is not built here")
             continue
         p, f, s = run_table(name, os.path.abspath(binaries[name]),
-                            os.path.join(args.tables, table), parent, no_netem)
+                            os.path.join(args.tables, table), parent, conditions_met)
         passed, skipped, failures = passed + p, skipped + s, failures + f
     missing = set(binaries) - {t[:-len(".txt")] for t in os.listdir(args.tables)}
     for name in sorted(missing):

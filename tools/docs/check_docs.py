@@ -178,13 +178,14 @@ def check_span(span, page_binaries, helps, aliases, where, problems):
             if not FLAG.match(flag):
                 continue
             owners = [b for b in page_binaries if helps.of(b) is not None]
-            if len(owners) < len(page_binaries):
-                continue  # one of them is not built here: said once
             name = FLAG.match(flag).group(1)
-            if not any(name in helps.of(b) or (name.startswith("no") and name[2:] in helps.of(b))
-                       for b in owners):
-                problems.append(f"{where}: {flag} is a flag of none of "
-                                f"{' '.join(page_binaries)}")
+            if any(name in helps.of(b) or (name.startswith("no") and name[2:] in helps.of(b))
+                   for b in owners):
+                continue
+            if len(owners) < len(page_binaries):
+                continue  # perhaps the one not built here has it: said once
+            problems.append(f"{where}: {flag} is a flag of none of "
+                            f"{' '.join(page_binaries)}")
         return
     for command in split_commands(span):
         check_command(command, helps, aliases, where, problems)
@@ -318,8 +319,12 @@ FORBIDDEN = [(re.compile(r"\.\./shared|/work/"), "a path outside the repository"
 
 def check_repository(root, problems):
     """Every tracked text file but this checker's own, against FORBIDDEN."""
-    files = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True,
-                           check=True).stdout.decode().split("\0")
+    listed = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True)
+    if listed.returncode != 0:
+        problems.append(f"git ls-files in {root} failed: "
+                        f"{listed.stderr.decode(errors='replace').strip()}")
+        return
+    files = listed.stdout.decode().split("\0")
     own = {"tools/docs/check_docs.py", "tools/docs/check_docs_test.py"}
     for name in files:
         path = os.path.join(root, name)

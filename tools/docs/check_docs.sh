@@ -9,11 +9,16 @@ commands=(//train:train //bench:allreduce_bench //bench:ddp_step_bench
   //bench:train_step_bench //comm/job:on_hosts
   //experiments/fashion_mnist:fashion_mnist //experiments/seed_ddp:seed_ddp
   //experiments/cost_model:cost_model)
-bazel build "$@" "${commands[@]}" //bench:allreduce_threads_bench >/dev/null 2>&1 ||
-  bazel build "$@" "${commands[@]}" >/dev/null 2>&1 || {
+# The CUDA bench where it can be built, and without it where not.
+log=$(mktemp)
+if ! bazel build "$@" "${commands[@]}" //bench:allreduce_threads_bench >"$log" 2>&1 &&
+  ! bazel build "$@" "${commands[@]}" >"$log" 2>&1; then
+  tail -n 30 "$log" >&2
+  rm -f "$log"
   echo "check_docs: the commands do not build" >&2
   exit 1
-}
+fi
+rm -f "$log"
 args=()
 for label in "${commands[@]}" //bench:allreduce_threads_bench; do
   package=${label#//}
