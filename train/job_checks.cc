@@ -158,7 +158,8 @@ std::string JobDescription(const TrainConfig& c, int world_size,
   }
   if (!c.init_dir.empty()) {
     std::vector<std::string> tensors;
-    for (const nn::TensorSlot& t : nn::MlpLayout::Parse(c.model).tensors()) {
+    const nn::MlpLayout layout = nn::MlpLayout::Parse(c.model);
+    for (const nn::TensorSlot& t : layout.tensors()) {
       tensors.push_back(t.name + ".npy");
     }
     text += FileChecksums("init", c.init_dir, tensors);
