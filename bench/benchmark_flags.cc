@@ -14,6 +14,7 @@
 #include "benchmark/benchmark.h"
 #include "cli/flags.h"
 #include "cli/usage_error.h"
+#include "io/dirs.h"
 
 namespace ringlab::bench {
 namespace {
@@ -22,7 +23,7 @@ constexpr char kOutFlag[] = "--benchmark_out=";
 
 // Benchmark opens --benchmark_out only once the sweep is done: a path it
 // could not write is found here, before anything runs, without making or
-// changing a file (a probe beside it is made and removed).
+// changing a file (a probe beside it is made and removed: io/dirs.h).
 std::string BadOutputFile(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code error;
@@ -47,16 +48,11 @@ std::string BadOutputFile(const std::string& path) {
   if (!fs::is_directory(parent, error)) {
     return "--benchmark_out=" + path + ": no directory " + parent.string();
   }
-  const std::string probe = (parent / ".ringlab-write-probe").string() + "-" +
-                            std::to_string(getpid());
-  const int fd =
-      open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
+  const std::string why = io::WhyNotWritable(parent.string());
+  if (!why.empty()) {
     return "--benchmark_out=" + path + ": its directory is not writable (" +
-           std::strerror(errno) + ")";
+           why + ")";
   }
-  close(fd);
-  unlink(probe.c_str());
   return "";
 }
 

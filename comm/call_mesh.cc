@@ -99,7 +99,6 @@ struct Candidate {
   int fd = -1;
   std::string nonce;
   std::string answer;  // what has arrived of rank and proof
-  Clock::time_point limit;
   bool failed = false;
 
   // Reads what has arrived (the socket does not block); once the whole
@@ -133,12 +132,11 @@ struct Candidate {
 constexpr size_t kMaxCandidates = 64;
 
 // Takes a connection off the listener and sends it a nonce to answer.
-void Welcome(int listener, Clock::time_point deadline,
-             std::vector<Candidate>* candidates) {
+void Welcome(int listener, std::vector<Candidate>* candidates) {
   const int fd =
       accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) return;
-  Candidate c{fd, RandomBytes(kNonceBytes), {}, deadline};
+  Candidate c{fd, RandomBytes(kNonceBytes), {}};
   // 16 bytes into a new connection's empty buffer: never short.
   if (send(fd, c.nonce.data(), c.nonce.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(c.nonce.size())) {
@@ -233,15 +231,11 @@ void CallMesh::Admit(int listener, const std::string& secret,
   std::vector<Candidate> candidates;
   try {
     for (int waiting = world_ - 1 - rank_; waiting > 0;) {
-      Clock::time_point wake = deadline;
       std::vector<pollfd> ready{{listener, POLLIN, 0}};
-      for (const Candidate& c : candidates) {
-        ready.push_back({c.fd, POLLIN, 0});
-        wake = std::min(wake, c.limit);
-      }
-      const int n = poll(
-          ready.data(), ready.size(),
-          static_cast<int>(std::min<int64_t>(MillisecondsLeft(wake), 1 << 30)));
+      for (const Candidate& c : candidates) ready.push_back({c.fd, POLLIN, 0});
+      const int n = poll(ready.data(), ready.size(),
+                         static_cast<int>(std::min<int64_t>(
+                             MillisecondsLeft(deadline), 1 << 30)));
       if (n < 0 && errno != EINTR) {
         throw CommError(backend_ +
                         ": call mesh: poll failed: " + std::strerror(errno));
@@ -257,14 +251,14 @@ void CallMesh::Admit(int listener, const std::string& secret,
           admitted[from] = true;
           peers_.push_back(Peer{from, c.fd, {}});
           --waiting;
-        } else if (from >= 0 || c.failed || Clock::now() >= c.limit) {
+        } else if (from >= 0 || c.failed) {
           close(c.fd);  // a stranger, or a rank of another job: dropped
         } else {
           continue;
         }
         candidates.erase(candidates.begin() + static_cast<ptrdiff_t>(i));
       }
-      if (ready[0].revents & POLLIN) Welcome(listener, deadline, &candidates);
+      if (ready[0].revents & POLLIN) Welcome(listener, &candidates);
       if (waiting > 0 && Clock::now() >= deadline) {
         std::string missing;
         for (int r = rank_ + 1; r < world_; ++r) {

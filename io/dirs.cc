@@ -69,4 +69,15 @@ void Rename(const std::string& from, const std::string& to) {
   }
 }
 
+std::string WhyNotWritable(const std::string& dir) {
+  const std::string probe = dir + "/.ringlab-write-probe";
+  const int fd =
+      open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int saved = errno;
+  const bool made = fd >= 0 && close(fd) == 0;
+  const int err = fd >= 0 ? errno : saved;
+  unlink(probe.c_str());
+  return made ? "" : std::strerror(err);
+}
+
 }  // namespace ringlab::io

@@ -19,6 +19,12 @@ void MakeDirs(const std::string& path);
 // Throws std::runtime_error("cannot fsync directory ...").
 void FsyncDirectory(const std::string& path);
 
+// Whether a file can be made in dir, by making one (.ringlab-write-probe)
+// and removing it: permissions, a read-only mount, a full inode table all
+// answer here, before any work starts, and not when outputs are written.
+// "" when it can, else why not (strerror).
+std::string WhyNotWritable(const std::string& dir);
+
 // rename(2); throws std::runtime_error("cannot rename <from> to <to>: ...").
 void Rename(const std::string& from, const std::string& to);
 

@@ -336,19 +336,12 @@ void CheckDataFlags(const TrainConfig& c) {
   CheckRange("--eval_every", c.eval_every, 0, kMaxEpochs);
 }
 
-// Whether a file can be made in dir, by making one: permissions, a read-only
-// mount, a full inode table all answer here, before any rank starts, and not
-// after the run when its outputs are written.
+// A file can be made in dir (io::WhyNotWritable), or `what` is refused.
 void ProbeWritable(const std::string& dir, const std::string& what) {
-  const std::string probe = dir + "/.ringlab-write-probe";
-  FILE* file = std::fopen(probe.c_str(), "wb");
-  const int saved = errno;
-  if (file == nullptr || std::fclose(file) != 0) {
-    std::remove(probe.c_str());
-    throw std::invalid_argument(what + " is not writable (" +
-                                std::strerror(file ? errno : saved) + ")");
+  const std::string why = io::WhyNotWritable(dir);
+  if (!why.empty()) {
+    throw std::invalid_argument(what + " is not writable (" + why + ")");
   }
-  std::remove(probe.c_str());
 }
 
 // Every path the run writes, probed: the trace is written atomically (a
