@@ -121,9 +121,13 @@ int PeerWatch::DeadPeerWithin(std::chrono::milliseconds grace) const {
 
 std::string PeerWatch::ExitedWithin(std::chrono::milliseconds grace) const {
   std::string text;
-  if (DeadPeerWithin(grace) < 0) return text;
+  const int dead = DeadPeerWithin(grace);
+  if (dead < 0) return text;
+  // The rank seen dead is named even where a second look at it answers
+  // otherwise (its process reaped meanwhile): the message once read
+  // "shm_ring:  died during ...", naming nobody.
   for (int r = 0; r < static_cast<int>(local_.size()); ++r) {
-    if (!Exited(r)) continue;
+    if (r != dead && !Exited(r)) continue;
     text += (text.empty() ? "rank " : ", rank ") + std::to_string(r) +
             " (pid " + std::to_string(local_[r].pid) + ")";
   }
