@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -29,9 +31,10 @@
 #include "comm/tuning_env.h"
 #include "nn/init.h"
 #include "nn/mlp.h"
+#include "sync/synchronizer.h"
 #include "torch_compat/generator.h"
 #include "train/dataset.h"
-#include "train/synchronizer.h"
+#include "train/mlp_buffers.h"
 
 DEFINE_int32(nprocs, 2, "ranks to launch (this machine, over --comm)");
 DEFINE_string(comm, "shm_ring", "the communicator the synchronisers use");
@@ -62,33 +65,40 @@ struct Job {
 // sync_name null: one process, no synchroniser.
 void RunSteps(benchmark::State& state, const char* sync_name, int period) {
   Job job;
-  std::unique_ptr<train::Synchronizer> synchronizer;
+  train::MlpBuffers buffers(*job.model);
+  trace::Tracer tracer(/*enabled=*/false, 0);
+  sync::OptionValues options;
+  std::unique_ptr<sync::Synchronizer> synchronizer;
   if (sync_name != nullptr) {
-    train::SyncOptions options;
-    options.avg_period = period;
+    std::map<std::string, std::string> given;
+    if (period > 1) given["avg_period"] = std::to_string(period);
+    options = sync::ParseSyncOptions(sync_name, given);
     synchronizer =
-        train::CreateSynchronizer(sync_name, *g_comm, *job.model, options);
-    synchronizer->Start(*job.model, /*resumed=*/false);
+        sync::CreateSync(sync_name, {*g_comm, buffers, options, tracer});
+    synchronizer->Start(buffers, /*resumed=*/false);
   }
-  train::Synchronizer* sync = synchronizer.get();
+  sync::Synchronizer* sync = synchronizer.get();
+  std::optional<train::LayerToTensorObserver> adapted;
   const nn::SgdOptions sgd{0.01f};
   int64_t step = 0;
   for (auto _ : state) {
-    nn::BackwardObserver* observer =
+    sync::GradObserver* reducer =
         sync ? sync->backward_observer(step) : nullptr;
+    nn::BackwardObserver* observer =
+        reducer ? &adapted.emplace(*reducer) : nullptr;
     if (g_comm != nullptr && sync != nullptr) g_comm->Barrier();
     const auto start = std::chrono::steady_clock::now();
     job.model->ForwardBackward(job.data.x.data(), job.data.y.data(), 50,
                                observer);
-    if (sync != nullptr) sync->AfterBackward(*job.model, step);
+    if (sync != nullptr) sync->AfterBackward(buffers, step);
     job.model->SgdStep(sgd);
-    if (sync != nullptr) sync->AfterStep(*job.model, step);
+    if (sync != nullptr) sync->AfterStep(buffers, step);
     ++step;
     state.SetIterationTime(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count());
   }
-  state.SetLabel(sync ? std::string(sync->name()) + " over " +
+  state.SetLabel(sync ? std::string(sync_name) + " over " +
                             g_comm->backend() + ", " +
                             std::to_string(g_comm->world_size()) + " ranks"
                       : "one process, no communication");

@@ -33,20 +33,24 @@ LEVELS = {
     "cuda": 0,
     "io": 0,
     "testdata": 0,
-    # PyTorch compatibility (its tests read .npy through io)
+    # PyTorch compatibility (its tests read .npy through io); the timeline
     "torch_compat": 1,
+    "trace": 1,
     # the model and the communication, independent of each other
     "nn": 2,
     "comm": 2,
-    # training: both; torch.distributed's backend over comm, beside it
-    "train": 3,
-    "torch_backend": 3,
+    # the synchronisers: over comm, knowing nothing of nn (checked below)
+    "sync": 3,
+    # training: the model and the synchronisers; torch.distributed's backend
+    # and the PyTorch front of the synchronisers, beside it
+    "train": 4,
+    "torch_backend": 4,
     # on top: what measures, runs and checks everything below; the experiments
     # run the bench (its sweeps across links feed their cost model)
-    "bench": 4,
-    "experiments": 5,
-    "tools": 6,
-    "": 7,  # the root package: test suites and aliases
+    "bench": 5,
+    "experiments": 6,
+    "tools": 7,
+    "": 8,  # the root package: test suites and aliases
 }
 
 
@@ -122,7 +126,8 @@ def main():
         if LEVELS[pa] <= LEVELS[pb]:
             violations.append(f"{a} -> {b}: {pa or '//'} (level {LEVELS[pa]}) may not "
                               f"depend on {pb} (level {LEVELS[pb]})")
-    for src, dst in (("//nn/...", "//comm/..."), ("//comm/...", "//nn/...")):
+    for src, dst in (("//nn/...", "//comm/..."), ("//comm/...", "//nn/..."),
+                     ("//sync/...", "//nn/..."), ("//sync/...", "//train/...")):
         path = bazel_query(f"somepath({src}, {dst})").strip()
         print(f"somepath({src}, {dst}): {path if path else '(empty)'}")
         if path:

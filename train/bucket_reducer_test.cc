@@ -1,4 +1,6 @@
-#include "train/bucket_reducer.h"
+// DDP's bucket reducer (sync/bucket_reducer.h) under the trainer's MLP's
+// real backward, through its adapter (train/mlp_buffers.h).
+#include "sync/bucket_reducer.h"
 
 #include <gtest/gtest.h>
 
@@ -14,13 +16,25 @@
 #include "nn/init.h"
 #include "nn/mlp.h"
 #include "torch_compat/generator.h"
+#include "train/mlp_buffers.h"
 
 namespace ringlab::train {
 namespace {
 
+using sync::Bucket;
+using sync::BucketReducer;
+using sync::kFirstBucketBytes;
+using sync::MakeAllReduceHook;
+using trace::Tracer;
+
+std::vector<Bucket> AssignBuckets(const nn::MlpLayout& layout,
+                                  size_t first_cap_bytes, size_t cap_bytes) {
+  return sync::AssignBuckets(SyncLayoutOf(layout), first_cap_bytes, cap_bytes);
+}
+
 std::vector<std::string> Names(const Bucket& bucket) {
   std::vector<std::string> names;
-  for (const nn::TensorSlot& t : bucket.tensors) names.push_back(t.name);
+  for (const sync::TensorSlot& t : bucket.tensors) names.push_back(t.name);
   return names;
 }
 
@@ -35,12 +49,10 @@ TEST(AssignBucketsTest, DdpDefaultsOnTheFashionMnistMlp) {
                                       "fc2.weight"}));
   EXPECT_EQ(buckets[0].begin, layout.weight(1).offset);
   EXPECT_EQ(buckets[0].end, layout.num_params());
-  EXPECT_EQ(buckets[0].first_layer, 1);
   EXPECT_EQ(Names(buckets[1]),
             (std::vector<std::string>{"fc1.bias", "fc1.weight"}));
   EXPECT_EQ(buckets[1].begin, 0u);
   EXPECT_EQ(buckets[1].end, layout.weight(1).offset);
-  EXPECT_EQ(buckets[1].first_layer, 0);
 }
 
 TEST(AssignBucketsTest, CapsDecideTheGrouping) {
@@ -53,7 +65,6 @@ TEST(AssignBucketsTest, CapsDecideTheGrouping) {
     EXPECT_EQ(Names(each[b]), std::vector<std::string>{t.name});
     EXPECT_EQ(each[b].end, end);  // contiguous, backwards
     EXPECT_EQ(each[b].begin, t.offset);
-    EXPECT_EQ(each[b].first_layer, static_cast<int>((5 - b) / 2));
     end = t.offset;
   }
   EXPECT_EQ(AssignBuckets(layout, 1 << 20, 1 << 20).size(), 1u);
@@ -169,7 +180,7 @@ class ProbeObserver : public nn::BackwardObserver {
   bool started_before_last_layer = false;
 
  private:
-  BucketReducer& reducer_;
+  LayerToTensorObserver reducer_;
   PeerBackend& comm_;
   bool expect_started_;
 };
@@ -177,6 +188,7 @@ class ProbeObserver : public nn::BackwardObserver {
 struct Fixture {
   nn::MlpLayout layout{{6, 5, 4, 3}};
   std::unique_ptr<nn::Mlp> model = nn::CreateMlp(nn::Device::kCpu, layout);
+  MlpBuffers buffers{*model};
   std::vector<float> x = std::vector<float>(2 * 6, 0.5f);
   std::vector<int64_t> y = {0, 2};
   std::vector<float> peer = std::vector<float>(layout.num_params(), 0.25f);
@@ -205,7 +217,7 @@ void CheckBucketsReduced(bool overlap) {
   PeerBackend& comm = *peer.backend;
   Tracer tracer(false, 0);
   auto hook = MakeAllReduceHook();
-  BucketReducer reducer(*peer.comm, *f.model, f.model->grads(),
+  BucketReducer reducer(*peer.comm, f.buffers, f.model->grads(),
                         AssignBuckets(f.layout, 1, 1), overlap, *hook, tracer);
   const std::vector<float> expected = f.Expected();
   for (int step = 0; step < 2; ++step) {
@@ -246,7 +258,7 @@ TEST(BucketReducerTest, FinishReducesWhatBackwardLeftQueuedItself) {
   Tracer tracer(false, 0);
   auto hook = MakeAllReduceHook();
   const auto buckets = AssignBuckets(f.layout, 1, 1);
-  BucketReducer reducer(*peer.comm, *f.model, f.model->grads(), buckets,
+  BucketReducer reducer(*peer.comm, f.buffers, f.model->grads(), buckets,
                         /*overlap=*/true, *hook, tracer);
   ProbeObserver probe(reducer, comm, /*expect_started=*/true);
   f.model->ForwardBackward(f.x.data(), f.y.data(), 2, &probe);
@@ -275,13 +287,14 @@ TEST(BucketReducerTest, StepZeroIsOneBucketOfTheWholeModel) {
   Tracer tracer(false, 0);
   auto hook = MakeAllReduceHook();
   const auto buckets = AssignBuckets(f.layout, 1, 1);
-  BucketReducer reducer(*peer.comm, *f.model, f.model->grads(), buckets,
+  BucketReducer reducer(*peer.comm, f.buffers, f.model->grads(), buckets,
                         /*overlap=*/true, *hook, tracer);
   const std::vector<float> expected = f.Expected();
   std::vector<size_t> want = {0};
   for (int step = 0; step < 3; ++step) {
     reducer.BeginStep(step);
-    f.model->ForwardBackward(f.x.data(), f.y.data(), 2, &reducer);
+    LayerToTensorObserver adapted(reducer);
+    f.model->ForwardBackward(f.x.data(), f.y.data(), 2, &adapted);
     reducer.Finish();
     std::vector<float> grads(f.layout.num_params());
     f.model->GetGrads(grads.data());
@@ -291,10 +304,9 @@ TEST(BucketReducerTest, StepZeroIsOneBucketOfTheWholeModel) {
     }
   }
   EXPECT_EQ(peer.backend->offsets(), want);
-  const Bucket whole = WholeModelBucket(f.layout);
+  const Bucket whole = sync::WholeModelBucket(SyncLayoutOf(f.layout));
   EXPECT_EQ(whole.begin, 0u);
   EXPECT_EQ(whole.end, f.layout.num_params());
-  EXPECT_EQ(whole.first_layer, 0);
   EXPECT_EQ(Names(whole),
             (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight",
                                       "fc2.bias", "fc3.weight", "fc3.bias"}));
@@ -309,9 +321,10 @@ TEST(BucketReducerTest, AFailedBucketFailsFinishAndStopsTheRest) {
     comm.fail_at_ = buckets[1].begin;
     Tracer tracer(false, 0);
     auto hook = MakeAllReduceHook();
-    BucketReducer reducer(*peer.comm, *f.model, f.model->grads(), buckets,
+    BucketReducer reducer(*peer.comm, f.buffers, f.model->grads(), buckets,
                           overlap, *hook, tracer);
-    f.model->ForwardBackward(f.x.data(), f.y.data(), 2, &reducer);
+    LayerToTensorObserver adapted(reducer);
+    f.model->ForwardBackward(f.x.data(), f.y.data(), 2, &adapted);
     EXPECT_THROW(reducer.Finish(), comm::CommError) << "overlap " << overlap;
     EXPECT_EQ(comm.offsets(),
               (std::vector<size_t>{buckets[0].begin, buckets[1].begin}));

@@ -82,7 +82,7 @@ void WriteRankCheckpoint(const std::string& dir, int rank,
   try {
     // Each file is fsynced as it is written (io::WriteFileAtomically).
     nn::SaveParams(temporary, layout, checkpoint.params.data());
-    for (const SyncTensor& tensor : checkpoint.sync_state) {
+    for (const sync::SyncTensor& tensor : checkpoint.sync_state) {
       io::WriteNpyFloat32(temporary + "/sync." + tensor.name + ".npy",
                           {static_cast<int64_t>(tensor.values->size())},
                           tensor.values->data());
@@ -248,7 +248,7 @@ void CheckPartIsOurs(const std::string& rank_dir, int rank,
 RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
                                   const nn::MlpLayout& layout,
                                   int64_t next_step, const std::string& job,
-                                  const std::vector<SyncTensor>& sync_state) {
+                                  const std::vector<sync::SyncTensor>& sync_state) {
   const std::string step_dir = StepDir(dir, next_step);
   const std::string rank_dir = step_dir + "/rank" + std::to_string(rank);
   for (const std::string& path : {step_dir, rank_dir}) {
@@ -279,7 +279,7 @@ RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
   checkpoint.params.resize(layout.num_params());
   try {
     nn::LoadParams(rank_dir, layout, checkpoint.params.data());
-    for (const SyncTensor& tensor : sync_state) {
+    for (const sync::SyncTensor& tensor : sync_state) {
       const std::string path = rank_dir + "/sync." + tensor.name + ".npy";
       std::vector<int64_t> shape;
       std::vector<float> values = io::ReadNpyFloat32(path, &shape);

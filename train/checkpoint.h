@@ -25,7 +25,7 @@
 
 #include "nn/mlp.h"
 #include "train/step_record.h"
-#include "train/synchronizer.h"
+#include "sync/sync_tensor.h"
 
 namespace ringlab::train {
 
@@ -34,7 +34,7 @@ struct RankCheckpoint {
   std::vector<float> params;
   // The synchroniser's tensors (Synchronizer::state()): written from, and
   // read back into, the vectors they point to.
-  std::vector<SyncTensor> sync_state;
+  std::vector<sync::SyncTensor> sync_state;
   std::vector<StepRecord> history;
   // The job's description (train/job_checks.h JobDescription): a part is
   // read back only into the job that wrote it.
@@ -86,7 +86,7 @@ std::string ResumableCheckpointDir(const std::string& dir);
 RankCheckpoint ReadRankCheckpoint(
     const std::string& dir, int rank, const nn::MlpLayout& layout,
     int64_t next_step, const std::string& job,
-    const std::vector<SyncTensor>& sync_state = {});
+    const std::vector<sync::SyncTensor>& sync_state = {});
 
 // The first line where two job descriptions differ, as "<theirs>, this run
 // <ours>" ("nothing" for a missing line); empty when they are the same.

@@ -1,5 +1,8 @@
 #include "train/checkpointing.h"
 
+#include "sync/synchronizer.h"
+#include "train/mlp_buffers.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -47,7 +50,7 @@ void PrepareCheckpoints(const TrainConfig& config, const std::string& job) {
 // then rank 0 moves latest to it, then removes the steps before it.
 void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
                     const nn::MlpLayout& layout, const nn::Mlp& model,
-                    const std::vector<SyncTensor>& sync_state,
+                    const std::vector<sync::SyncTensor>& sync_state,
                     const std::vector<StepRecord>& history,
                     const std::string& job, int64_t step,
                     comm::Communicator& comm, bool* staged) {
@@ -87,14 +90,15 @@ void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
 int64_t StartingPoint(const TrainConfig& config, const nn::MlpLayout& layout,
                       const std::vector<float>& params, const std::string& job,
                       comm::Communicator& comm, nn::Mlp& model,
-                      const std::vector<SyncTensor>& sync_state,
+                      const std::vector<sync::SyncTensor>& sync_state,
                       std::vector<StepRecord>* history) {
   const std::string dir = config.out_dir + "/checkpoints";
   const std::optional<int64_t> latest =
       config.resume ? LatestCheckpoint(dir) : std::nullopt;
   if (!latest) {
     model.SetParams(params.data());
-    BroadcastParams(comm, model, /*root=*/0);
+    MlpBuffers buffers(model);
+    sync::BroadcastParams(comm, buffers, /*root=*/0);
     return 0;
   }
   RankCheckpoint checkpoint =

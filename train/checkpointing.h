@@ -33,7 +33,7 @@ void PrepareCheckpoints(const TrainConfig& config, const std::string& job);
 // afterwards.
 void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
                     const nn::MlpLayout& layout, const nn::Mlp& model,
-                    const std::vector<SyncTensor>& sync_state,
+                    const std::vector<sync::SyncTensor>& sync_state,
                     const std::vector<StepRecord>& history,
                     const std::string& job, int64_t step,
                     comm::Communicator& comm, bool* staged);
@@ -46,7 +46,7 @@ void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
 int64_t StartingPoint(const TrainConfig& config, const nn::MlpLayout& layout,
                       const std::vector<float>& params, const std::string& job,
                       comm::Communicator& comm, nn::Mlp& model,
-                      const std::vector<SyncTensor>& sync_state,
+                      const std::vector<sync::SyncTensor>& sync_state,
                       std::vector<StepRecord>* history);
 
 }  // namespace ringlab::train

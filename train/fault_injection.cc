@@ -7,7 +7,7 @@
 #include <iterator>
 #include <stdexcept>
 
-#include "train/synchronizer.h"  // kMaxSteps
+#include "sync/options.h"  // kMaxSteps
 
 namespace ringlab::train {
 namespace {
@@ -19,9 +19,9 @@ const char* const kFaultPoints[] = {"after_step",   "part_written",
 }  // namespace
 
 void ValidateFaultInjection(const FaultInjection& f, int world_size) {
-  if (f.after_step < -1 || f.after_step > kMaxSteps) {
+  if (f.after_step < -1 || f.after_step > sync::kMaxSteps) {
     throw std::invalid_argument("--fault_after_step must be in [-1, " +
-                                std::to_string(kMaxSteps) + "], not " +
+                                std::to_string(sync::kMaxSteps) + "], not " +
                                 std::to_string(f.after_step));
   }
   const int last = std::max(world_size, 1) - 1;

@@ -25,10 +25,11 @@ namespace {
 namespace fs = std::filesystem;
 using namespace ringlab::train::testing;  // NOLINT: the CLI test helpers
 
-// 60 epochs of 4 steps, a checkpoint every 3 steps; a 3 s deadline, so that
-// the survivors of a stopped rank give up soon.
+// 60 epochs of 4 steps, a checkpoint every 3 steps (param_avg and
+// post_local_sgd average every 4, their default); a 3 s deadline, so that the
+// survivors of a stopped rank give up soon.
 std::string Flags(const std::string& sync) {
-  return "--quiet --timeout=3 --epochs=60 --batch_size=16 --avg_period=4 "
+  return "--quiet --timeout=3 --epochs=60 --batch_size=16 "
          "--checkpoint_every=3 --sync=" +
          sync;
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -17,6 +18,7 @@
 #include "io/dirs.h"
 #include "io/npy.h"
 #include "nn/params_io.h"
+#include "sync/synchronizer.h"
 #include "train/checkpoint.h"
 #include "train/idx_dataset.h"
 #include "train/memory_check.h"
@@ -35,13 +37,13 @@ using Settings = std::vector<std::pair<std::string, std::string>>;
 // (1e18 < 2^63), and samples + batch_size - 1 within 2e9.
 constexpr int64_t kMaxEpochs = 1'000'000'000;
 constexpr int64_t kMaxSamples = 1'000'000'000;
-static_assert(kMaxEpochs * kMaxSamples <= kMaxSteps);
+static_assert(kMaxEpochs * kMaxSamples <= sync::kMaxSteps);
 
 // What every rank must share, by name: DDP's constructor checks the model's
 // shapes; ringlab also checks the rest of the job, since a rank with another
 // learning rate or data-set size would silently train something else.
 Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
-  return {
+  Settings settings = {
       {"--model", nn::MlpLayout::Parse(c.model).ToString()},
       {"--sync", c.sync},
       {"--comm", c.comm},
@@ -53,31 +55,16 @@ Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
       {"--shuffle", std::to_string(c.shuffle)},
       {"--drop_last", std::to_string(c.drop_last)},
       {"--set_epoch", std::to_string(c.set_epoch)},
-      {"--avg_period", std::to_string(c.sync_options.avg_period)},
-      {"--avg_warmup", std::to_string(c.sync_options.avg_warmup)},
-      {"--inner_steps", std::to_string(c.sync_options.inner_steps)},
-      {"--post_local_subgroup",
-       c.sync_options.post_local_host_subgroup ? "host" : "rank"},
-      {"--powersgd_rank", std::to_string(c.sync_options.powersgd.rank)},
-      {"--powersgd_start_iter",
-       std::to_string(c.sync_options.powersgd.start_iter)},
-      {"--powersgd_min_compression_rate",
-       std::to_string(c.sync_options.powersgd.min_compression_rate)},
-      {"--powersgd_error_feedback",
-       std::to_string(c.sync_options.powersgd.error_feedback)},
-      {"--powersgd_warm_start",
-       std::to_string(c.sync_options.powersgd.warm_start)},
-      {"--powersgd_batched", std::to_string(c.sync_options.powersgd.batched)},
-      {"--outer_lr", FloatText(c.sync_options.outer_lr)},
-      {"--outer_momentum", FloatText(c.sync_options.outer_momentum)},
       {"--train_subset", std::to_string(c.train_subset)},
       {"--dataset", DatasetKind(c)},
-      {"the first bucket's cap",
-       std::to_string(c.sync_options.first_bucket_bytes)},
-      {"--bucket_cap_mb", std::to_string(c.sync_options.bucket_cap_bytes)},
       {"--checkpoint_every", std::to_string(c.checkpoint_every)},
       {"--resume", std::to_string(c.resume)},
       {"the data set size", std::to_string(dataset_size)}};
+  // The synchroniser's options, every one it declares.
+  for (const auto& [name, value] : c.sync_options.values()) {
+    settings.push_back({"--" + name, c.sync_options.Text(name)});
+  }
+  return settings;
 }
 
 std::string SerializeSettings(const Settings& settings) {
@@ -292,7 +279,7 @@ void CheckBounds(const TrainConfig& c, int world_size) {
   CheckRange("--batch_size", c.batch_size, 1, kMaxSamples);
   if (c.data_dir.empty()) CheckRange("--samples", c.samples, 1, kMaxSamples);
   CheckRange("--train_subset", c.train_subset, 0, kMaxSamples);
-  CheckRange("--checkpoint_every", c.checkpoint_every, 0, kMaxSteps);
+  CheckRange("--checkpoint_every", c.checkpoint_every, 0, sync::kMaxSteps);
   // Seeds are uint64, as torch.manual_seed's: the rank (--per_rank_data) and
   // the epoch (--set_epoch) added to them must not wrap around.
   const uint64_t ranks_added =
@@ -311,6 +298,16 @@ void CheckBounds(const TrainConfig& c, int world_size) {
         "--sampler_seed must be at most " +
         std::to_string(UINT64_MAX - epochs_added));
   }
+}
+
+// The synchroniser exists and the options are its own, each in range: a
+// config made in code is held to what the flags are.
+void CheckSyncOptions(const TrainConfig& c) {
+  std::map<std::string, std::string> given;
+  for (const auto& [name, value] : c.sync_options.values()) {
+    given[name] = c.sync_options.Text(name);
+  }
+  sync::ParseSyncOptions(c.sync, given);
 }
 
 void CheckDataFlags(const TrainConfig& c) {
@@ -402,7 +399,7 @@ void ValidateConfig(const TrainConfig& config, int world_size,
     throw std::invalid_argument(
         "--checkpoint_every and --resume need --out_dir");
   }
-  ValidateSync(config.sync, config.sync_options);
+  CheckSyncOptions(config);
   if (config.timeout.count() <= 0) {
     throw std::invalid_argument("--timeout must be positive");
   }

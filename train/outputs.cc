@@ -1,6 +1,7 @@
 #include "train/outputs.h"
 
 #include <algorithm>
+#include <variant>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -11,7 +12,7 @@
 #include "io/atomic_file.h"
 #include "io/dirs.h"
 #include "nn/params_io.h"
-#include "train/trace.h"
+#include "trace/trace.h"
 
 namespace ringlab::train {
 namespace {
@@ -20,9 +21,17 @@ namespace fs = std::filesystem;
 
 std::string ConfigJson(const TrainConfig& c, int world_size,
                        const std::string& data_source) {
+  // Every option of the synchroniser, as the flags that remake the run give
+  // them.
+  nlohmann::ordered_json sync_options = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : c.sync_options.values()) {
+    std::visit([&, name = name](const auto& v) { sync_options[name] = v; },
+               value);
+  }
   const nlohmann::ordered_json json = {
       {"model", c.model},
       {"sync", c.sync},
+      {"sync_options", sync_options},
       {"comm", c.comm},
       {"device", nn::DeviceName(c.device)},
       {"world_size", world_size},
@@ -37,14 +46,6 @@ std::string ConfigJson(const TrainConfig& c, int world_size,
       {"drop_last", c.drop_last},
       {"set_epoch", c.set_epoch},
       {"per_rank_data", c.per_rank_data},
-      {"avg_period", c.sync_options.avg_period},
-      {"avg_warmup", c.sync_options.avg_warmup},
-      {"inner_steps", c.sync_options.inner_steps},
-      {"post_local_subgroup",
-       c.sync_options.post_local_host_subgroup ? "host" : "rank"},
-      {"first_bucket_bytes", c.sync_options.first_bucket_bytes},
-      {"bucket_cap_bytes", c.sync_options.bucket_cap_bytes},
-      {"overlap", c.sync_options.overlap},
       {"dataset", c.dataset.empty() ? "default" : c.dataset},
       {"data", data_source},
       {"eval_every", c.eval_every},
@@ -214,7 +215,7 @@ void WriteRunOutputs(const TrainConfig& config, const nn::MlpLayout& layout,
   // Last: a trace that cannot be written (its directory went away since the
   // launcher probed it) costs the trace, not the run's outputs.
   if (rank == 0 && !config.trace_path.empty()) {
-    WriteTrace(config.trace_path, all_events);
+    trace::WriteTrace(config.trace_path, all_events);
   }
   comm.Barrier();  // nobody exits before every rank has written
 }

@@ -1,14 +1,53 @@
-#include "train/synchronizer.h"
-
+// The synchronisers over the trainer's MLP (train/mlp_buffers.h), one rank
+// against a simulated peer: what each reduces, and when.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "comm/testing/fake_backend.h"
 #include "nn/mlp.h"
+#include "sync/periodic_average.h"
+#include "sync/synchronizer.h"
+#include "train/mlp_buffers.h"
 
 namespace ringlab::train {
 namespace {
+
+// A synchroniser over an MLP, held as the trainer holds one.
+struct MlpSync {
+  MlpSync(const std::string& name, comm::Communicator& comm, nn::Mlp& model,
+          const std::map<std::string, std::string>& given = {})
+      : buffers(model),
+        options(sync::ParseSyncOptions(name, given)),
+        synchronizer(
+            sync::CreateSync(name, {comm, buffers, options, tracer})) {}
+  nn::BackwardObserver* backward_observer(int64_t step) {
+    sync::GradObserver* observer = synchronizer->backward_observer(step);
+    if (observer == nullptr) return nullptr;
+    return &adapter.emplace(*observer);
+  }
+  void Start(nn::Mlp&, bool resumed) { synchronizer->Start(buffers, resumed); }
+  void AfterBackward(nn::Mlp&, int64_t step) {
+    synchronizer->AfterBackward(buffers, step);
+  }
+  void AfterStep(nn::Mlp&, int64_t step) {
+    synchronizer->AfterStep(buffers, step);
+  }
+  std::vector<sync::SyncTensor> state() { return synchronizer->state(); }
+  const std::vector<float>* evaluated_params() const {
+    return synchronizer->evaluated_params();
+  }
+
+  trace::Tracer tracer{/*enabled=*/false, 0};
+  MlpBuffers buffers;
+  sync::OptionValues options;
+  std::unique_ptr<sync::Synchronizer> synchronizer;
+  std::optional<LayerToTensorObserver> adapter;
+};
 
 // A two-rank communicator whose other rank is simulated: it holds `peer` and
 // reduces with it. Multi-process behaviour is tested in trainer_test; this
@@ -46,13 +85,12 @@ struct PeerCommunicator {
 
 TEST(SynchronizerTest, PeriodicModelAveragerSchedule) {
   // PeriodicModelAverager(period=3, warmup_steps=2): averages at 2, 5, 8, ...
-  SyncOptions options{3, 2};
   std::vector<int64_t> averaged;
   for (int64_t step = 0; step < 10; ++step) {
-    if (IsAveragingStep(step, options)) averaged.push_back(step);
+    if (sync::IsAveragingStep(step, 3, 2)) averaged.push_back(step);
   }
   EXPECT_EQ(averaged, (std::vector<int64_t>{2, 5, 8}));
-  EXPECT_TRUE(IsAveragingStep(0, {1, 0}));
+  EXPECT_TRUE(sync::IsAveragingStep(0, 1, 0));
 }
 
 TEST(SynchronizerTest, AllReduceAveragesGradientsOnly) {
@@ -69,7 +107,7 @@ TEST(SynchronizerTest, AllReduceAveragesGradientsOnly) {
   plain->GetGrads(grads.data());
 
   PeerCommunicator comm(std::vector<float>(6, 1.0f));
-  auto sync = CreateSynchronizer("allreduce", *comm.comm, *model, {});
+  auto sync = std::make_unique<MlpSync>("allreduce", *comm.comm, *model);
   ASSERT_NE(sync->backward_observer(0), nullptr);
   model->ForwardBackward(x, y, 1, sync->backward_observer(0));
   sync->AfterBackward(*model, 0);
@@ -91,7 +129,10 @@ TEST(SynchronizerTest, ParamAvgAveragesParametersOnSchedule) {
   const std::vector<float> params = {1, 2, 3, 4, 5, 6};
   model->SetParams(params.data());
   PeerCommunicator comm(std::vector<float>(6, 3.0f));
-  auto sync = CreateSynchronizer("param_avg", *comm.comm, *model, {2, 1});
+  auto sync = std::make_unique<MlpSync>(
+      "param_avg", *comm.comm, *model,
+      std::map<std::string, std::string>{{"avg_period", "2"},
+                                         {"avg_warmup", "1"}});
   sync->AfterBackward(*model, 0);
   sync->AfterStep(*model, 0);  // warm-up: nothing
   EXPECT_EQ(comm.backend->allreduce_calls, 0);
@@ -108,7 +149,7 @@ TEST(SynchronizerTest, NoneNeverCommunicates) {
   const nn::MlpLayout layout({2, 2});
   auto model = nn::CreateMlp(nn::Device::kCpu, layout);
   PeerCommunicator comm(std::vector<float>(6, 3.0f));
-  auto sync = CreateSynchronizer("none", *comm.comm, *model, {});
+  auto sync = std::make_unique<MlpSync>("none", *comm.comm, *model);
   for (int step = 0; step < 5; ++step) {
     sync->AfterBackward(*model, 0);
     sync->AfterStep(*model, step);
@@ -124,8 +165,11 @@ TEST(SynchronizerTest, PostLocalSgdIsDdpDuringWarmupThenParamAvg) {
   const float x[2] = {1.0f, -1.0f};
   const int64_t y[1] = {1};
   PeerCommunicator comm(std::vector<float>(6, 3.0f));
-  SyncOptions options{2, 1};  // warm-up 1 step, then every 2nd
-  auto sync = CreateSynchronizer("post_local_sgd", *comm.comm, *model, options);
+  // warm-up 1 step, then every 2nd
+  auto sync = std::make_unique<MlpSync>(
+      "post_local_sgd", *comm.comm, *model,
+      std::map<std::string, std::string>{{"avg_period", "2"},
+                                         {"avg_warmup", "1"}});
   // Step 0 (warm-up): the gradients are allreduced, the parameters not.
   ASSERT_NE(sync->backward_observer(0), nullptr);
   model->ForwardBackward(x, y, 1, sync->backward_observer(0));
@@ -160,11 +204,11 @@ TEST(SynchronizerTest, DiLoCoAppliesTheAveragedChangeWithNesterov) {
   model->SetParams(params.data());
   // The peer's change, already divided by the world size: 0.75.
   PeerCommunicator comm(std::vector<float>(2, 0.75f));
-  SyncOptions options;
-  options.inner_steps = 2;
-  options.outer_lr = 0.5f;
-  options.outer_momentum = 0.5f;
-  auto sync = CreateSynchronizer("diloco", *comm.comm, *model, options);
+  auto sync = std::make_unique<MlpSync>(
+      "diloco", *comm.comm, *model,
+      std::map<std::string, std::string>{{"inner_steps", "2"},
+                                         {"outer_lr", "0.5"},
+                                         {"outer_momentum", "0.5"}});
   sync->Start(*model, /*resumed=*/false);
   ASSERT_EQ(sync->state().size(), 2u);
   EXPECT_EQ(sync->state()[0].name, "outer_params");
@@ -188,27 +232,31 @@ TEST(SynchronizerTest, DiLoCoAppliesTheAveragedChangeWithNesterov) {
 }
 
 TEST(SynchronizerTest, RejectsBadNamesAndOptions) {
-  PeerCommunicator comm({});
-  auto model = nn::CreateMlp(nn::Device::kCpu, nn::MlpLayout({2, 2}));
-  EXPECT_THROW(CreateSynchronizer("ddp", *comm.comm, *model, {}),
+  using Given = std::map<std::string, std::string>;
+  EXPECT_THROW(sync::FindSync("ddp"), std::invalid_argument);
+  EXPECT_THROW(sync::ParseSyncOptions("ddp", {}), std::invalid_argument);
+  EXPECT_THROW(sync::ParseSyncOptions("param_avg", Given{{"avg_period", "0"}}),
                std::invalid_argument);
-  EXPECT_THROW(ValidateSync("ddp", {}), std::invalid_argument);
-  EXPECT_THROW(ValidateSync("param_avg", {0, 0}), std::invalid_argument);
-  EXPECT_THROW(ValidateSync("param_avg", {1, -1}), std::invalid_argument);
-  SyncOptions no_cap;
-  no_cap.bucket_cap_bytes = 0;
-  EXPECT_THROW(ValidateSync("allreduce", no_cap), std::invalid_argument);
-  SyncOptions bad;
-  bad.inner_steps = 0;
-  EXPECT_THROW(ValidateSync("diloco", bad), std::invalid_argument);
-  bad = {};
-  bad.outer_momentum = 1.0f;
-  EXPECT_THROW(ValidateSync("diloco", bad), std::invalid_argument);
-  bad = {};
-  bad.outer_lr = -0.1f;
-  EXPECT_THROW(ValidateSync("diloco", bad), std::invalid_argument);
-  for (const std::string& name : SynchronizerNames()) {
-    EXPECT_NO_THROW(ValidateSync(name, {})) << name;
+  EXPECT_THROW(
+      sync::ParseSyncOptions("param_avg", Given{{"avg_warmup", "-1"}}),
+      std::invalid_argument);
+  EXPECT_THROW(
+      sync::ParseSyncOptions("allreduce", Given{{"bucket_cap_mb", "0"}}),
+      std::invalid_argument);
+  EXPECT_THROW(sync::ParseSyncOptions("diloco", Given{{"inner_steps", "0"}}),
+               std::invalid_argument);
+  EXPECT_THROW(
+      sync::ParseSyncOptions("diloco", Given{{"outer_momentum", "1"}}),
+      std::invalid_argument);
+  EXPECT_THROW(sync::ParseSyncOptions("diloco", Given{{"outer_lr", "-0.1"}}),
+               std::invalid_argument);
+  // Another synchroniser's option, and one of none.
+  EXPECT_THROW(sync::ParseSyncOptions("allreduce", Given{{"inner_steps", "7"}}),
+               std::invalid_argument);
+  EXPECT_THROW(sync::ParseSyncOptions("none", Given{{"no_such", "1"}}),
+               std::invalid_argument);
+  for (const sync::SyncDescription* d : sync::AllSyncs()) {
+    EXPECT_NO_THROW(sync::ParseSyncOptions(d->name, {})) << d->name;
   }
 }
 

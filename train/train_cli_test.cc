@@ -242,7 +242,8 @@ TEST(TrainCliTest, OnOneHostHostSubgroupsTrainAsAllreduce) {
       ReadText(host + "/config.json").find("\"post_local_subgroup\": \"host\""),
       std::string::npos);
   ExpectUsageError(RunTrain("--post_local_subgroup=host"),
-                   "--post_local_subgroup=host is post_local_sgd's");
+                   "--post_local_subgroup is an option of post_local_sgd, "
+                   "not of --sync=allreduce");
   ExpectUsageError(RunTrain("--sync=post_local_sgd --post_local_subgroup=node"),
                    "--post_local_subgroup must be rank or host");
 }

@@ -8,10 +8,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "nn/mlp.h"
-#include "train/synchronizer.h"
+#include "sync/options.h"
+#include "sync/synchronizer.h"
 
 namespace ringlab::train {
 
@@ -20,6 +22,8 @@ namespace ringlab::train {
 struct TrainConfig {
   std::string model = "10,5,2";
   std::string sync = "allreduce";
+  // Every option of the synchroniser `sync` (sync/synchronizer.h).
+  sync::OptionValues sync_options = sync::ParseSyncOptions(sync, {});
   std::string comm = "shm_ring";
   nn::Device device = nn::Device::kCpu;
   // With kCuda, the GPU every rank of this process uses (--device=cuda:N); -1:
@@ -49,7 +53,6 @@ struct TrainConfig {
   std::string trace_path;
   std::string init_dir;
   std::string out_dir;
-  SyncOptions sync_options;
   int64_t checkpoint_every = 0;
   bool resume = false;
   bool quiet = false;
@@ -58,6 +61,14 @@ struct TrainConfig {
   // whose traffic summary.json reports.
   int emulated_host = -1;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+
+  // The synchroniser `name` with these options (flag-style texts), the
+  // others at their defaults; std::invalid_argument as the flags'.
+  void UseSync(const std::string& name,
+               const std::map<std::string, std::string>& options = {}) {
+    sync_options = sync::ParseSyncOptions(name, options);
+    sync = name;
+  }
 };
 
 }  // namespace ringlab::train

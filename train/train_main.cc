@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <new>
@@ -42,7 +43,9 @@
 #include "io/dirs.h"
 #include "nn/cpu_mlp.h"
 #include "nn/mlp.h"
+#include "sync/synchronizer.h"
 #include "train/rank_device.h"
+#include "train/sync_flags.h"
 #include "train/trainer.h"
 
 DEFINE_int32(nprocs, 2,
@@ -50,18 +53,11 @@ DEFINE_int32(nprocs, 2,
              "or mpirun)");
 DEFINE_string(model, "10,5,2", "MLP widths: input, hidden..., classes");
 DEFINE_string(sync, "allreduce",
-              "allreduce (DDP) | fp16, bf16 (DDP with fp16_compress_hook / "
-              "bf16_compress_hook: half the bytes) | powersgd (DDP with "
-              "powerSGD_hook: rank --powersgd_rank approximations) | "
-              "param_avg (local SGD: "
-              "the ranks train apart "
-              "during --avg_warmup) | post_local_sgd (DDP for --avg_warmup "
-              "steps, then param_avg: PyTorch's post_localSGD_hook and "
-              "PeriodicModelAverager) | diloco (every --inner_steps steps "
-              "the averaged change of the parameters, by an outer SGD with "
-              "Nesterov momentum) | none | barrier (none, the ranks "
-              "meeting once a step: what synchronising costs before any "
-              "byte moves)");
+              "the synchroniser: one of those listed above (--list_syncs "
+              "describes them and their options)");
+DEFINE_string(list_syncs, "",
+              "print the synchronisers and their options (text, or json) "
+              "and exit");
 DEFINE_string(comm, "shm_ring",
               "the collective backend: one of those this binary has (listed "
               "above, with their settings)");
@@ -100,12 +96,6 @@ DEFINE_string(
 DEFINE_int64(eval_every, 1,
              "epochs between test-set evaluations into eval.csv (0: none; "
              "data sets with a test split)");
-DEFINE_double(bucket_cap_mb, 25,
-              "allreduce: gradient bucket size in MiB (DDP's bucket_cap_mb; "
-              "the first bucket is capped at 1 MiB)");
-DEFINE_bool(overlap, true,
-            "allreduce: reduce each bucket while backward runs (false: all "
-            "after backward)");
 DEFINE_string(trace, "",
               "write a Chrome trace of every rank here (open in Perfetto or "
               "chrome://tracing)");
@@ -114,32 +104,6 @@ DEFINE_string(init_dir, "",
 DEFINE_string(
     out_dir, "",
     "where to write losses.csv, final/*.npy, config.json, checkpoints/");
-DEFINE_int64(avg_period, 4,
-             "param_avg, post_local_sgd: average parameters every K steps");
-DEFINE_int64(avg_warmup, 0,
-             "param_avg, post_local_sgd: steps before the first average "
-             "(post_local_sgd: of DDP allreduce)");
-DEFINE_string(post_local_subgroup, "rank",
-              "post_local_sgd after the warm-up: rank (each rank's gradients "
-              "its own, PyTorch's one-rank subgroups) | host (averaged among "
-              "the ranks of its host, over shm_ring or the job's GPU "
-              "backend: post_localSGD_hook's intra-node subgroup)");
-DEFINE_int64(inner_steps, 16, "diloco: inner SGD steps per outer step (H)");
-DEFINE_int32(powersgd_rank, 1, "powersgd: matrix_approximation_rank");
-DEFINE_int64(powersgd_start_iter, 1000,
-             "powersgd: steps of plain allreduce first (start_powerSGD_iter; "
-             "at least 2 with error feedback or warm start, else 1)");
-DEFINE_double(powersgd_min_compression_rate, 2,
-              "powersgd: compress a matrix only if it shrinks this much");
-DEFINE_bool(powersgd_error_feedback, true,
-            "powersgd: add what the approximation lost to the next step");
-DEFINE_bool(powersgd_warm_start, true,
-            "powersgd: start each step from the last step's Q");
-DEFINE_bool(powersgd_batched, false,
-            "powersgd: batched_powerSGD_hook (each bucket one square matrix)");
-DEFINE_double(outer_lr, 0.7, "diloco: the outer SGD's learning rate");
-DEFINE_double(outer_momentum, 0.9,
-              "diloco: the outer SGD's Nesterov momentum, in [0, 1)");
 DEFINE_int64(train_subset, 0,
              "fashion_mnist: train on the first N training images only (0: "
              "all), as pytorch_ddp.py --train_subset");
@@ -214,7 +178,11 @@ HostCommFactory HostGroup(const TrainConfig& config,
                           const comm::RankContext& context,
                           const comm::CommOptions& options,
                           const comm::Communicator& job) {
-  if (!config.sync_options.post_local_host_subgroup) return nullptr;
+  const sync::SyncDescription& described = sync::FindSync(config.sync);
+  if (!described.needs_host_comm ||
+      !described.needs_host_comm(config.sync_options)) {
+    return nullptr;
+  }
   const std::string name = job.memory() == comm::MemoryKind::kDevice
                                ? config.comm
                                : options.intra_host;
@@ -255,6 +223,7 @@ void CheckHierParts(const std::string& comm_name) {
 TrainConfig ConfigFromFlags() {
   TrainConfig c;
   c.model = FLAGS_model;
+  c.sync_options = SyncOptionsFromFlags(FLAGS_sync);
   c.sync = FLAGS_sync;
   c.comm = FLAGS_comm;
   ParseDevice(FLAGS_device, &c);
@@ -272,36 +241,8 @@ TrainConfig ConfigFromFlags() {
   c.data_dir = FLAGS_data_dir;
   c.eval_every = FLAGS_eval_every;
   c.trace_path = FLAGS_trace;
-  if (!(FLAGS_bucket_cap_mb > 0) || FLAGS_bucket_cap_mb > 1e6) {
-    throw std::invalid_argument("--bucket_cap_mb must be in (0, 1e6]");
-  }
-  c.sync_options.bucket_cap_bytes = std::max<size_t>(
-      1, static_cast<size_t>(FLAGS_bucket_cap_mb * 1024 * 1024));
-  c.sync_options.first_bucket_bytes =
-      std::min(train::kFirstBucketBytes, c.sync_options.bucket_cap_bytes);
-  c.sync_options.overlap = FLAGS_overlap;
   c.init_dir = FLAGS_init_dir;
   c.out_dir = FLAGS_out_dir;
-  c.sync_options.avg_period = FLAGS_avg_period;
-  c.sync_options.avg_warmup = FLAGS_avg_warmup;
-  c.sync_options.inner_steps = FLAGS_inner_steps;
-  if (FLAGS_post_local_subgroup != "rank" &&
-      FLAGS_post_local_subgroup != "host") {
-    throw std::invalid_argument(
-        "--post_local_subgroup must be rank or host, "
-        "not " +
-        FLAGS_post_local_subgroup);
-  }
-  c.sync_options.post_local_host_subgroup = FLAGS_post_local_subgroup == "host";
-  c.sync_options.powersgd.rank = FLAGS_powersgd_rank;
-  c.sync_options.powersgd.start_iter = FLAGS_powersgd_start_iter;
-  c.sync_options.powersgd.min_compression_rate =
-      FLAGS_powersgd_min_compression_rate;
-  c.sync_options.powersgd.error_feedback = FLAGS_powersgd_error_feedback;
-  c.sync_options.powersgd.warm_start = FLAGS_powersgd_warm_start;
-  c.sync_options.powersgd.batched = FLAGS_powersgd_batched;
-  c.sync_options.outer_lr = static_cast<float>(FLAGS_outer_lr);
-  c.sync_options.outer_momentum = static_cast<float>(FLAGS_outer_momentum);
   c.train_subset = FLAGS_train_subset;
   c.checkpoint_every = FLAGS_checkpoint_every;
   c.resume = FLAGS_resume;
@@ -482,14 +423,40 @@ void RefuseEmulatedHosts(const std::string& why) {
   }
 }
 
+// What --help lists of the synchronisers: a line each.
+std::string DescribeSyncs() {
+  std::string text;
+  for (const sync::SyncDescription* d : sync::AllSyncs()) {
+    text += "  " + d->name + ": " + d->summary + "\n";
+  }
+  return text;
+}
+
 int Main(int argc, char** argv) {
+  RegisterSyncFlags();
+  // A bare --list_syncs is the text list (a string flag would take the next
+  // argument as its value).
+  std::vector<char*> args(argv, argv + argc);
+  static char list_text[] = "--list_syncs=text";
+  for (char*& arg : args) {
+    if (std::strcmp(arg, "--list_syncs") == 0) arg = list_text;
+  }
   cli::ParseFlagsOrExit(
-      argc, argv,
+      argc, args.data(),
       "trains an MLP data-parallel; the defaults are the configuration of the "
       "seed example's PyTorch DDP run (experiments/seed_ddp)\n\nbackends in "
       "this binary (--comm):\n" +
-          comm::DescribeBackends(),
-      {"train/", "comm/cluster/"});
+          comm::DescribeBackends() +
+          "\nsynchronisers in this binary (--sync):\n" + DescribeSyncs(),
+      {"train/", "comm/cluster/", "sync/"});
+  if (!FLAGS_list_syncs.empty()) {
+    try {
+      std::fputs(ListSyncs(FLAGS_list_syncs).c_str(), stdout);
+      return 0;
+    } catch (const std::invalid_argument& e) {
+      cli::ExitWithUsageError(e.what());
+    }
+  }
   // Before anything starts CUDA (CreateMlp below): as many hardware queues
   // as ranks whose kernels spin waiting for each other.
   if (RanksAreThreads(FLAGS_comm)) comm::PrepareProcessForRankThreads();

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -15,13 +16,17 @@
 #include "train/checkpointing.h"
 #include "train/distributed_sampler.h"
 #include "train/outputs.h"
-#include "train/synchronizer.h"
-#include "train/trace.h"
+#include "sync/synchronizer.h"
+#include "trace/trace.h"
+#include "train/mlp_buffers.h"
 #include "train/training_data.h"
 
 namespace ringlab::train {
 namespace {
 
+using trace::ScopedSpan;
+using trace::Tracer;
+using trace::Track;
 using Clock = std::chrono::steady_clock;
 
 double MillisecondsSince(Clock::time_point start) {
@@ -88,26 +93,30 @@ struct SentBytes {
 // buckets as they complete), the synchroniser, SGD; what losses.csv records
 // of it (comm_ms: the time this thread spent on communication, the part of
 // it that backward did not hide).
-StepRecord TakeStep(nn::Mlp& model, Synchronizer& synchronizer,
-                    const SentBytes& sent, const Batch& batch, int64_t count,
+StepRecord TakeStep(nn::Mlp& model, MlpBuffers& buffers,
+                    sync::Synchronizer& synchronizer, const SentBytes& sent,
+                    const Batch& batch, int64_t count,
                     const nn::SgdOptions& sgd, int64_t epoch, int64_t step,
                     Tracer& tracer) {
   const uint64_t bytes_before = sent();
   const auto start = Clock::now();
-  nn::BackwardObserver* observer = synchronizer.backward_observer(step);
+  sync::GradObserver* reducer = synchronizer.backward_observer(step);
+  std::optional<LayerToTensorObserver> adapted;
+  nn::BackwardObserver* observer =
+      reducer != nullptr ? &adapted.emplace(*reducer) : nullptr;
   TracingObserver traced(tracer, observer, start);
   const float loss = model.ForwardBackward(
       batch.x.data(), batch.y.data(), static_cast<int>(count),
       tracer.enabled() ? &traced : observer);
   const auto sync_start = Clock::now();
-  synchronizer.AfterBackward(model, step);
+  synchronizer.AfterBackward(buffers, step);
   double comm_ms = MillisecondsSince(sync_start);
   {
     ScopedSpan span(tracer, Track::kCompute, "sgd step", "compute");
     model.SgdStep(sgd);
   }
   const auto average_start = Clock::now();
-  synchronizer.AfterStep(model, step);
+  synchronizer.AfterStep(buffers, step);
   comm_ms += MillisecondsSince(average_start);
   return {epoch,   step,
           loss,    MillisecondsSince(start),
@@ -127,7 +136,7 @@ std::unique_ptr<nn::Mlp> CreateModel(const TrainConfig& config,
   }
   nn::CpuMlpOptions options;
   options.gemm = nn::DefaultCpuGemmMode();
-  const ReducedBuffers reduced = BuffersReducedBy(config.sync);
+  const sync::ReducedBuffers reduced = sync::FindSync(config.sync).reduces;
   if (reduced.grads) options.grads_memory = comm.Allocate(layout.num_params());
   if (reduced.params) {
     options.params_memory = comm.Allocate(layout.num_params());
@@ -245,7 +254,7 @@ Schedule ScheduleOf(const TrainConfig& config,
 
 // The run's result: the model's parameters, or the synchroniser's where it
 // keeps its own (DiLoCo's outer parameters).
-std::vector<float> FinalParams(const Synchronizer& synchronizer,
+std::vector<float> FinalParams(const sync::Synchronizer& synchronizer,
                                const nn::Mlp& model) {
   if (const std::vector<float>* shared = synchronizer.evaluated_params()) {
     return *shared;
@@ -309,14 +318,16 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
 
   Tracer tracer(!config.trace_path.empty(), rank);
   std::unique_ptr<nn::Mlp> model = CreateModel(config, layout, comm);
-  auto synchronizer = CreateSynchronizer(
-      config.sync, comm, *model, config.sync_options, &tracer, host_comm);
+  MlpBuffers buffers(*model);
+  auto synchronizer = sync::CreateSync(
+      config.sync,
+      {comm, buffers, config.sync_options, tracer, host_comm});
   const SentBytes sent{comm, host_comm};
   TrainResult result;
   const int64_t first_step =
       StartingPoint(config, layout, params, job, comm, *model,
                     synchronizer->state(), &result.history);
-  synchronizer->Start(*model, /*resumed=*/first_step > 0);
+  synchronizer->Start(buffers, /*resumed=*/first_step > 0);
 
   const DistributedSampler sampler(
       data.train.size, world_size, rank,
@@ -340,8 +351,9 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
       ScopedSpan span(tracer, Track::kCompute, "load batch", "data");
       batch.Load(data.train, sampler, config.set_epoch ? epoch : 0, begin, end);
     }
-    result.history.push_back(TakeStep(*model, *synchronizer, sent, batch,
-                                      end - begin, sgd, epoch, step, tracer));
+    result.history.push_back(TakeStep(*model, buffers, *synchronizer, sent,
+                                      batch, end - begin, sgd, epoch, step,
+                                      tracer));
 
     if (config.checkpoint_every > 0 &&
         (step + 1) % config.checkpoint_every == 0 &&

@@ -238,7 +238,7 @@ void ExpectSetEpochRunMatches(const std::string& reference, bool same_kernel,
   config.batch_size = 16;
   config.epochs = 3;
   config.set_epoch = true;
-  config.sync_options.overlap = overlap;
+  config.UseSync("allreduce", {{"overlap", overlap ? "true" : "false"}});
   const TrainRun run = Train(2, config);
   ASSERT_TRUE(AllSucceeded(run)) << comm::testing::Describe(run.ranks);
   const auto ours = ReadLosses(out + "/losses.csv");
@@ -293,7 +293,7 @@ TEST(TrainerTest, SummarySaysWhenRanksEndDifferent) {
   // apart: the summary's hash comparison must notice.
   const std::string out = io::FreshTestDir("unsynchronised");
   TrainConfig config = ReferenceConfig(out);
-  config.sync = "none";
+  config.UseSync("none");
   const TrainRun run = Train(2, config);
   ASSERT_TRUE(AllSucceeded(run)) << comm::testing::Describe(run.ranks);
   ASSERT_FALSE(BitwiseEqual(run.params[0], run.params[1]));
@@ -309,8 +309,7 @@ TEST(TrainerTest, ParamAvgWithPeriodOneEqualsAllReduce) {
   ASSERT_TRUE(AllSucceeded(allreduce))
       << comm::testing::Describe(allreduce.ranks);
   TrainConfig config = ReferenceConfig(io::FreshTestDir("k1_param_avg"));
-  config.sync = "param_avg";
-  config.sync_options = {1, 0};
+  config.UseSync("param_avg", {{"avg_period", "1"}});
   const TrainRun averaged = Train(2, config);
   ASSERT_TRUE(AllSucceeded(averaged))
       << comm::testing::Describe(averaged.ranks);
@@ -336,9 +335,7 @@ TEST(TrainerTest, ParamAvgAveragesOnPeriodicModelAveragersSchedule) {
   for (int steps = 1; steps <= 12; ++steps) {
     TrainConfig config =
         ReferenceConfig(io::FreshTestDir("k4_" + std::to_string(steps)));
-    config.sync = "param_avg";
-    config.sync_options.avg_period = 4;
-    config.sync_options.avg_warmup = 3;
+    config.UseSync("param_avg", {{"avg_period", "4"}, {"avg_warmup", "3"}});
     config.epochs = steps;  // one step per epoch
     const TrainRun run = Train(2, config);
     ASSERT_TRUE(AllSucceeded(run)) << comm::testing::Describe(run.ranks);

@@ -14,18 +14,18 @@
 // bucket. Unlike torch 1.13, whose P and Q allreduces race with the next
 // bucket's hook, the order of collectives is fixed: U, P, Q of each bucket,
 // in bucket order.
-#ifndef RINGLAB_TRAIN_POWERSGD_H_
-#define RINGLAB_TRAIN_POWERSGD_H_
+#ifndef RINGLAB_SYNC_POWERSGD_H_
+#define RINGLAB_SYNC_POWERSGD_H_
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "nn/mlp.h"
-#include "train/bucket_reducer.h"
-#include "train/comm_hooks.h"
+#include "sync/param_layout.h"
+#include "sync/bucket_reducer.h"
+#include "sync/comm_hooks.h"
 
-namespace ringlab::train {
+namespace ringlab::sync {
 
 struct PowerSgdOptions {
   int rank = 1;                       // matrix_approximation_rank
@@ -46,10 +46,10 @@ struct PowerSgdOptions {
 void ValidatePowerSgd(const PowerSgdOptions& options);
 
 // The hook for `buckets` of `layout` (as the reducer assigns them).
-std::unique_ptr<CommHook> MakePowerSgdHook(const nn::MlpLayout& layout,
+std::unique_ptr<CommHook> MakePowerSgdHook(const ParamLayout& layout,
                                            std::vector<Bucket> buckets,
                                            const PowerSgdOptions& options);
 
-}  // namespace ringlab::train
+}  // namespace ringlab::sync
 
-#endif  // RINGLAB_TRAIN_POWERSGD_H_
+#endif  // RINGLAB_SYNC_POWERSGD_H_

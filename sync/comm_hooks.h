@@ -2,11 +2,10 @@
 // how one bucket of this rank's gradients becomes what every rank applies,
 // called by the bucket reducer once per bucket per step, in bucket order, on
 // its communication thread while backward goes on. The default hook averages
-// in float32; the compression hooks are fp16_compress_hook and
-// bf16_compress_hook's recipe (cast, divide in the low type, sum, widen back),
-// sending half the bytes.
-#ifndef RINGLAB_TRAIN_COMM_HOOKS_H_
-#define RINGLAB_TRAIN_COMM_HOOKS_H_
+// in float32; compressors make others (compressor.h), PowerSGD its own
+// (powersgd.h).
+#ifndef RINGLAB_SYNC_COMM_HOOKS_H_
+#define RINGLAB_SYNC_COMM_HOOKS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -14,9 +13,9 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "train/sync_tensor.h"
+#include "sync/sync_tensor.h"
 
-namespace ringlab::train {
+namespace ringlab::sync {
 
 // What a hook is given of a bucket, as torch's GradBucket: its index in this
 // step's layout, its range [begin, end) of the flat gradient buffer, and
@@ -54,19 +53,6 @@ class CommHook {
 // allreduce_hook: the average over the ranks in float32.
 std::unique_ptr<CommHook> MakeAllReduceHook();
 
-// fp16_compress_hook (type kFloat16) or bf16_compress_hook (kBFloat16): each
-// gradient rounded to the type (nearest even), divided by the world size in
-// the type (float32 division, rounded again: torch's h.div_(W)), summed over
-// the ranks by the communicator in the type (rounded after each partial sum
-// of its algorithm), widened back exactly. For 2 ranks the sum is correctly
-// rounded and so bit for bit torch's over gloo. Its 16-bit twin of the flat
-// buffer (max_count gradients, each bucket at its own offset, so that no
-// bucket waits on another's) is the communicator's registered memory
-// (collective: every rank makes the hook).
-std::unique_ptr<CommHook> MakeCompressHook(comm::Communicator& comm,
-                                           comm::DataType type,
-                                           size_t max_count);
+}  // namespace ringlab::sync
 
-}  // namespace ringlab::train
-
-#endif  // RINGLAB_TRAIN_COMM_HOOKS_H_
+#endif  // RINGLAB_SYNC_COMM_HOOKS_H_

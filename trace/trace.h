@@ -5,8 +5,8 @@
 // track (each bucket's allreduce with its bytes). Spans are recorded in memory,
 // thread-safely, and serialised once at the end; a disabled tracer records
 // nothing, so the training loop calls it unconditionally.
-#ifndef RINGLAB_TRAIN_TRACE_H_
-#define RINGLAB_TRAIN_TRACE_H_
+#ifndef RINGLAB_TRACE_TRACE_H_
+#define RINGLAB_TRACE_TRACE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace ringlab::train {
+namespace ringlab::trace {
 
 enum class Track { kCompute = 0, kComm = 1 };
 
@@ -87,6 +87,6 @@ class ScopedSpan {
   bool ended_ = false;
 };
 
-}  // namespace ringlab::train
+}  // namespace ringlab::trace
 
-#endif  // RINGLAB_TRAIN_TRACE_H_
+#endif  // RINGLAB_TRACE_TRACE_H_

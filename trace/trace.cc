@@ -1,11 +1,11 @@
-#include "train/trace.h"
+#include "trace/trace.h"
 
 #include <nlohmann/json.hpp>
 #include <utility>
 
 #include "io/atomic_file.h"
 
-namespace ringlab::train {
+namespace ringlab::trace {
 namespace {
 
 int64_t Microseconds(Tracer::Clock::time_point t) {
@@ -76,4 +76,4 @@ void WriteTrace(const std::string& path,
   io::WriteFileAtomically(path, trace.dump() + "\n");
 }
 
-}  // namespace ringlab::train
+}  // namespace ringlab::trace

@@ -1,4 +1,4 @@
-#include "train/powersgd.h"
+#include "sync/powersgd.h"
 
 #include <cblas.h>
 
@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "comm/dtype/kernels.h"
+#include "sync/ddp.h"
 #include "torch_compat/generator.h"
 #include "torch_compat/randn.h"
 
@@ -23,7 +24,7 @@ void sorgqr_(const int* m, const int* n, const int* k, float* a, const int* lda,
              const float* tau, float* work, const int* lwork, int* info);
 }
 
-namespace ringlab::train {
+namespace ringlab::sync {
 namespace {
 
 // torch's tensors are 64-byte aligned (c10's CPU allocator): the buffers
@@ -190,7 +191,7 @@ BucketPlan PlanBucket(const Bucket& bucket, const PowerSgdOptions& options) {
   plan.end = bucket.end;
   size_t at = 0;
   std::vector<std::pair<size_t, size_t>> shapes;  // first appearance order
-  for (const nn::TensorSlot& slot : bucket.tensors) {
+  for (const TensorSlot& slot : bucket.tensors) {
     TensorPlan t;
     t.flat = slot.offset;
     t.at = at;
@@ -489,7 +490,7 @@ void ValidatePowerSgd(const PowerSgdOptions& options) {
   }
 }
 
-std::unique_ptr<CommHook> MakePowerSgdHook(const nn::MlpLayout& layout,
+std::unique_ptr<CommHook> MakePowerSgdHook(const ParamLayout& layout,
                                            std::vector<Bucket> buckets,
                                            const PowerSgdOptions& options) {
   ValidatePowerSgd(options);
@@ -497,4 +498,70 @@ std::unique_ptr<CommHook> MakePowerSgdHook(const nn::MlpLayout& layout,
   return std::make_unique<PowerSgdHook>(std::move(buckets), options);
 }
 
-}  // namespace ringlab::train
+namespace {
+
+PowerSgdOptions PowerSgdOptionsOf(const OptionValues& values) {
+  PowerSgdOptions options;
+  options.rank = static_cast<int>(values.Int("powersgd_rank"));
+  options.start_iter = values.Int("powersgd_start_iter");
+  options.min_compression_rate = values.Float("powersgd_min_compression_rate");
+  options.error_feedback = values.Bool("powersgd_error_feedback");
+  options.warm_start = values.Bool("powersgd_warm_start");
+  options.batched = values.Bool("powersgd_batched");
+  return options;
+}
+
+std::unique_ptr<Synchronizer> CreatePowerSgd(const SyncContext& c) {
+  // The hook plans the reducer's own buckets: the model's gradients must be
+  // in the communicator's memory (no staging of the whole buffer).
+  if (!SharesMemory(c.comm, c.model)) {
+    throw std::invalid_argument(
+        "--sync=powersgd reduces the model's own gradients: --comm=" +
+        std::string(c.comm.backend()) + " does not reach the model's memory");
+  }
+  return std::make_unique<DdpSynchronizer>(
+      c.comm, c.model, c.options, c.tracer,
+      MakePowerSgdHook(c.model.layout(),
+                       DdpBuckets(c.model.layout(), c.options),
+                       PowerSgdOptionsOf(c.options)));
+}
+
+SyncDescription DescribePowerSgd() {
+  SyncDescription d;
+  d.name = "powersgd";
+  d.summary =
+      "DDP with powerSGD_hook: each weight's gradient replaced by a rank-r "
+      "approximation P Q^T, with error feedback";
+  d.sends =
+      "every step after powersgd_start_iter: P and Q (r (n + m) floats per "
+      "n x m weight) and the small tensors whole";
+  d.pytorch = "DistributedDataParallel.register_comm_hook(powerSGD_hook)";
+  d.options = DdpOptions();
+  d.options.push_back(IntOption("powersgd_rank", 1, 1, 1024,
+                                "matrix_approximation_rank"));
+  d.options.push_back(IntOption(
+      "powersgd_start_iter", 1000, 1, kMaxSteps,
+      "steps of plain allreduce first (start_powerSGD_iter; at least 2 with "
+      "error feedback or warm start)"));
+  d.options.push_back(FloatOption(
+      "powersgd_min_compression_rate", 2, 1, false, 1e300, false,
+      "compress a matrix only if it shrinks this much"));
+  d.options.push_back(BoolOption(
+      "powersgd_error_feedback", true,
+      "add what the approximation lost to the next step (use_error_feedback)"));
+  d.options.push_back(BoolOption(
+      "powersgd_warm_start", true,
+      "start each step from the last step's Q (warm_start)"));
+  d.options.push_back(BoolOption(
+      "powersgd_batched", false,
+      "batched_powerSGD_hook: each bucket one square matrix"));
+  d.check = [](const OptionValues& v) { ValidatePowerSgd(PowerSgdOptionsOf(v)); };
+  d.create = CreatePowerSgd;
+  return d;
+}
+
+}  // namespace
+
+RINGLAB_REGISTER_SYNC(DescribePowerSgd);
+
+}  // namespace ringlab::sync

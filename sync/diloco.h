@@ -7,18 +7,12 @@
 // doing the same (experiments/fashion_mnist/pytorch_ddp.py --sync=diloco)
 // trains to the same bits; evaluation and the run's final parameters are the
 // outer ones.
-#ifndef RINGLAB_TRAIN_DILOCO_H_
-#define RINGLAB_TRAIN_DILOCO_H_
+#ifndef RINGLAB_SYNC_DILOCO_H_
+#define RINGLAB_SYNC_DILOCO_H_
 
 #include <cstddef>
-#include <memory>
 
-#include "comm/communicator.h"
-#include "nn/mlp.h"
-#include "train/synchronizer.h"
-#include "train/trace.h"
-
-namespace ringlab::train {
+namespace ringlab::sync {
 
 // One outer step of torch.optim.SGD(lr, momentum, nesterov=True) on the
 // outer parameters with gradient `delta` (the averaged change), in place:
@@ -30,13 +24,6 @@ namespace ringlab::train {
 void OuterNesterovStep(const float* delta, float* momentum, bool first,
                        float lr, float mu, float* outer, size_t n);
 
-// The diloco synchroniser (CreateSynchronizer's). Its communicator must reach
-// host memory (the averaged change is reduced in the communicator's
-// registered memory): std::invalid_argument otherwise.
-std::unique_ptr<Synchronizer> CreateDiLoCoSynchronizer(
-    comm::Communicator& comm, nn::Mlp& model, const SyncOptions& options,
-    Tracer& tracer);
+}  // namespace ringlab::sync
 
-}  // namespace ringlab::train
-
-#endif  // RINGLAB_TRAIN_DILOCO_H_
+#endif  // RINGLAB_SYNC_DILOCO_H_

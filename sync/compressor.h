@@ -1,0 +1,64 @@
+// Gradient compression in GRACE's split (Xu et al., 2021): a compressor
+// encodes a bucket of gradients into a wire buffer and decodes it back; the
+// collective it needs is either an allreduce that sums the wire in its own
+// element type (fp16, bf16: the sum of encodings is the encoding of the sum)
+// or an allgather of every rank's wire, each decoded and averaged (top-k,
+// signs); an optional error-feedback memory adds to the next step's gradients
+// what the encoding lost. MakeCompressorHook turns one into a DDP
+// communication hook, so that a new compressor is one small file: a
+// Compressor and its registration (docs/extending.md).
+#ifndef RINGLAB_SYNC_COMPRESSOR_H_
+#define RINGLAB_SYNC_COMPRESSOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "comm/communicator.h"
+#include "sync/comm_hooks.h"
+#include "sync/synchronizer.h"
+
+namespace ringlab::sync {
+
+class Compressor {
+ public:
+  enum class Collective { kAllReduce, kAllGather };
+  virtual ~Compressor() = default;
+  virtual Collective collective() const = 0;
+  // True where each wire element is one gradient's and sums alone (fp16): a
+  // bucket may then be reduced in DDP's order of its tensors
+  // (CommHook::elementwise), which 3 or more ranks need to sum as torch.
+  virtual bool elementwise() const { return false; }
+  // The wire's element type and its length for `count` gradients (the same
+  // on every rank: collectives need equal counts).
+  virtual comm::DataType wire_type() const = 0;
+  virtual size_t WireCount(size_t count) const = 0;
+  // grads[0, count) into wire. kAllReduce: what the ranks' wires summed must
+  // decode to the average (so it may divide by world_size first).
+  virtual void Encode(const float* grads, size_t count, int world_size,
+                      void* wire) = 0;
+  // kAllReduce: the summed wire into grads (overwritten). kAllGather: one
+  // rank's wire, added into grads (the hook zeroes them first and divides by
+  // the world size after).
+  virtual void Decode(const void* wire, size_t count, int world_size,
+                      float* grads) = 0;
+};
+
+// A DDP hook from a compressor: per bucket, with error feedback the memory
+// is added to the gradients before encoding and becomes what the decoding of
+// this rank's own wire misses (as GRACE's residual memory). Its wire buffers
+// (max_count gradients' worth, each bucket at its own offset) are the
+// communicator's registered memory (collective: every rank makes the hook).
+std::unique_ptr<CommHook> MakeCompressorHook(
+    comm::Communicator& comm, std::unique_ptr<Compressor> compressor,
+    bool error_feedback, size_t max_count);
+
+// The description's factory for a compressor in the DDP family: it refuses a
+// communicator that does not reduce host memory (the codecs run on the CPU).
+std::unique_ptr<Synchronizer> CreateCompressorSync(
+    const SyncContext& context, std::unique_ptr<Compressor> compressor,
+    bool error_feedback);
+
+}  // namespace ringlab::sync
+
+#endif  // RINGLAB_SYNC_COMPRESSOR_H_

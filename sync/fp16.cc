@@ -1,0 +1,29 @@
+// fp16: DDP with fp16_compress_hook: each bucket cast to float16 (IEEE half), divided by
+// the world size, summed in that type and widened back (half_compressor.h).
+#include <memory>
+
+#include "sync/ddp.h"
+#include "sync/half_compressor.h"
+
+namespace ringlab::sync {
+namespace {
+
+SyncDescription DescribeFP16() {
+  SyncDescription d;
+  d.name = "fp16";
+  d.summary = "DDP with fp16_compress_hook: gradients averaged in float16 (IEEE half)";
+  d.sends = "every step: the gradients in 16 bits (half allreduce's bytes)";
+  d.pytorch = "DistributedDataParallel.register_comm_hook(fp16_compress_hook)";
+  d.options = DdpOptions();
+  d.create = [](const SyncContext& c) {
+    return CreateCompressorSync(c, MakeHalfCompressor(comm::DataType::kFloat16),
+                                /*error_feedback=*/false);
+  };
+  return d;
+}
+
+}  // namespace
+
+RINGLAB_REGISTER_SYNC(DescribeFP16);
+
+}  // namespace ringlab::sync
