@@ -98,9 +98,9 @@ void RunSteps(benchmark::State& state, const char* sync_name, int period) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count());
   }
-  state.SetLabel(sync ? std::string(sync_name) + " over " +
-                            g_comm->backend() + ", " +
-                            std::to_string(g_comm->world_size()) + " ranks"
+  state.SetLabel(sync ? std::string(sync_name) + " over " + g_comm->backend() +
+                            ", " + std::to_string(g_comm->world_size()) +
+                            " ranks"
                       : "one process, no communication");
 }
 

@@ -16,7 +16,8 @@ SyncDescription DescribeBF16() {
   d.pytorch = "DistributedDataParallel.register_comm_hook(bf16_compress_hook)";
   d.options = DdpOptions();
   d.create = [](const SyncContext& c) {
-    return CreateCompressorSync(c, MakeHalfCompressor(comm::DataType::kBFloat16),
+    return CreateCompressorSync(c,
+                                MakeHalfCompressor(comm::DataType::kBFloat16),
                                 /*error_feedback=*/false);
   };
   return d;

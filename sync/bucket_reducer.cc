@@ -158,8 +158,8 @@ void BucketReducer::Reduce(const Ready& ready) {
   const GradBucket grad_bucket{ready.bucket, bucket.begin, bucket.end,
                                ready.bucket + 1 == active_->size()};
   trace::ScopedSpan span(
-      tracer_, trace::Track::kComm, "allreduce bucket " + std::to_string(ready.bucket),
-      "comm",
+      tracer_, trace::Track::kComm,
+      "allreduce bucket " + std::to_string(ready.bucket), "comm",
       static_cast<int64_t>(hook_.BusBytes(grad_bucket, comm_.world_size())));
   // A bucket already in model order (step 0's) needs no copy.
   const bool staged = staging_ != nullptr && hook_.elementwise() &&

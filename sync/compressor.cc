@@ -19,9 +19,9 @@ class CompressorHook : public CommHook {
       : compressor_(std::move(compressor)),
         element_bytes_(comm::DataTypeSize(compressor_->wire_type())),
         wire_count_(compressor_->WireCount(max_count)),
-        wire_(reinterpret_cast<char*>(comm.Allocate(
-            (wire_count_ * element_bytes_ + sizeof(float) - 1) /
-            sizeof(float)))),
+        wire_(reinterpret_cast<char*>(
+            comm.Allocate((wire_count_ * element_bytes_ + sizeof(float) - 1) /
+                          sizeof(float)))),
         max_count_(max_count) {
     if (error_feedback) error_.assign(max_count, 0.0f);
   }

@@ -57,10 +57,10 @@ class DiLoCoSynchronizer : public Synchronizer {
     }
     {
       trace::ScopedSpan wait = WaitSpan(tracer_, "wait for allreduce");
-      trace::ScopedSpan reduce(tracer_, trace::Track::kComm,
-                               "allreduce parameter change", "comm",
-                               static_cast<int64_t>(comm::AllReduceBusBytes(
-                                   count_ * sizeof(float), comm_.world_size())));
+      trace::ScopedSpan reduce(
+          tracer_, trace::Track::kComm, "allreduce parameter change", "comm",
+          static_cast<int64_t>(comm::AllReduceBusBytes(count_ * sizeof(float),
+                                                       comm_.world_size())));
       comm_.AllReduce(delta_, count_, comm::ReduceOp::kSum);
     }
     trace::ScopedSpan span(tracer_, trace::Track::kCompute, "outer sgd step",
@@ -105,13 +105,12 @@ SyncDescription DescribeDiLoCo() {
       "every inner_steps-th step: the parameters' change (4 bytes per "
       "parameter)";
   d.pytorch = "none (a PyTorch loop: experiments/fashion_mnist/pytorch_ddp.py)";
-  d.options = {
-      IntOption("inner_steps", 16, 1, kMaxSteps,
-                "inner SGD steps per outer step (H)"),
-      FloatOption("outer_lr", 0.7, 0, false, 1e30, false,
-                  "the outer SGD's learning rate"),
-      FloatOption("outer_momentum", 0.9, 0, false, 1, true,
-                  "the outer SGD's Nesterov momentum")};
+  d.options = {IntOption("inner_steps", 16, 1, kMaxSteps,
+                         "inner SGD steps per outer step (H)"),
+               FloatOption("outer_lr", 0.7, 0, false, 1e30, false,
+                           "the outer SGD's learning rate"),
+               FloatOption("outer_momentum", 0.9, 0, false, 1, true,
+                           "the outer SGD's Nesterov momentum")};
   d.create = CreateDiLoCo;
   return d;
 }

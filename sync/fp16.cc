@@ -1,5 +1,6 @@
-// fp16: DDP with fp16_compress_hook: each bucket cast to float16 (IEEE half), divided by
-// the world size, summed in that type and widened back (half_compressor.h).
+// fp16: DDP with fp16_compress_hook: each bucket cast to float16 (IEEE half),
+// divided by the world size, summed in that type and widened back
+// (half_compressor.h).
 #include <memory>
 
 #include "sync/ddp.h"
@@ -11,7 +12,8 @@ namespace {
 SyncDescription DescribeFP16() {
   SyncDescription d;
   d.name = "fp16";
-  d.summary = "DDP with fp16_compress_hook: gradients averaged in float16 (IEEE half)";
+  d.summary =
+      "DDP with fp16_compress_hook: gradients averaged in float16 (IEEE half)";
   d.sends = "every step: the gradients in 16 bits (half allreduce's bytes)";
   d.pytorch = "DistributedDataParallel.register_comm_hook(fp16_compress_hook)";
   d.options = DdpOptions();

@@ -19,13 +19,11 @@ std::string ShortestText(double value) {
 }
 
 [[noreturn]] void Refuse(const OptionSpec& spec, const std::string& text) {
-  throw std::invalid_argument("--" + spec.name + " must be " +
-                              (spec.type == OptionType::kInt ||
-                                       spec.type == OptionType::kFloat
-                                   ? "in "
-                                   : "") +
-                              DescribeRange(spec) + ", not " +
-                              (text.empty() ? "empty" : text));
+  throw std::invalid_argument(
+      "--" + spec.name + " must be " +
+      (spec.type == OptionType::kInt || spec.type == OptionType::kFloat ? "in "
+                                                                        : "") +
+      DescribeRange(spec) + ", not " + (text.empty() ? "empty" : text));
 }
 
 OptionValue Parse(const OptionSpec& spec, const std::string& text) {
@@ -35,20 +33,19 @@ OptionValue Parse(const OptionSpec& spec, const std::string& text) {
   switch (spec.type) {
     case OptionType::kInt: {
       const long long v = std::strtoll(begin, &end, 10);
-      if (text.empty() || *end != '\0' || errno == ERANGE ||
-          v < spec.int_min || v > spec.int_max) {
+      if (text.empty() || *end != '\0' || errno == ERANGE || v < spec.int_min ||
+          v > spec.int_max) {
         Refuse(spec, text);
       }
       return static_cast<int64_t>(v);
     }
     case OptionType::kFloat: {
       const double v = std::strtod(begin, &end);
-      const bool below = spec.min_open ? !(v > spec.float_min)
-                                       : !(v >= spec.float_min);
-      const bool above = spec.max_open ? !(v < spec.float_max)
-                                       : !(v <= spec.float_max);
-      if (text.empty() || *end != '\0' || !std::isfinite(v) || below ||
-          above) {
+      const bool below =
+          spec.min_open ? !(v > spec.float_min) : !(v >= spec.float_min);
+      const bool above =
+          spec.max_open ? !(v < spec.float_max) : !(v <= spec.float_max);
+      if (text.empty() || *end != '\0' || !std::isfinite(v) || below || above) {
         Refuse(spec, text);
       }
       return v;

@@ -30,8 +30,8 @@ void PeriodicAverager::AfterStep(ModelBuffers& model, int64_t step) {
   if (!IsAveragingStep(step, period_, warmup_)) return;
   const size_t count = model.layout().num_params();
   trace::ScopedSpan wait = WaitSpan(tracer_, "wait for allreduce");
-  trace::ScopedSpan reduce(tracer_, trace::Track::kComm,
-                           "allreduce parameters", "comm",
+  trace::ScopedSpan reduce(tracer_, trace::Track::kComm, "allreduce parameters",
+                           "comm",
                            static_cast<int64_t>(comm::AllReduceBusBytes(
                                count * sizeof(float), comm_.world_size())));
   if (SharesMemory(comm_, model)) {

@@ -537,25 +537,27 @@ SyncDescription DescribePowerSgd() {
       "n x m weight) and the small tensors whole";
   d.pytorch = "DistributedDataParallel.register_comm_hook(powerSGD_hook)";
   d.options = DdpOptions();
-  d.options.push_back(IntOption("powersgd_rank", 1, 1, 1024,
-                                "matrix_approximation_rank"));
+  d.options.push_back(
+      IntOption("powersgd_rank", 1, 1, 1024, "matrix_approximation_rank"));
   d.options.push_back(IntOption(
       "powersgd_start_iter", 1000, 1, kMaxSteps,
       "steps of plain allreduce first (start_powerSGD_iter; at least 2 with "
       "error feedback or warm start)"));
-  d.options.push_back(FloatOption(
-      "powersgd_min_compression_rate", 2, 1, false, 1e300, false,
-      "compress a matrix only if it shrinks this much"));
+  d.options.push_back(
+      FloatOption("powersgd_min_compression_rate", 2, 1, false, 1e300, false,
+                  "compress a matrix only if it shrinks this much"));
   d.options.push_back(BoolOption(
       "powersgd_error_feedback", true,
       "add what the approximation lost to the next step (use_error_feedback)"));
-  d.options.push_back(BoolOption(
-      "powersgd_warm_start", true,
-      "start each step from the last step's Q (warm_start)"));
-  d.options.push_back(BoolOption(
-      "powersgd_batched", false,
-      "batched_powerSGD_hook: each bucket one square matrix"));
-  d.check = [](const OptionValues& v) { ValidatePowerSgd(PowerSgdOptionsOf(v)); };
+  d.options.push_back(
+      BoolOption("powersgd_warm_start", true,
+                 "start each step from the last step's Q (warm_start)"));
+  d.options.push_back(
+      BoolOption("powersgd_batched", false,
+                 "batched_powerSGD_hook: each bucket one square matrix"));
+  d.check = [](const OptionValues& v) {
+    ValidatePowerSgd(PowerSgdOptionsOf(v));
+  };
   d.create = CreatePowerSgd;
   return d;
 }

@@ -21,9 +21,9 @@
 #include <memory>
 #include <vector>
 
-#include "sync/param_layout.h"
 #include "sync/bucket_reducer.h"
 #include "sync/comm_hooks.h"
+#include "sync/param_layout.h"
 
 namespace ringlab::sync {
 

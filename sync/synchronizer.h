@@ -98,7 +98,7 @@ struct SyncDescription {
 bool RegisterSync(SyncDescription description);
 
 // Registers the description a function returns when the program starts.
-#define RINGLAB_REGISTER_SYNC(describe) \
+#define RINGLAB_REGISTER_SYNC(describe)                  \
   static const bool ringlab_sync_registered_##describe = \
       ::ringlab::sync::RegisterSync(describe())
 

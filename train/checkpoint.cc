@@ -245,10 +245,10 @@ void CheckPartIsOurs(const std::string& rank_dir, int rank,
 
 }  // namespace
 
-RankCheckpoint ReadRankCheckpoint(const std::string& dir, int rank,
-                                  const nn::MlpLayout& layout,
-                                  int64_t next_step, const std::string& job,
-                                  const std::vector<sync::SyncTensor>& sync_state) {
+RankCheckpoint ReadRankCheckpoint(
+    const std::string& dir, int rank, const nn::MlpLayout& layout,
+    int64_t next_step, const std::string& job,
+    const std::vector<sync::SyncTensor>& sync_state) {
   const std::string step_dir = StepDir(dir, next_step);
   const std::string rank_dir = step_dir + "/rank" + std::to_string(rank);
   for (const std::string& path : {step_dir, rank_dir}) {

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "nn/mlp.h"
-#include "train/step_record.h"
 #include "sync/sync_tensor.h"
+#include "train/step_record.h"
 
 namespace ringlab::train {
 

@@ -66,10 +66,10 @@ void ExpectCompleteCheckpoint(const std::string& out, int64_t step, int world,
 }
 
 // Every synchroniser x --checkpoint_every in {1, 2, 3, 5} x --avg_period in
-// {1, 4} (for those that average periodically), 50 steps on 2 ranks: each run goes to its end, trains exactly what
-// the run without checkpoints trains, and leaves its last checkpoint
-// complete. (param_avg with --checkpoint_every=1 used to fail every time:
-// rank 0 pruned the step rank 1 was already writing.)
+// {1, 4} (for those that average periodically), 50 steps on 2 ranks: each run
+// goes to its end, trains exactly what the run without checkpoints trains, and
+// leaves its last checkpoint complete. (param_avg with --checkpoint_every=1
+// used to fail every time: rank 0 pruned the step rank 1 was already writing.)
 TEST(CheckpointCliTest, EverySynchroniserAndPeriodRunsToTheEnd) {
   for (const char* sync : kSyncs) {
     const bool periodic = std::strstr(sync, "param_avg") != nullptr ||

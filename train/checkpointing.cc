@@ -1,15 +1,14 @@
 #include "train/checkpointing.h"
 
-#include "sync/synchronizer.h"
-#include "train/mlp_buffers.h"
-
 #include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "sync/synchronizer.h"
 #include "train/job_checks.h"
+#include "train/mlp_buffers.h"
 
 namespace ringlab::train {
 

@@ -1,12 +1,12 @@
 #include "train/outputs.h"
 
 #include <algorithm>
-#include <variant>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <variant>
 
 #include "comm/gather_strings.h"
 #include "io/atomic_file.h"

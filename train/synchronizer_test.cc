@@ -1,5 +1,7 @@
 // The synchronisers over the trainer's MLP (train/mlp_buffers.h), one rank
 // against a simulated peer: what each reduces, and when.
+#include "sync/synchronizer.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -11,7 +13,6 @@
 #include "comm/testing/fake_backend.h"
 #include "nn/mlp.h"
 #include "sync/periodic_average.h"
-#include "sync/synchronizer.h"
 #include "train/mlp_buffers.h"
 
 namespace ringlab::train {
@@ -23,8 +24,8 @@ struct MlpSync {
           const std::map<std::string, std::string>& given = {})
       : buffers(model),
         options(sync::ParseSyncOptions(name, given)),
-        synchronizer(
-            sync::CreateSync(name, {comm, buffers, options, tracer})) {}
+        synchronizer(sync::CreateSync(name, {comm, buffers, options, tracer})) {
+  }
   nn::BackwardObserver* backward_observer(int64_t step) {
     sync::GradObserver* observer = synchronizer->backward_observer(step);
     if (observer == nullptr) return nullptr;
@@ -129,10 +130,10 @@ TEST(SynchronizerTest, ParamAvgAveragesParametersOnSchedule) {
   const std::vector<float> params = {1, 2, 3, 4, 5, 6};
   model->SetParams(params.data());
   PeerCommunicator comm(std::vector<float>(6, 3.0f));
-  auto sync = std::make_unique<MlpSync>(
-      "param_avg", *comm.comm, *model,
-      std::map<std::string, std::string>{{"avg_period", "2"},
-                                         {"avg_warmup", "1"}});
+  auto sync =
+      std::make_unique<MlpSync>("param_avg", *comm.comm, *model,
+                                std::map<std::string, std::string>{
+                                    {"avg_period", "2"}, {"avg_warmup", "1"}});
   sync->AfterBackward(*model, 0);
   sync->AfterStep(*model, 0);  // warm-up: nothing
   EXPECT_EQ(comm.backend->allreduce_calls, 0);
@@ -166,10 +167,10 @@ TEST(SynchronizerTest, PostLocalSgdIsDdpDuringWarmupThenParamAvg) {
   const int64_t y[1] = {1};
   PeerCommunicator comm(std::vector<float>(6, 3.0f));
   // warm-up 1 step, then every 2nd
-  auto sync = std::make_unique<MlpSync>(
-      "post_local_sgd", *comm.comm, *model,
-      std::map<std::string, std::string>{{"avg_period", "2"},
-                                         {"avg_warmup", "1"}});
+  auto sync =
+      std::make_unique<MlpSync>("post_local_sgd", *comm.comm, *model,
+                                std::map<std::string, std::string>{
+                                    {"avg_period", "2"}, {"avg_warmup", "1"}});
   // Step 0 (warm-up): the gradients are allreduced, the parameters not.
   ASSERT_NE(sync->backward_observer(0), nullptr);
   model->ForwardBackward(x, y, 1, sync->backward_observer(0));
@@ -237,17 +238,15 @@ TEST(SynchronizerTest, RejectsBadNamesAndOptions) {
   EXPECT_THROW(sync::ParseSyncOptions("ddp", {}), std::invalid_argument);
   EXPECT_THROW(sync::ParseSyncOptions("param_avg", Given{{"avg_period", "0"}}),
                std::invalid_argument);
-  EXPECT_THROW(
-      sync::ParseSyncOptions("param_avg", Given{{"avg_warmup", "-1"}}),
-      std::invalid_argument);
+  EXPECT_THROW(sync::ParseSyncOptions("param_avg", Given{{"avg_warmup", "-1"}}),
+               std::invalid_argument);
   EXPECT_THROW(
       sync::ParseSyncOptions("allreduce", Given{{"bucket_cap_mb", "0"}}),
       std::invalid_argument);
   EXPECT_THROW(sync::ParseSyncOptions("diloco", Given{{"inner_steps", "0"}}),
                std::invalid_argument);
-  EXPECT_THROW(
-      sync::ParseSyncOptions("diloco", Given{{"outer_momentum", "1"}}),
-      std::invalid_argument);
+  EXPECT_THROW(sync::ParseSyncOptions("diloco", Given{{"outer_momentum", "1"}}),
+               std::invalid_argument);
   EXPECT_THROW(sync::ParseSyncOptions("diloco", Given{{"outer_lr", "-0.1"}}),
                std::invalid_argument);
   // Another synchroniser's option, and one of none.

@@ -12,13 +12,13 @@
 
 #include "comm/cluster/emulated_cluster.h"
 #include "nn/cpu_mlp.h"
+#include "sync/synchronizer.h"
 #include "torch_compat/generator.h"
+#include "trace/trace.h"
 #include "train/checkpointing.h"
 #include "train/distributed_sampler.h"
-#include "train/outputs.h"
-#include "sync/synchronizer.h"
-#include "trace/trace.h"
 #include "train/mlp_buffers.h"
+#include "train/outputs.h"
 #include "train/training_data.h"
 
 namespace ringlab::train {
@@ -320,8 +320,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   std::unique_ptr<nn::Mlp> model = CreateModel(config, layout, comm);
   MlpBuffers buffers(*model);
   auto synchronizer = sync::CreateSync(
-      config.sync,
-      {comm, buffers, config.sync_options, tracer, host_comm});
+      config.sync, {comm, buffers, config.sync_options, tracer, host_comm});
   const SentBytes sent{comm, host_comm};
   TrainResult result;
   const int64_t first_step =
