@@ -59,7 +59,7 @@ class CompressorHook : public CommHook {
         compressor_->WireCount(bucket.count()) * element_bytes_;
     return compressor_->collective() == Compressor::Collective::kAllReduce
                ? comm::AllReduceBusBytes(bytes, world_size)
-               : bytes * static_cast<uint64_t>(world_size - 1);
+               : comm::AllGatherBusBytes(bytes, world_size);
   }
 
   bool elementwise() const override {

@@ -111,6 +111,7 @@ SyncDescription DescribeDiLoCo() {
                            "the outer SGD's learning rate"),
                FloatOption("outer_momentum", 0.9, 0, false, 1, true,
                            "the outer SGD's Nesterov momentum")};
+  d.short_run = {{"inner_steps", "5"}};
   d.create = CreateDiLoCo;
   return d;
 }

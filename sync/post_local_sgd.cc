@@ -66,6 +66,7 @@ SyncDescription DescribePostLocalSgd() {
       "one-rank subgroups) or host (averaged among the ranks of its host, "
       "over shm_ring or the job's GPU backend: post_localSGD_hook's "
       "intra-node subgroup)"));
+  d.short_run = {{"avg_warmup", "6"}};
   d.reduces.grads = true;
   d.reduces.params = true;
   d.needs_host_comm = HostSubgroup;

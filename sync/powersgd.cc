@@ -555,6 +555,7 @@ SyncDescription DescribePowerSgd() {
   d.options.push_back(
       BoolOption("powersgd_batched", false,
                  "batched_powerSGD_hook: each bucket one square matrix"));
+  d.short_run = {{"powersgd_start_iter", "4"}};
   d.check = [](const OptionValues& v) {
     ValidatePowerSgd(PowerSgdOptionsOf(v));
   };

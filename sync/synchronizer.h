@@ -83,6 +83,10 @@ struct SyncDescription {
   std::string sends;    // one line: what it sends per step
   std::string pytorch;  // its PyTorch counterpart, or "none"
   std::vector<OptionSpec> options;
+  // Options (flag-style texts) under which a run of a few dozen steps shows
+  // what it does (PowerSGD compressing, DiLoCo taking outer steps): the
+  // conformance suite's runs use them.
+  std::map<std::string, std::string> short_run;
   ReducedBuffers reduces;
   // True where, with these options, it needs the host's communicator
   // (post_local_sgd's intra-node subgroup).

@@ -261,6 +261,9 @@ def predict_run(config, compute_ms, fits, ranks, hosts, b_intra):
     Each rank here has at most a core for backward and communication both: nothing hides
     (hidden_share 0), as in the Fashion-MNIST report."""
     sync, comm = config.get("sync"), config.get("comm")
+    # The trainer's config.json keeps the synchroniser's options under sync_options (older
+    # runs kept them beside the other settings).
+    config = dict(config, **(config.get("sync_options") or {}))
     if sync not in SIZE_DIVISOR:
         raise ModelError(f"no model for --sync={sync}")
     # Its warm-up allreduces every step, its host subgroup adds an allreduce inside each host.
@@ -276,7 +279,7 @@ def predict_run(config, compute_ms, fits, ranks, hosts, b_intra):
     alpha, b_eff, _, hier = fits[row]
     size = gradient_bytes(config.get("model")) // SIZE_DIVISOR[sync]
     seconds = allreduce_s(size, ranks, hosts, alpha, b_eff, hier, b_intra)
-    k = config.get("inner_steps") if sync == "diloco" else config.get("avg_period")
+    k = config.get("inner_steps") if sync == "diloco" else config.get("avg_period", 1)
     if not isinstance(k, int) or k < 1:
         raise ModelError(f"config.json has no period for --sync={sync}")
     return step_ms(sync, compute_ms, seconds, k, hidden_share=0.0)
