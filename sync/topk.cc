@@ -83,8 +83,7 @@ SyncDescription DescribeTopK() {
       "keep what was not sent and add it to the next step's gradients"));
   d.create = [](const SyncContext& c) {
     return CreateCompressorSync(
-        c,
-        std::make_unique<TopKCompressor>(c.options.Float("topk_ratio")),
+        c, std::make_unique<TopKCompressor>(c.options.Float("topk_ratio")),
         c.options.Bool("topk_error_feedback"));
   };
   return d;

@@ -14,6 +14,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct Case {
   int world;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "--sync=" << c.sync << " at " << c.world << " rank(s)";
+}
+
 std::vector<Case> Cases() {
   std::vector<Case> cases;
   for (const sync::SyncDescription* d : sync::AllSyncs()) {
@@ -40,11 +45,11 @@ std::vector<Case> Cases() {
 
 // --sync=S with its short-run options: 40 steps (10 epochs of 4).
 std::string Flags(const Case& c) {
-  std::string flags = "--quiet --timeout=30 --epochs=10 --batch_size=8 "
-                      "--samples=" +
-                      std::to_string(32 * c.world) +
-                      " --nprocs=" + std::to_string(c.world) +
-                      " --sync=" + c.sync;
+  std::string flags =
+      "--quiet --timeout=30 --epochs=10 --batch_size=8 "
+      "--samples=" +
+      std::to_string(32 * c.world) + " --nprocs=" + std::to_string(c.world) +
+      " --sync=" + c.sync;
   for (const auto& [name, value] : sync::FindSync(c.sync).short_run) {
     flags += " --" + name + "=" + value;
   }
@@ -84,8 +89,8 @@ TEST_P(SyncConformanceTest, IsDeterministicAndSendsWhatItReports) {
     // Rank 0's bytes, as its synchroniser's spans report them and as its
     // communicator counted them, over the run.
     uint64_t reported = 0, counted = 0;
-    for (const auto& event :
-         nlohmann::json::parse(ReadText(trace))["traceEvents"]) {
+    const nlohmann::json timeline = nlohmann::json::parse(ReadText(trace));
+    for (const auto& event : timeline["traceEvents"]) {
       if (event.value("pid", -1) == 0 && event.value("tid", -1) == 1 &&
           event.contains("args")) {
         reported += event["args"].value("bytes", uint64_t{0});
@@ -149,19 +154,19 @@ TEST_P(SyncConformanceTest, RanksThatDisagreeOnAnOptionRefuseToStart) {
   const auto ranks = RunRanksByHand("disagree", job);
   ASSERT_EQ(static_cast<int>(ranks.size()), c.world);
   for (int rank = 0; rank < c.world; ++rank) {
-    EXPECT_EQ(ranks[rank].status, 2) << "rank " << rank << ": "
-                                     << ranks[rank].err;
+    EXPECT_EQ(ranks[rank].status, 2)
+        << "rank " << rank << ": " << ranks[rank].err;
     EXPECT_NE(ranks[rank].err.find("on --" + option->name), std::string::npos)
         << "rank " << rank << ": " << ranks[rank].err;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EverySynchronizer, SyncConformanceTest, ::testing::ValuesIn(Cases()),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      return info.param.sync + "_" + std::to_string(info.param.world) +
-             "_ranks";
-    });
+INSTANTIATE_TEST_SUITE_P(EverySynchronizer, SyncConformanceTest,
+                         ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.sync + "_" +
+                                  std::to_string(info.param.world) + "_ranks";
+                         });
 
 }  // namespace
 }  // namespace ringlab::train
