@@ -1,7 +1,9 @@
 // The Python module ringlab_torch: importing it registers "ringlab" with
 // torch.distributed, so that a PyTorch program changes one word,
 // dist.init_process_group("ringlab", ...), to run over ringlab's
-// collectives (torch_backend/process_group.h).
+// collectives (torch_backend/process_group.h); ringlab_torch.Synchronizer
+// brings ringlab's synchronisers to any PyTorch loop
+// (torch_backend/synchronizer_binding.h).
 #include <pybind11/chrono.h>
 #include <torch/extension.h>
 
@@ -9,6 +11,7 @@
 #include <utility>
 
 #include "torch_backend/process_group.h"
+#include "torch_backend/synchronizer_binding.h"
 
 namespace {
 
@@ -72,4 +75,5 @@ PYBIND11_MODULE(ringlab_torch, module) {
              pybind11::arg("size"), pybind11::arg("timeout"));
   dist.attr("Backend").attr("register_backend")("ringlab",
                                                 module.attr("create"));
+  ringlab::torch_backend::BindSynchronizer(module);
 }

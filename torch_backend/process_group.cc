@@ -259,22 +259,25 @@ ProcessGroupRinglab::ProcessGroupRinglab(
     const char* staging = std::getenv(kStagingVariable);
     staging_ = staging != nullptr && std::string(staging) == "1" &&
                comm::BackendNamed(backend_).registers_memory;
-    comm::CommOptions options;
-    options.tuning =
+    options_.tuning =
         comm::TuningFromEnvironment();  // RINGLAB_*, as the trainer
-    options.timeout = timeout;
-    options.join_timeout = timeout;
+    options_.timeout = timeout;
+    options_.join_timeout = timeout;
     const int channels = ShareChannelCount(
         *store_, rank, ChannelCount(/*across_hosts=*/hosts > 1), timeout);
     for (int c = 0; c < channels; ++c) {
       channels_.push_back(std::make_unique<Channel>());
       channels_.back()->comm =
-          comm::CreateCommunicator(backend_, context_, options);
+          comm::CreateCommunicator(backend_, context_, options_);
     }
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "ringlab: rank ", rank, " of ", size,
                 " could not join its group: ", e.what());
   }
+}
+
+std::unique_ptr<comm::Communicator> ProcessGroupRinglab::CreateCommunicator() {
+  return comm::CreateCommunicator(backend_, context_, options_);
 }
 
 ProcessGroupRinglab::~ProcessGroupRinglab() {

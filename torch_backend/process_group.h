@@ -69,6 +69,11 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
   // The ringlab backend the collectives run on ("shm_ring", "gloo").
   const std::string& communicator() const { return backend_; }
   int channels() const { return static_cast<int>(channels_.size()); }
+  // A communicator of its own over the group's ranks, for collectives run
+  // beside the group's channels (ringlab_torch.Synchronizer's). Collective:
+  // every rank calls it at the same point of its calls; throws
+  // std::exception when joining fails by the group's timeout.
+  std::unique_ptr<comm::Communicator> CreateCommunicator();
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
@@ -139,6 +144,7 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
 
   std::unique_ptr<comm::Store> store_;  // torch's, as ringlab's
   comm::RankContext context_;
+  comm::CommOptions options_;
   std::string backend_;
   bool staging_ = false;  // kStagingVariable, where the backend registers
   // Declared first: outlives the communication threads that post to it.
