@@ -94,7 +94,8 @@ std::string ListSyncs(const std::string& format) {
                      {"pytorch", d->pytorch},
                      {"reduces_grads", d->reduces.grads},
                      {"reduces_params", d->reduces.params},
-                     {"options", options}});
+                     {"options", options},
+                     {"short_run", d->short_run}});
     }
     return all.dump(2) + "\n";
   }

@@ -201,6 +201,34 @@ class DiLoCo:
                 o.copy_(own)
 
 
+def ringlab_synchronizer(model, optimizer, args):
+    """--front=ringlab: ringlab's synchroniser --sync over the model, its options from
+    --sync_option NAME=VALUE, through ringlab_torch.Synchronizer (the trainer's own C++)."""
+    import ringlab_torch
+    options = dict(option.split("=", 1) for option in args.sync_option)
+    return ringlab_torch.Synchronizer(model, optimizer, args.sync, **options)
+
+
+class EvaluatedSwap:
+    """Exchanges the model's parameters with the synchroniser's evaluated ones (DiLoCo's outer
+    parameters) and back, for evaluation."""
+
+    def __init__(self, torch, model, sync):
+        self.torch, self.model, self.sync, self.own = torch, model, sync, None
+
+    def __call__(self):
+        with self.torch.no_grad():
+            params = dict(self.model.named_parameters())
+            if self.own is None:
+                self.own = {name: p.detach().clone() for name, p in params.items()}
+                for name, value in self.sync.evaluated_parameters().items():
+                    params[name].copy_(value)
+            else:
+                for name, value in self.own.items():
+                    params[name].copy_(value)
+                self.own = None
+
+
 def synchronise(torch, dist, model, args, rank, world):
     """(the network to train, what to call after each optimiser step or None, the DiLoCo loop or
     None) for --sync."""
@@ -295,21 +323,30 @@ def prepare_rank(torch, dist, rank, args):
         test = torch.from_numpy(test_x), torch.from_numpy(test_y)
     torch.manual_seed(args.seed)
     model = build_model(torch, widths)
-    net, after_step, diloco = synchronise(torch, dist, model, args, rank, args.world_size)
+    sync = None
+    if args.front == "ringlab":
+        net, after_step, diloco = model, None, None
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+        sync = ringlab_synchronizer(model, optimizer, args)
+    else:
+        net, after_step, diloco = synchronise(torch, dist, model, args, rank, args.world_size)
+        optimizer = torch.optim.SGD(net.parameters(), lr=args.lr)
     dataset = TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y))
     sampler = DistributedSampler(dataset, num_replicas=args.world_size, rank=rank,
                                  shuffle=True, seed=args.sampler_seed)
     return dict(model=model, net=net, after_step=after_step, diloco=diloco, sampler=sampler,
                 loader=DataLoader(dataset, batch_size=args.batch_size, sampler=sampler),
-                loss_fn=torch.nn.CrossEntropyLoss(),
-                optimizer=torch.optim.SGD(net.parameters(), lr=args.lr), test=test)
+                loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer, sync=sync, test=test)
 
 
 def train_epochs(torch, dist, rank, args, rank_run):
     """The training loop: (losses.csv rows of this rank, eval.csv rows of rank 0)."""
     net, optimizer, loss_fn = rank_run["net"], rank_run["optimizer"], rank_run["loss_fn"]
-    after_step, diloco = rank_run["after_step"], rank_run["diloco"]
+    after_step, diloco, sync = rank_run["after_step"], rank_run["diloco"], rank_run["sync"]
     swap = diloco.swap if diloco is not None else lambda: None
+    if sync is not None:
+        swap = EvaluatedSwap(torch, rank_run["model"], sync)
+    step_optimizer = sync.step if sync is not None else optimizer.step
     losses, evals = [], []
     step, eval_seconds = 0, 0.0
     start = None
@@ -323,7 +360,7 @@ def train_epochs(torch, dist, rank, args, rank_run):
             optimizer.zero_grad()
             loss = loss_fn(net(x), y)
             loss.backward()
-            optimizer.step()
+            step_optimizer()
             if after_step is not None:
                 after_step(step)
             dt = time.perf_counter() - t0
@@ -368,19 +405,29 @@ def train_rank(rank, args, scratch):
     if distributed:
         join_group(dist, rank, args)
     try:
-        losses, evals = train_epochs(torch, dist, rank, args,
-                                     prepare_rank(torch, dist, rank, args))
+        rank_run = prepare_rank(torch, dist, rank, args)
+        losses, evals = train_epochs(torch, dist, rank, args, rank_run)
         with open(os.path.join(scratch, f"losses_rank{rank}.csv"), "w") as f:
             f.write("".join(line + "\n" for line in losses))
         if rank == 0:
             with open(os.path.join(scratch, "eval.csv"), "w") as f:
                 f.write(EVAL_HEADER + "\n" + "".join(line + "\n" for line in evals))
+            if rank_run["sync"] is not None:
+                save_final(rank_run["sync"], os.path.join(scratch, "final"))
         if distributed:
             dist.barrier()  # every rank's file is written before rank 0 reads them
     finally:
         if distributed:
             dist.destroy_process_group()
         faulthandler.cancel_dump_traceback_later()
+
+
+def save_final(sync, directory):
+    """The run's parameters, as the trainer writes them: <state_dict name>.npy each."""
+    import numpy as np
+    os.makedirs(directory, exist_ok=True)
+    for name, value in sync.evaluated_parameters().items():
+        np.save(os.path.join(directory, f"{name}.npy"), value.numpy())
 
 
 # ---- the parent ------------------------------------------------------------------------------
@@ -415,7 +462,8 @@ def summary(args, wall, torch_version):
     """summary.json: the configuration, torch's version and the total wall time."""
     flags = lambda *names: {name: getattr(args, name) for name in names}  # noqa: E731
     return {"framework": "pytorch", "torch_version": torch_version,
-            "world_size": args.world_size, "ddp": args.world_size > 1 and args.sync != "diloco",
+            "world_size": args.world_size, "ddp": args.world_size > 1 and args.sync != "diloco" and args.front == "pytorch",
+            "front": args.front,
             **flags("sync", "avg_period", "avg_warmup", "post_local_subgroup", "inner_steps",
                     "outer_lr", "outer_momentum"),
             "backend": args.backend if args.world_size > 1 else None,
@@ -439,11 +487,19 @@ def write_outputs(args, scratch, wall, torch_version):
         "eval.csv": evals,
         "summary.json": json.dumps(summary(args, wall, torch_version), indent=2) + "\n",
     }
+    final = os.path.join(scratch, "final")
+    if os.path.isdir(final):
+        shutil.rmtree(os.path.join(args.out_dir, "final"), ignore_errors=True)
+        shutil.copytree(final, os.path.join(args.out_dir, "final"))
     for name, text in files.items():  # each file complete or absent
         tmp = os.path.join(args.out_dir, f".{name}.tmp")
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, os.path.join(args.out_dir, name))
+
+
+# The synchronisers this program runs as PyTorch does.
+PYTORCH_SYNCS = ("ddp", "fp16", "powersgd", "post_local_sgd", "diloco")
 
 
 def parser():
@@ -464,8 +520,9 @@ def parser():
                         help="train on the first N images only (0: all; for quick checks)")
     parser.add_argument("--timeout", type=float, default=300,
                         help="seconds any wait between ranks may take")
-    parser.add_argument("--sync", choices=("ddp", "fp16", "powersgd", "post_local_sgd",
-                                           "diloco"), default="ddp")
+    parser.add_argument("--sync", default="ddp",
+                        help=f"{', '.join(PYTORCH_SYNCS)}; with --front=ringlab, any of "
+                             f"ringlab's (train --list_syncs)")
     parser.add_argument("--powersgd_rank", type=int, default=1, help="powersgd")
     parser.add_argument("--powersgd_start_iter", type=int, default=1000,
                         help="powersgd: steps of plain allreduce first")
@@ -493,6 +550,13 @@ def parser():
     parser.add_argument("--max_steps", type=int, default=0,
                         help="stop after this many steps (0: the epochs), then evaluate once: "
                              "enough for the step time and the first losses")
+    parser.add_argument("--front", choices=("pytorch", "ringlab"), default="pytorch",
+                        help="pytorch: --sync as PyTorch does it (DDP and its hooks); ringlab: "
+                             "--sync names any of ringlab's synchronisers, run through "
+                             "ringlab_torch.Synchronizer over the ringlab backend (rank 0's final "
+                             "parameters in final/)")
+    parser.add_argument("--sync_option", action="append", default=[], metavar="NAME=VALUE",
+                        help="--front=ringlab: an option of the synchroniser (repeatable)")
     parser.add_argument("--quiet", action="store_true")
     return parser
 
@@ -518,6 +582,17 @@ def parse_args(argv):
            args.ranks_per_host, args.max_steps) < 0:
         raise UsageError("--train_subset, --seed, --sampler_seed, --avg_warmup, "
                          "--ranks_per_host and --max_steps must be >= 0")
+    if args.front == "ringlab":
+        args.backend = "ringlab"  # the synchronisers run over ringlab's group
+        if args.world_size < 2:
+            raise UsageError("--front=ringlab needs --world_size of at least 2")
+    elif args.sync not in PYTORCH_SYNCS:
+        raise UsageError(f"--sync={args.sync} is not one of PyTorch's ({', '.join(PYTORCH_SYNCS)}):"
+                         f" --front=ringlab runs ringlab's")
+    if any("=" not in option for option in args.sync_option):
+        raise UsageError("--sync_option takes NAME=VALUE")
+    if args.sync_option and args.front != "ringlab":
+        raise UsageError("--sync_option is --front=ringlab's")
     if args.ringlab_torch and args.backend != "ringlab":
         raise UsageError("--ringlab_torch is --backend=ringlab's")
     if args.ringlab_torch and not os.path.isfile(
