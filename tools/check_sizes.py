@@ -4,8 +4,8 @@ file over 600 lines, in the C++ and in the Python.
 
     tools/check_sizes.py [--max_function_lines=100] [--max_file_lines=600] [DIR...]
 
-DIRs default to the C++ packages (nn comm train bench cuda io torch_compat torch_backend
-cli) and the Python ones (experiments tools). Prints one line per function or file over
+DIRs default to the C++ packages (nn comm sync trace train bench cuda io torch_compat
+torch_backend cli) and the Python ones (experiments tools). Prints one line per function or file over
 its limit and exits 1 when there is any, 0 otherwise.
 
 Python functions (.py) are found with the ast module: a function's length counts its
@@ -30,8 +30,8 @@ import os
 import re
 import sys
 
-DEFAULT_DIRS = ["nn", "comm", "train", "bench", "cuda", "io", "torch_compat", "cli",
-                "torch_backend", "experiments", "tools"]
+DEFAULT_DIRS = ["nn", "comm", "sync", "trace", "train", "bench", "cuda", "io", "torch_compat",
+                "cli", "torch_backend", "experiments", "tools"]
 CODE_EXTENSIONS = (".h", ".cc", ".cu", ".cuh")
 PYTHON_EXTENSIONS = (".py",)
 FILE_EXTENSIONS = CODE_EXTENSIONS + PYTHON_EXTENSIONS + (".sh",)

@@ -84,8 +84,7 @@ NamedShapes TrainableParameters(const py::object& model,
     if (!p.attr("requires_grad").cast<bool>()) continue;
     const at::Tensor t = p.cast<at::Tensor>();
     if (!t.device().is_cpu()) {
-      throw py::value_error("parameter " + name + " is on " +
-                            t.device().str() +
+      throw py::value_error("parameter " + name + " is on " + t.device().str() +
                             ": the ringlab group reduces host memory (the "
                             "model must be on the CPU)");
     }
@@ -170,8 +169,8 @@ class Synchronizer {
     py::dict out;
     for (const sync::TensorSlot& slot : core.layout().tensors()) {
       out[py::str(slot.name)] =
-          torch::from_blob(const_cast<float*>(values) + slot.offset,
-                           slot.shape, torch::kFloat32)
+          torch::from_blob(const_cast<float*>(values) + slot.offset, slot.shape,
+                           torch::kFloat32)
               .clone();
     }
     return out;
@@ -208,10 +207,8 @@ class Synchronizer {
     const std::weak_ptr<State> weak = state_;
     for (size_t i = 0; i < state_->params.size(); ++i) {
       const py::object& p = state_->params[i];
-      py::object accumulator = p.attr("expand_as")(p)
-                                   .attr("grad_fn")
-                                   .attr("next_functions")[py::int_(0)]
-                                                          [py::int_(0)];
+      py::object accumulator = p.attr("expand_as")(p).attr("grad_fn").attr(
+          "next_functions")[py::int_(0)][py::int_(0)];
       accumulator.attr("register_hook")(py::cpp_function([weak, i](py::args) {
         if (const std::shared_ptr<State> state = weak.lock()) {
           state->GradReady(i);

@@ -432,15 +432,29 @@ std::string DescribeSyncs() {
   return text;
 }
 
-int Main(int argc, char** argv) {
-  RegisterSyncFlags();
-  // A bare --list_syncs is the text list (a string flag would take the next
-  // argument as its value).
+// The command line with a bare --list_syncs as --list_syncs=text (a string
+// flag would take the next argument as its value).
+std::vector<char*> WithBareListSyncs(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
   static char list_text[] = "--list_syncs=text";
   for (char*& arg : args) {
     if (std::strcmp(arg, "--list_syncs") == 0) arg = list_text;
   }
+  return args;
+}
+
+int PrintSyncList() {
+  try {
+    std::fputs(ListSyncs(FLAGS_list_syncs).c_str(), stdout);
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    cli::ExitWithUsageError(e.what());
+  }
+}
+
+int Main(int argc, char** argv) {
+  RegisterSyncFlags();
+  std::vector<char*> args = WithBareListSyncs(argc, argv);
   cli::ParseFlagsOrExit(
       argc, args.data(),
       "trains an MLP data-parallel; the defaults are the configuration of the "
@@ -449,14 +463,7 @@ int Main(int argc, char** argv) {
           comm::DescribeBackends() +
           "\nsynchronisers in this binary (--sync):\n" + DescribeSyncs(),
       {"train/", "comm/cluster/", "sync/"});
-  if (!FLAGS_list_syncs.empty()) {
-    try {
-      std::fputs(ListSyncs(FLAGS_list_syncs).c_str(), stdout);
-      return 0;
-    } catch (const std::invalid_argument& e) {
-      cli::ExitWithUsageError(e.what());
-    }
-  }
+  if (!FLAGS_list_syncs.empty()) return PrintSyncList();
   // Before anything starts CUDA (CreateMlp below): as many hardware queues
   // as ranks whose kernels spin waiting for each other.
   if (RanksAreThreads(FLAGS_comm)) comm::PrepareProcessForRankThreads();

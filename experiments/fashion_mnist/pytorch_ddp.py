@@ -69,6 +69,8 @@ if os.path.dirname(HERE) not in sys.path:
     sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
 
 import cli_errors  # noqa: E402
+from pytorch_syncs import synchronise  # noqa: E402
+from ringlab_front import EvaluatedSwap, ringlab_synchronizer, save_final  # noqa: E402
 
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 FILES = {
@@ -162,141 +164,6 @@ def evaluate(torch, model, test_x, test_y):
             correct += int((logits.argmax(dim=1) == target).sum().item())
     n = test_x.shape[0]
     return total_loss / n, correct / n
-
-
-class DiLoCo:
-    """The outer loop of DiLoCo over a plain (not DDP) model, as described in the docstring."""
-
-    def __init__(self, torch, dist, model, args, world):
-        self.torch, self.dist, self.model, self.world = torch, dist, model, world
-        self.inner_steps = args.inner_steps
-        self.outer = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()]
-        self.optimizer = torch.optim.SGD(self.outer, lr=args.outer_lr,
-                                         momentum=args.outer_momentum, nesterov=True)
-
-    def after_step(self, step):
-        if (step + 1) % self.inner_steps:
-            return
-        torch = self.torch
-        with torch.no_grad():
-            local = list(self.model.parameters())
-            flat = torch.cat([(o - p).reshape(-1) for o, p in zip(self.outer, local)])
-            flat.div_(self.world)  # before the sum, as average_parameters divides
-            self.dist.all_reduce(flat)
-            offset = 0
-            for o in self.outer:
-                o.grad = flat[offset:offset + o.numel()].view_as(o).clone()
-                offset += o.numel()
-        self.optimizer.step()
-        with torch.no_grad():
-            for o, p in zip(self.outer, local):
-                p.copy_(o)
-
-    def swap(self):
-        """Exchanges the model's parameters with the outer ones (twice: back as they were)."""
-        with self.torch.no_grad():
-            for o, p in zip(self.outer, self.model.parameters()):
-                own = p.detach().clone()
-                p.copy_(o)
-                o.copy_(own)
-
-
-def ringlab_synchronizer(model, optimizer, args):
-    """--front=ringlab: ringlab's synchroniser --sync over the model, its options from
-    --sync_option NAME=VALUE, through ringlab_torch.Synchronizer (the trainer's own C++)."""
-    import ringlab_torch
-    options = dict(option.split("=", 1) for option in args.sync_option)
-    return ringlab_torch.Synchronizer(model, optimizer, args.sync, **options)
-
-
-class EvaluatedSwap:
-    """Exchanges the model's parameters with the synchroniser's evaluated ones (DiLoCo's outer
-    parameters) and back, for evaluation."""
-
-    def __init__(self, torch, model, sync):
-        self.torch, self.model, self.sync, self.own = torch, model, sync, None
-
-    def __call__(self):
-        with self.torch.no_grad():
-            params = dict(self.model.named_parameters())
-            if self.own is None:
-                self.own = {name: p.detach().clone() for name, p in params.items()}
-                for name, value in self.sync.evaluated_parameters().items():
-                    params[name].copy_(value)
-            else:
-                for name, value in self.own.items():
-                    params[name].copy_(value)
-                self.own = None
-
-
-def synchronise(torch, dist, model, args, rank, world):
-    """(the network to train, what to call after each optimiser step or None, the DiLoCo loop or
-    None) for --sync."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    if world == 1:
-        return model, None, None
-    if args.sync == "diloco":
-        diloco = DiLoCo(torch, dist, model, args, world)
-        return model, diloco.after_step, diloco
-    net = DDP(model)  # DDP broadcasts rank 0's parameters
-    if args.sync == "ddp":
-        return net, None, None
-    if args.sync == "fp16":
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        net.register_comm_hook(None, default_hooks.fp16_compress_hook)
-        return net, None, None
-    if args.sync == "powersgd":
-        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
-        state = powersgd.PowerSGDState(
-            process_group=None, matrix_approximation_rank=args.powersgd_rank,
-            start_powerSGD_iter=args.powersgd_start_iter, min_compression_rate=2,
-            use_error_feedback=True, warm_start=True, orthogonalization_epsilon=0,
-            random_seed=0)
-
-        hook = powersgd.powerSGD_hook
-        if args.powersgd_batched:
-            original = powersgd._orthogonalize
-
-            def orthogonalize(matrices, epsilon=0):
-                # 1.13's batched hook passes a 2-D Q to a function that asserts a 3-D batch
-                # (and raises at its first compressed step): a batch of one, a view of the
-                # same memory, is what it means.
-                return original(matrices.unsqueeze(0) if matrices.dim() == 2 else matrices,
-                                epsilon)
-
-            powersgd._orthogonalize = orthogonalize
-            hook = powersgd.batched_powerSGD_hook
-
-        def serialised(state, bucket):
-            # 1.13 issues P's and Q's allreduces from callbacks that race with the next
-            # bucket's hook (on gloo that aborted ranks): waiting here fixes the order U, P,
-            # Q per bucket and changes no arithmetic.
-            future = hook(state, bucket)
-            future.wait()
-            return future
-
-        net.register_comm_hook(state, serialised)
-        return net, None, None
-    from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_local
-    from torch.distributed.algorithms.model_averaging import averagers
-    # Subgroups of one rank, or of the ranks of one host (contiguous, as torchrun places them).
-    size = 1 if args.post_local_subgroup == "rank" else ranks_per_host(args, world)
-    groups = [dist.new_group(list(range(first, first + size)))
-              for first in range(0, world, size)]  # every rank makes every group
-    state = post_local.PostLocalSGDState(process_group=None, subgroup=groups[rank // size],
-                                         start_localSGD_iter=args.avg_warmup)
-    net.register_comm_hook(state, post_local.post_localSGD_hook)
-    averager = averagers.PeriodicModelAverager(period=args.avg_period,
-                                               warmup_steps=args.avg_warmup)
-    return net, lambda step: averager.average_parameters(net.parameters()), None
-
-
-def ranks_per_host(args, world):
-    """--ranks_per_host, else the launcher's LOCAL_WORLD_SIZE, else all: one host."""
-    size = args.ranks_per_host or int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    if size < 1 or world % size:
-        raise UsageError(f"{world} ranks do not fill hosts of {size}")
-    return size
 
 
 def join_group(dist, rank, args):
@@ -420,14 +287,6 @@ def train_rank(rank, args, scratch):
         if distributed:
             dist.destroy_process_group()
         faulthandler.cancel_dump_traceback_later()
-
-
-def save_final(sync, directory):
-    """The run's parameters, as the trainer writes them: <state_dict name>.npy each."""
-    import numpy as np
-    os.makedirs(directory, exist_ok=True)
-    for name, value in sync.evaluated_parameters().items():
-        np.save(os.path.join(directory, f"{name}.npy"), value.numpy())
 
 
 # ---- the parent ------------------------------------------------------------------------------

@@ -1,0 +1,112 @@
+"""pytorch_ddp.py's --sync as PyTorch itself does it: DDP and its communication hooks
+(fp16_compress_hook, powerSGD_hook, post_localSGD_hook with PeriodicModelAverager), and DiLoCo
+written in plain PyTorch."""
+
+import os
+
+
+class DiLoCo:
+    """The outer loop of DiLoCo over a plain (not DDP) model, as described in the docstring."""
+
+    def __init__(self, torch, dist, model, args, world):
+        self.torch, self.dist, self.model, self.world = torch, dist, model, world
+        self.inner_steps = args.inner_steps
+        self.outer = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()]
+        self.optimizer = torch.optim.SGD(self.outer, lr=args.outer_lr,
+                                         momentum=args.outer_momentum, nesterov=True)
+
+    def after_step(self, step):
+        if (step + 1) % self.inner_steps:
+            return
+        torch = self.torch
+        with torch.no_grad():
+            local = list(self.model.parameters())
+            flat = torch.cat([(o - p).reshape(-1) for o, p in zip(self.outer, local)])
+            flat.div_(self.world)  # before the sum, as average_parameters divides
+            self.dist.all_reduce(flat)
+            offset = 0
+            for o in self.outer:
+                o.grad = flat[offset:offset + o.numel()].view_as(o).clone()
+                offset += o.numel()
+        self.optimizer.step()
+        with torch.no_grad():
+            for o, p in zip(self.outer, local):
+                p.copy_(o)
+
+    def swap(self):
+        """Exchanges the model's parameters with the outer ones (twice: back as they were)."""
+        with self.torch.no_grad():
+            for o, p in zip(self.outer, self.model.parameters()):
+                own = p.detach().clone()
+                p.copy_(o)
+                o.copy_(own)
+
+
+def synchronise(torch, dist, model, args, rank, world):
+    """(the network to train, what to call after each optimiser step or None, the DiLoCo loop or
+    None) for --sync."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    if world == 1:
+        return model, None, None
+    if args.sync == "diloco":
+        diloco = DiLoCo(torch, dist, model, args, world)
+        return model, diloco.after_step, diloco
+    net = DDP(model)  # DDP broadcasts rank 0's parameters
+    if args.sync == "ddp":
+        return net, None, None
+    if args.sync == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        net.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return net, None, None
+    if args.sync == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+        state = powersgd.PowerSGDState(
+            process_group=None, matrix_approximation_rank=args.powersgd_rank,
+            start_powerSGD_iter=args.powersgd_start_iter, min_compression_rate=2,
+            use_error_feedback=True, warm_start=True, orthogonalization_epsilon=0,
+            random_seed=0)
+
+        hook = powersgd.powerSGD_hook
+        if args.powersgd_batched:
+            original = powersgd._orthogonalize
+
+            def orthogonalize(matrices, epsilon=0):
+                # 1.13's batched hook passes a 2-D Q to a function that asserts a 3-D batch
+                # (and raises at its first compressed step): a batch of one, a view of the
+                # same memory, is what it means.
+                return original(matrices.unsqueeze(0) if matrices.dim() == 2 else matrices,
+                                epsilon)
+
+            powersgd._orthogonalize = orthogonalize
+            hook = powersgd.batched_powerSGD_hook
+
+        def serialised(state, bucket):
+            # 1.13 issues P's and Q's allreduces from callbacks that race with the next
+            # bucket's hook (on gloo that aborted ranks): waiting here fixes the order U, P,
+            # Q per bucket and changes no arithmetic.
+            future = hook(state, bucket)
+            future.wait()
+            return future
+
+        net.register_comm_hook(state, serialised)
+        return net, None, None
+    from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_local
+    from torch.distributed.algorithms.model_averaging import averagers
+    # Subgroups of one rank, or of the ranks of one host (contiguous, as torchrun places them).
+    size = 1 if args.post_local_subgroup == "rank" else ranks_per_host(args, world)
+    groups = [dist.new_group(list(range(first, first + size)))
+              for first in range(0, world, size)]  # every rank makes every group
+    state = post_local.PostLocalSGDState(process_group=None, subgroup=groups[rank // size],
+                                         start_localSGD_iter=args.avg_warmup)
+    net.register_comm_hook(state, post_local.post_localSGD_hook)
+    averager = averagers.PeriodicModelAverager(period=args.avg_period,
+                                               warmup_steps=args.avg_warmup)
+    return net, lambda step: averager.average_parameters(net.parameters()), None
+
+
+def ranks_per_host(args, world):
+    """--ranks_per_host, else the launcher's LOCAL_WORLD_SIZE, else all: one host."""
+    size = args.ranks_per_host or int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if size < 1 or world % size:
+        raise ValueError(f"{world} ranks do not fill hosts of {size}")
+    return size
