@@ -2,6 +2,7 @@
 
 #include <torch/extension.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <set>
@@ -150,13 +151,21 @@ class Synchronizer {
 
   // In place of optimizer.step(), after loss.backward().
   void Step() {
+    using Clock = std::chrono::steady_clock;
+    Clock::duration synchronising{};
     {
       py::gil_scoped_release release;
+      const auto start = Clock::now();
       state_->core->AfterBackward();
+      synchronising += Clock::now() - start;
     }
     optimizer_.attr("step")();
     py::gil_scoped_release release;
+    const auto start = Clock::now();
     state_->core->AfterStep();
+    synchronising += Clock::now() - start;
+    last_sync_ms_ =
+        std::chrono::duration<double, std::milli>(synchronising).count();
   }
 
   // The parameters the run's result is, by name (DiLoCo's outer ones; the
@@ -177,6 +186,9 @@ class Synchronizer {
   }
 
   int64_t steps() const { return state_->core->step(); }
+  // The last step's time in the synchroniser, the optimiser's step excluded
+  // (what the trainer's losses.csv calls comm_ms).
+  double last_sync_ms() const { return last_sync_ms_; }
   uint64_t bytes_sent() const { return state_->core->bytes_sent(); }
 
  private:
@@ -222,6 +234,7 @@ class Synchronizer {
   py::object optimizer_;
   std::shared_ptr<State> state_;
   py::list accumulators_;  // hooked: kept alive with their hooks
+  double last_sync_ms_ = 0;
 };
 
 py::list DescribeSyncs() {
@@ -262,6 +275,7 @@ void BindSynchronizer(py::module_& module) {
       .def("step", &Synchronizer::Step)
       .def("evaluated_parameters", &Synchronizer::EvaluatedParameters)
       .def_property_readonly("steps", &Synchronizer::steps)
+      .def_property_readonly("last_sync_ms", &Synchronizer::last_sync_ms)
       .def_property_readonly("bytes_sent", &Synchronizer::bytes_sent);
   module.def("syncs", &DescribeSyncs,
              "the registered synchronisers: name, summary, sends, pytorch, "

@@ -14,7 +14,8 @@ It writes what ringlab's trainer writes into --out_dir, so one parser reads both
                is time.perf_counter around zero_grad+forward+loss+backward (DDP's allreduce
                runs inside it)+SGD step, data loading excluded; comm_ms and bytes_sent are nan
                (PyTorch does not say how much of the step was communication or how many bytes
-               gloo sent).
+               gloo sent), except with --front=ringlab: the synchroniser's time and bytes, as
+               the trainer counts them.
   eval.csv     epoch,step,test_loss,test_accuracy,wall_s,bytes_sent after every --eval_every
                epochs (and after the last): rank 0's model over the whole test set; wall_s is
                rank 0's seconds since its first step, evaluation excluded; bytes_sent nan.
@@ -70,7 +71,8 @@ if os.path.dirname(HERE) not in sys.path:
 
 import cli_errors  # noqa: E402
 from pytorch_syncs import synchronise  # noqa: E402
-from ringlab_front import EvaluatedSwap, ringlab_synchronizer, save_final  # noqa: E402
+from ringlab_front import (EvaluatedSwap, front_columns, ringlab_synchronizer,  # noqa: E402
+                           save_final)
 
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 FILES = {
@@ -231,7 +233,8 @@ def train_epochs(torch, dist, rank, args, rank_run):
             if after_step is not None:
                 after_step(step)
             dt = time.perf_counter() - t0
-            losses.append(f"{rank},{epoch},{step},{loss.item()!r},{dt * 1e3:.6f},nan,nan")
+            losses.append(f"{rank},{epoch},{step},{loss.item()!r},{dt * 1e3:.6f},"
+                          + (front_columns(sync) if sync is not None else "nan,nan"))
             step += 1
             if step == args.max_steps:
                 break

@@ -5,13 +5,18 @@ import os
 
 import numpy as np
 
+# Each synchroniser's bytes sent by the end of its last step.
+_SENT_BEFORE = {}
+
 
 def ringlab_synchronizer(model, optimizer, args):
     """--front=ringlab: ringlab's synchroniser --sync over the model, its options from
     --sync_option NAME=VALUE, through ringlab_torch.Synchronizer (the trainer's own C++)."""
     import ringlab_torch
     options = dict(option.split("=", 1) for option in args.sync_option)
-    return ringlab_torch.Synchronizer(model, optimizer, args.sync, **options)
+    sync = ringlab_torch.Synchronizer(model, optimizer, args.sync, **options)
+    _SENT_BEFORE[id(sync)] = sync.bytes_sent  # the start-up's broadcast is no step's
+    return sync
 
 
 class EvaluatedSwap:
@@ -32,6 +37,16 @@ class EvaluatedSwap:
                 for name, value in self.own.items():
                     params[name].copy_(value)
                 self.own = None
+
+
+def front_columns(sync):
+    """losses.csv's comm_ms and bytes_sent of the step just taken, as the trainer counts them:
+    the time in the synchroniser (the optimiser's step excluded) and the bytes its
+    communicator sent in the step."""
+    sent = sync.bytes_sent
+    step_bytes = sent - _SENT_BEFORE.get(id(sync), sent)
+    _SENT_BEFORE[id(sync)] = sent
+    return f"{sync.last_sync_ms:.6f},{step_bytes}"
 
 
 def save_final(sync, directory):

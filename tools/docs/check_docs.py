@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Docs that cannot drift: checks README.md and docs/*.md against the tree.
 
-    check_docs.py --root DIR [--backends_page FILE] LABEL=PATH...
+    check_docs.py --root DIR [--backends_page FILE] [--syncs_page FILE] LABEL=PATH...
 
 - Every relative link resolves, and every repository path or Bazel label
   named in `code` exists (a path's glob matches something).
@@ -19,10 +19,13 @@
 - The backends page's generated block lists every backend the train binary
   describes and every variable of each (--backends_page; the block is made
   with --write_backends on a build with every backend).
+- The synchronisers page's generated block is exactly the table of what
+  train --list_syncs=json describes (--syncs_page; --write_syncs makes it).
 Prints each problem as FILE:LINE: what; exits 1 when there is one.
 """
 import argparse
 import glob
+import json
 import os
 import re
 import shlex
@@ -31,6 +34,8 @@ import sys
 
 BEGIN = "<!-- begin generated: backends -->"
 END = "<!-- end generated: backends -->"
+SYNCS_BEGIN = "<!-- begin generated: syncs -->"
+SYNCS_END = "<!-- end generated: syncs -->"
 LAUNCHERS = {"mpirun", "mpiexec", "srun", "torchrun", "timeout", "env", "sudo",
              "strace", "nsenter"}
 FLAG = re.compile(r"^--([a-z][a-z0-9_]*)(=.*)?$")
@@ -279,6 +284,23 @@ def backends_table(backends):
     return "\n".join(rows)
 
 
+def generated_block(page, begin, end, table, write, problems):
+    """The page's text between begin and end; with write, the table is put there instead and
+    None returned (None too, and a problem, where the markers are missing)."""
+    with open(page) as f:
+        text = f.read()
+    if begin not in text or end not in text:
+        problems.append(f"{page}: no {begin} ... {end} block")
+        return None
+    head, rest = text.split(begin, 1)
+    block, tail = rest.split(end, 1)
+    if not write:
+        return block
+    with open(page, "w") as f:
+        f.write(head + begin + "\n" + table + "\n" + end + tail)
+    return None
+
+
 def check_backends(page, train, problems, write):
     help_text = subprocess.run([train, "--help"], capture_output=True, text=True,
                                timeout=120).stdout
@@ -286,16 +308,8 @@ def check_backends(page, train, problems, write):
     if not backends:
         problems.append(f"{train} --help lists no backends")
         return
-    with open(page) as f:
-        text = f.read()
-    if BEGIN not in text or END not in text:
-        problems.append(f"{page}: no {BEGIN} ... {END} block")
-        return
-    head, rest = text.split(BEGIN, 1)
-    block, tail = rest.split(END, 1)
-    if write:
-        with open(page, "w") as f:
-            f.write(head + BEGIN + "\n" + backends_table(backends) + "\n" + END + tail)
+    block = generated_block(page, BEGIN, END, backends_table(backends), write, problems)
+    if block is None:
         return
     for name, _, variables in backends:
         if name.startswith("every "):
@@ -308,6 +322,34 @@ def check_backends(page, train, problems, write):
             if f"`{var}`" not in block:
                 problems.append(f"{page}: the backends table lacks {var} "
                                 f"({name or 'the front'})")
+
+
+def syncs_table(syncs):
+    """The synchronisers page's table from train --list_syncs=json."""
+    rows = ["| `--sync=` | what it does | what it sends | PyTorch counterpart | "
+            "its options (default, range: meaning) |", "|---|---|---|---|---|"]
+    for sync in syncs:
+        options = "<br>".join(f"`--{o['name']}={o['default']}` {o['range']}: {o['help']}"
+                              for o in sync["options"]) or "none"
+        cells = [f"`{sync['name']}`", sync["summary"], sync["sends"], sync["pytorch"], options]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows)
+
+
+def check_syncs(page, train, problems, write):
+    """The block between SYNCS_BEGIN and SYNCS_END is exactly what the trainer's synchronisers
+    describe of themselves (--write_syncs remakes it)."""
+    listed = subprocess.run([train, "--list_syncs=json"], capture_output=True, text=True,
+                            timeout=120)
+    try:
+        table = syncs_table(json.loads(listed.stdout))
+    except (ValueError, KeyError, TypeError) as e:
+        problems.append(f"{train} --list_syncs=json: not the synchronisers' list ({e})")
+        return
+    block = generated_block(page, SYNCS_BEGIN, SYNCS_END, table, write, problems)
+    if block is not None and block.strip() != table.strip():
+        problems.append(f"{page}: the synchronisers table is not what train --list_syncs=json "
+                        "says (tools/docs/check_docs.py --write_syncs remakes it)")
 
 
 # What no file of the repository may say: a path outside it, a document the
@@ -356,6 +398,9 @@ def main():
     parser.add_argument("--backends_page", help="docs/backends.md, checked against train")
     parser.add_argument("--write_backends", action="store_true",
                         help="remake the backends page's generated block instead")
+    parser.add_argument("--syncs_page", help="docs/synchronizers.md, checked against train")
+    parser.add_argument("--write_syncs", action="store_true",
+                        help="remake the synchronisers page's generated block instead")
     parser.add_argument("--repository", action="store_true",
                         help="also check every tracked file (git ls-files) for what "
                              "none may name")
@@ -377,6 +422,9 @@ def main():
     if args.backends_page:
         check_backends(os.path.join(root, args.backends_page), commands["//train:train"],
                        problems, args.write_backends)
+    if args.syncs_page:
+        check_syncs(os.path.join(root, args.syncs_page), commands["//train:train"], problems,
+                    args.write_syncs)
     for command in sorted(helps.missing):
         print(f"skipped: the flags of {command}, not built here")
     for problem in problems:

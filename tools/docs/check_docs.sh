@@ -26,5 +26,6 @@ for label in "${commands[@]}" //bench:allreduce_threads_bench; do
   # Absent where it cannot be built here (the CUDA bench without CUDA).
   if [[ -x "$path" ]]; then args+=("$label=$path"); fi
 done
-exec /usr/bin/python3 tools/docs/check_docs.py --root . --backends_page docs/backends.md --repository \
+exec /usr/bin/python3 tools/docs/check_docs.py --root . --backends_page docs/backends.md \
+  --syncs_page docs/synchronizers.md --repository \
   "${args[@]}"
