@@ -3,14 +3,17 @@
 synchroniser (the same C++) on the Fashion-MNIST MLP, 2 ranks over shm_ring, once from ringlab's
 trainer and once from plain PyTorch (pytorch_ddp.py --front=ringlab), in alternating rounds so
 that both see the same load; for allreduce also PyTorch DDP over the ringlab backend. Per run,
-rank 0's median after its first WARMUP steps of: the time in the synchroniser (comm_ms: its
-AfterBackward and AfterStep, the optimiser's step excluded, as both sides count it) and the
-whole step (step_ms: forward and backward are torch's on one side, ringlab's on the other).
+rank 0's steps after its first WARMUP: the mean time in the synchroniser (comm_ms: its
+AfterBackward and AfterStep, the optimiser's step excluded, as both sides count it; a mean, since
+param_avg and diloco communicate on one step in K) and the median whole step (step_ms: forward
+and backward are torch's on one side, ringlab's on the other).
 
     bazel build -c opt //train //torch_backend:ringlab_torch
     bench/sync_front_bench.py --train bazel-bin/train/train --ringlab_torch bazel-bin/torch_backend
 
 Prints one row per synchroniser and round, then each synchroniser's medians over the rounds.
+The rounds' spread on 2 busy cores is wide (a run's mean synchroniser time moves by 2x between
+rounds): compare the medians, and the rows for the spread.
 """
 
 import argparse
@@ -29,10 +32,10 @@ WARMUP = 5
 
 
 def medians(run_dir):
-    """(median comm_ms, median step_ms) of rank 0's steps after the warm-up."""
+    """(mean comm_ms, median step_ms) of rank 0's steps after the warm-up."""
     with open(os.path.join(run_dir, "losses.csv")) as f:
         rows = [r for r in csv.DictReader(f) if r["rank"] == "0"][WARMUP:]
-    return (statistics.median(float(r["comm_ms"]) for r in rows),
+    return (statistics.fmean(float(r["comm_ms"]) for r in rows),
             statistics.median(float(r["step_ms"]) for r in rows))
 
 
