@@ -58,30 +58,37 @@ DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 MAX_EPOCHS, MAX_TIMEOUT_S = 1000, 86400
 MODEL, LR, BATCH, SEED = "784,1024,1024,10", 0.1, 64, 0
-SYNCS = (("allreduce_overlap", "allreduce", None, True),
-         ("allreduce_no_overlap", "allreduce", None, False),
-         ("fp16", "fp16", None, True),
-         ("bf16", "bf16", None, True),
-         ("powersgd_r1", "powersgd", 1, True),
-         ("powersgd_r4", "powersgd", 4, True),
-         ("param_avg_k4", "param_avg", 4, None),
-         ("param_avg_k16", "param_avg", 16, None),
-         ("param_avg_k64", "param_avg", 64, None),
-         ("post_local_sgd_k16", "post_local_sgd", 16, None),
-         ("diloco_h16", "diloco", 16, None),
-         ("none", "none", None, None),
-         ("barrier", "barrier", None, None))
 # post_local_sgd's steps of DDP allreduce before local SGD, and PowerSGD's before it compresses
 # (PyTorch's examples start both after 100 iterations; PowerSGD's own default, 1000, is past
 # this run's second epoch).
 POST_LOCAL_WARMUP = 100
 POWERSGD_START = 100
+# The variants the experiment compares: (key, --sync, the period or rank its label names, overlap
+# as the report shows it, the synchroniser's options as train --list_syncs names them). A
+# synchroniser the trainer lists without a row here runs with its defaults where a mode runs
+# every one (registered_rows).
+SYNCS = (("allreduce_overlap", "allreduce", None, True, {"overlap": "true"}),
+         ("allreduce_no_overlap", "allreduce", None, False, {"overlap": "false"}),
+         ("fp16", "fp16", None, True, {"overlap": "true"}),
+         ("bf16", "bf16", None, True, {"overlap": "true"}),
+         ("powersgd_r1", "powersgd", 1, True,
+          {"powersgd_rank": 1, "powersgd_start_iter": POWERSGD_START, "overlap": "true"}),
+         ("powersgd_r4", "powersgd", 4, True,
+          {"powersgd_rank": 4, "powersgd_start_iter": POWERSGD_START, "overlap": "true"}),
+         ("param_avg_k4", "param_avg", 4, None, {"avg_period": 4}),
+         ("param_avg_k16", "param_avg", 16, None, {"avg_period": 16}),
+         ("param_avg_k64", "param_avg", 64, None, {"avg_period": 64}),
+         ("post_local_sgd_k16", "post_local_sgd", 16, None,
+          {"avg_period": 16, "avg_warmup": POST_LOCAL_WARMUP}),
+         ("diloco_h16", "diloco", 16, None, {"inner_steps": 16}),
+         ("none", "none", None, None, {}),
+         ("barrier", "barrier", None, None, {}))
 # What each mode runs: its epochs; the 2-rank runs on one host, (communicator, synchroniser
 # keys), after PyTorch DDP when "pytorch_ddp" is set; the compute floors; the links, and on
 # each, PyTorch DDP (on the links in "link_pytorch", or "every link") and these ringlab
 # synchronisers, 2 ranks on 2
 # emulated hosts (one each) over gloo, whose ranks bind their host's address.
-ALL_SYNCS = tuple(key for key, _, _, _ in SYNCS)
+ALL_SYNCS = "every synchroniser"  # SYNCS and every other one train lists
 MODES = {
     # Under 3 minutes: the headline on one host, and allreduce against param_avg on a slow link.
     "quick": dict(epochs=1, pytorch_ddp=True, one_host=(("shm_ring", ("allreduce_overlap",)),),
@@ -130,7 +137,39 @@ def detail(sync, k, overlap):
             "powersgd": f"PowerSGD rank {k}",
             "param_avg": f"param_avg K={k}", "post_local_sgd": f"post_local_sgd K={k}",
             "diloco": f"DiLoCo H={k}", "none": "none",
-            "barrier": "barrier (none, meeting each step)"}[sync]
+            "barrier": "barrier (none, meeting each step)"}.get(sync, sync)
+
+
+def registered_syncs(train):
+    """{--sync name: its option names}, as train --list_syncs=json describes them."""
+    try:
+        listed = subprocess.run([train, "--list_syncs=json"], capture_output=True, text=True,
+                                timeout=120).stdout
+        return {entry["name"]: {option["name"] for option in entry["options"]}
+                for entry in json.loads(listed)}
+    except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError) as e:
+        fail(f"--train={train} --list_syncs=json: not the trainer's synchronisers ({e})")
+
+
+def registered_rows(registered):
+    """SYNCS, then a row at its defaults for each synchroniser train lists that SYNCS lacks."""
+    named = {sync for _, sync, _, _, _ in SYNCS}
+    return SYNCS + tuple((name, name, None, None, {}) for name in sorted(registered)
+                         if name not in named)
+
+
+def check_syncs(runs, registered):
+    """Every ringlab run asks for a synchroniser train has, with options it declares."""
+    for run in runs:
+        if run["framework"] != "ringlab":
+            continue
+        if run["sync"] not in registered:
+            fail(f"the trainer has no --sync={run['sync']} (train --list_syncs lists "
+                 f"{', '.join(sorted(registered))})")
+        unknown = sorted(set(run.get("options", {})) - registered[run["sync"]])
+        if unknown:
+            fail(f"run {run['name']}: --sync={run['sync']} has no option "
+                 f"{', '.join('--' + o for o in unknown)}")
 
 
 def over_ringlab(run, name, label):
@@ -153,22 +192,24 @@ def link_runs(links, mode, epochs):
             runs.append(over_ringlab(runs[-1], f"link_{tag}_pytorch_ddp_ringlab",
                                      f"PyTorch DDP (ringlab, {RINGLAB_TORCH_STEPS} steps) "
                                      f"@ {link}"))
-        for key, sync, k, overlap in SYNCS:
+        for key, sync, k, overlap, options in SYNCS:
             if key not in mode["link_syncs"]:
                 continue
             runs.append(dict(name=f"link_{tag}_{key}",
                              label=f"ringlab {detail(sync, k, overlap)} (gloo) @ {link}",
                              framework="ringlab", sync=sync, avg_period=k, overlap=overlap,
+                             options=options,
                              comm="gloo", ranks=2, link=link, variant=key,
                              epochs=max(1, epochs + EXTRA_EPOCHS.get(sync,
                                                                      CHEAP_EXTRA_EPOCHS))))
     return runs
 
 
-def plan(mode_name, links=None, epochs=None):
-    """The runs, in order: dicts with name, label, framework, sync, avg_period, overlap, comm,
-    ranks, epochs (and, for the runs across emulated links, link and variant). links and
-    epochs default to the mode's."""
+def plan(mode_name, links=None, epochs=None, registered=()):
+    """The runs, in order: dicts with name, label, framework, sync, avg_period, overlap,
+    options, comm, ranks, epochs (and, for the runs across emulated links, link and variant).
+    links and epochs default to the mode's; registered: the synchronisers train lists (a mode
+    that runs every one runs these too)."""
     mode = MODES[mode_name]
     epochs = epochs or mode["epochs"]
     runs = []
@@ -180,12 +221,12 @@ def plan(mode_name, links=None, epochs=None):
                                  f"PyTorch DDP (ringlab, 2 ranks, {RINGLAB_TORCH_STEPS} "
                                  f"steps)"))
     for comm, keys in mode["one_host"]:
-        for key, sync, k, overlap in SYNCS:
-            if key in keys:
+        for key, sync, k, overlap, options in registered_rows(registered):
+            if keys == ALL_SYNCS or key in keys:
                 runs.append(dict(name=f"{comm}_{key}",
                                  label=f"ringlab {detail(sync, k, overlap)} ({comm})",
                                  framework="ringlab", sync=sync, avg_period=k, overlap=overlap,
-                                 comm=comm, ranks=2))
+                                 options=options, comm=comm, ranks=2))
     if mode["floors"]:
         runs.append(dict(name="ringlab_1rank", label="ringlab 1 rank (compute floor)",
                          framework="ringlab", sync="none", avg_period=None, overlap=None,
@@ -227,17 +268,7 @@ def command(run, args, run_dir):
             f"--timeout={args.timeout}"]
     if args.data_dir:
         argv.append(f"--data_dir={args.data_dir}")
-    if run["avg_period"] and run["sync"] == "diloco":
-        argv.append(f"--inner_steps={run['avg_period']}")
-    elif run["sync"] == "powersgd":
-        argv += [f"--powersgd_rank={run['avg_period']}",
-                 f"--powersgd_start_iter={POWERSGD_START}"]
-    elif run["avg_period"]:
-        argv.append(f"--avg_period={run['avg_period']}")
-    if run["sync"] == "post_local_sgd":
-        argv.append(f"--avg_warmup={POST_LOCAL_WARMUP}")
-    if run["overlap"] is not None:
-        argv.append(f"--overlap={'true' if run['overlap'] else 'false'}")
+    argv += [f"--{name}={value}" for name, value in run.get("options", {}).items()]
     if run.get("link"):
         argv += ["--hosts=2", f"--link={run['link']}"]
     if run["comm"] == "mpi":
@@ -357,7 +388,7 @@ def bench_links(args, links, out, hosts_missing):
 
 
 def run_all(args, out):
-    runs = plan(args.mode, args.links, args.epochs)
+    runs = plan(args.mode, args.links, args.epochs, args.registered)
     links = list(dict.fromkeys(r["link"] for r in runs if r.get("link")))
     torch_version, torch_missing = probe_torch()
     hosts_missing = probe_hosts(args.on_hosts) if links else None
@@ -522,8 +553,12 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, _terminate)
     args = parse_args(argv)
     out = args.out_dir
+    # The runs come from what the trainer lists, and ask only what it has.
+    args.registered = registered_syncs(args.train) if not args.report_only else {}
+    if not args.report_only:
+        check_syncs(plan(args.mode, args.links, args.epochs, args.registered), args.registered)
     if args.dry_run:
-        for run in plan(args.mode, args.links, args.epochs):
+        for run in plan(args.mode, args.links, args.epochs, args.registered):
             print(" ".join(shlex.quote(a) for a in command(
                 run, args, os.path.join(out, "runs", run["name"]))))
         return 0

@@ -277,15 +277,35 @@ class UlpTest(unittest.TestCase):
         self.assertEqual(analysis.loss_ulps(ref, ref, steps=3), (3, 3, None, 3))
 
 
+# A stand-in for //train:train that answers only --list_syncs=json: the synchronisers SYNCS
+# names, each with the options its rows use.
+FAKE_SYNCS = {"allreduce": ["overlap"], "fp16": ["overlap"], "bf16": ["overlap"],
+              "powersgd": ["overlap", "powersgd_rank", "powersgd_start_iter"],
+              "param_avg": ["avg_period", "avg_warmup"],
+              "post_local_sgd": ["overlap", "avg_period", "avg_warmup"],
+              "diloco": ["inner_steps"], "none": [], "barrier": []}
+
+
+def fake_train(syncs):
+    """The stand-in's script for these {synchroniser: option names}."""
+    listed = [{"name": name, "options": [{"name": o} for o in options]}
+              for name, options in syncs.items()]
+    return ("#!/bin/sh\n[ \"$1\" = --list_syncs=json ] || exit 1\ncat <<'JSON'\n" +
+            json.dumps(listed) + "\nJSON\n")
+
+
+FAKE_TRAIN = fake_train(FAKE_SYNCS)
+
+
 def fakes():
     """(train, on_hosts, data_dir): two executables that are never run and a directory with
     the data set's file names, for --dry_run, which checks them as a run would."""
     root = tempfile.mkdtemp(prefix="fashion_mnist_fakes.")
     paths = []
-    for name in ("train", "on_hosts"):
+    for name, script in (("train", FAKE_TRAIN), ("on_hosts", "#!/bin/sh\nexit 1\n")):
         paths.append(os.path.join(root, name))
         with open(paths[-1], "w") as f:
-            f.write("#!/bin/sh\nexit 1\n")
+            f.write(script)
         os.chmod(paths[-1], 0o755)
     data = os.path.join(root, "data")
     os.makedirs(data)
@@ -366,6 +386,27 @@ class PlanTest(unittest.TestCase):
         self.assertEqual(sum("--avg_period=64" in l for l in lines), 3)
         self.assertFalse(any("--link=" in l for l in lines))
         self.assertTrue(all("--epochs=3" in l for l in lines if "--backend" not in l))
+
+    def test_the_runs_come_from_what_train_lists(self):
+        # A synchroniser train lists that SYNCS has no row for runs at its defaults where a
+        # mode runs every one; a row asking an option its synchroniser lacks stops everything.
+        syncs = dict(FAKE_SYNCS, topk=["topk_ratio"])
+        with open(self.train, "w") as f:
+            f.write(fake_train(syncs))
+        try:
+            lines = self.plan("--one_host")
+            self.assertEqual(sum("--sync=topk" in l for l in lines), 3)
+            self.assertFalse(any("--sync=topk" in l for l in self.plan("--full")))
+            syncs["diloco"] = []
+            with open(self.train, "w") as f:
+                f.write(fake_train(syncs))
+            result = run_driver("--dry_run", f"--train={self.train}",
+                                f"--on_hosts={self.on_hosts}", f"--data_dir={self.data}")
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn("--sync=diloco has no option --inner_steps", result.stderr)
+        finally:
+            with open(self.train, "w") as f:
+                f.write(FAKE_TRAIN)
 
     def module_dir(self):
         """A directory holding a (fake) ringlab_torch.so."""
