@@ -34,6 +34,11 @@ std::string Requirements(const BackendDescription& d) {
 
 }  // namespace
 
+void Backend::ReduceScatter(const void*, void*, size_t, DataType, ReduceOp) {
+  throw std::logic_error(
+      "a backend whose description lists reduce_scatter must implement it");
+}
+
 void* Backend::AllocateRegistered(size_t) { return nullptr; }
 
 bool Backend::MovesDataOnlyInsideCalls() const { return false; }

@@ -35,6 +35,11 @@ class Backend {
   virtual void AllGather(const void* send, void* recv, size_t count,
                          DataType type) = 0;
   virtual void Barrier() = 0;
+  // Communicator::ReduceScatter's, for a backend whose description says it
+  // has one (BackendDescription::reduce_scatter): recv is send + rank *
+  // count (in place) or does not overlap send.
+  virtual void ReduceScatter(const void* send, void* recv, size_t count,
+                             DataType type, ReduceOp op);
   // `bytes` of zeroed memory that the peers reach directly (collective:
   // every rank asks for the same size, in the same order); nullptr for a
   // backend without such memory.
@@ -83,6 +88,11 @@ struct BackendDescription {
   // (comm/call_mesh.h) where the job has a store, else through
   // Backend::MaxOverRanks.
   bool checks_calls = true;
+  // Whether Backend::ReduceScatter is its own. Where not, the front reduces
+  // a copy of the send buffer with AllReduce and keeps this rank's block:
+  // the same bits as the backend's allreduce, at an allreduce's bus bytes
+  // (twice a reduce-scatter's); host memory only.
+  bool reduce_scatter = false;
   // Whether Backend::AllocateRegistered hands out peer-reachable memory.
   bool registers_memory = false;
   // Its tuning settings (comm/tuning.h), validated by the front.

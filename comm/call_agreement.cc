@@ -31,6 +31,8 @@ const char* CallKindName(CallKind kind) {
       return "Barrier";
     case CallKind::kAllGather:
       return "AllGather";
+    case CallKind::kReduceScatter:
+      return "ReduceScatter";
   }
   return "?";
 }

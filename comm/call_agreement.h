@@ -23,6 +23,7 @@ enum class CallKind : int64_t {
   kBroadcast = 2,
   kBarrier = 3,
   kAllGather = 4,
+  kReduceScatter = 5,
 };
 const char* CallKindName(CallKind kind);
 

@@ -6,6 +6,7 @@
 #include <functional>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "comm/backend.h"
 #include "comm/call_agreement.h"
@@ -53,6 +54,10 @@ uint64_t AllReduceBusBytes(uint64_t bytes, int world_size) {
 
 uint64_t BroadcastBusBytes(uint64_t bytes, int world_size) {
   return world_size > 1 ? bytes : 0;
+}
+
+uint64_t ReduceScatterBusBytes(uint64_t bytes, int world_size) {
+  return AllGatherBusBytes(bytes, world_size);
 }
 
 uint64_t AllGatherBusBytes(uint64_t bytes, int world_size) {
@@ -242,24 +247,10 @@ void Communicator::Broadcast(void* data, size_t count, DataType type,
 void Communicator::AllGather(const void* send, void* recv, size_t count,
                              DataType type) {
   CheckUsable("AllGather");
-  CheckBuffer(type, send, count, "AllGather");
-  CheckBuffer(type, recv, count, "AllGather");
+  CheckBlocks(send, recv, count, type, /*send_is_block=*/true, "AllGather");
   const size_t bytes = count * DataTypeSize(type);
-  const size_t world = static_cast<size_t>(world_size_);
-  // std::less gives a total order even on pointers into different objects;
-  // only addresses are compared, so this serves device pointers too.
-  const auto* s = static_cast<const char*>(send);
-  const auto* r = static_cast<const char*>(recv);
-  const char* own = r + static_cast<size_t>(rank_) * bytes;
-  const std::less<const char*> before;
-  if (bytes > 0 && before(s, r + world * bytes) && before(r, s + bytes) &&
-      s != own) {
-    throw std::invalid_argument(
-        Name() +
-        ": AllGather's send buffer overlaps recv other than as this rank's "
-        "block (recv + rank * count)");
-  }
-  if (world_size_ == 1 && (s == own || bytes == 0)) return;
+  const char* own = static_cast<const char*>(recv) + rank_ * bytes;
+  if (world_size_ == 1 && (send == own || bytes == 0)) return;
   if (world_size_ == 1 && description_.memory == MemoryKind::kHost) {
     std::memcpy(recv, send, bytes);
     return;
@@ -267,6 +258,69 @@ void Communicator::AllGather(const void* send, void* recv, size_t count,
   Run(CallKind::kAllGather, count, type, ReduceOp::kSum, 0,
       AllGatherBusBytes(bytes, world_size_),
       [&] { backend_->AllGather(send, recv, count, type); });
+}
+
+void Communicator::ReduceScatter(const void* send, void* recv, size_t count,
+                                 DataType type, ReduceOp op) {
+  CheckUsable("ReduceScatter");
+  if (!description_.Supports(op)) {
+    throw CommError(Name() + ": ReduceScatter with op " + ReduceOpName(op) +
+                    " is not supported (it has " +
+                    SupportedList(description_.ops, ReduceOpName) + ")");
+  }
+  CheckBlocks(recv, send, count, type, /*send_is_block=*/false,
+              "ReduceScatter");
+  const size_t bytes = count * DataTypeSize(type);
+  const char* own = static_cast<const char*>(send) + rank_ * bytes;
+  if (world_size_ == 1 && (recv == own || bytes == 0)) return;
+  if (world_size_ == 1 && description_.memory == MemoryKind::kHost) {
+    std::memcpy(recv, send, bytes);  // the reduction of one block: itself
+    return;
+  }
+  if (description_.reduce_scatter) {
+    Run(CallKind::kReduceScatter, count, type, op, 0,
+        ReduceScatterBusBytes(bytes, world_size_),
+        [&] { backend_->ReduceScatter(send, recv, count, type, op); });
+    return;
+  }
+  if (description_.memory != MemoryKind::kHost) {
+    throw CommError(Name() +
+                    ": ReduceScatter is not supported on device "
+                    "memory without a reduce-scatter of the backend's own");
+  }
+  // Through AllReduce on a copy (BackendDescription::reduce_scatter).
+  std::vector<char> all(static_cast<const char*>(send),
+                        static_cast<const char*>(send) + bytes * world_size_);
+  AllReduce(all.data(), count * world_size_, type, op);
+  std::memcpy(recv, all.data() + bytes * rank_, bytes);
+}
+
+void Communicator::CheckBlocks(const void* block, const void* blocks,
+                               size_t count, DataType type, bool send_is_block,
+                               const char* what) const {
+  const size_t world = static_cast<size_t>(world_size_);
+  if (count > SIZE_MAX / world) {
+    throw std::invalid_argument(Name() + ": " + what + " of " +
+                                std::to_string(world) + " blocks of " +
+                                std::to_string(count) + " elements");
+  }
+  CheckBuffer(type, block, count, what);
+  CheckBuffer(type, blocks, count * world, what);
+  const size_t bytes = count * DataTypeSize(type);
+  // std::less gives a total order even on pointers into different objects;
+  // only addresses are compared, so this serves device pointers too.
+  const auto* one = static_cast<const char*>(block);
+  const auto* all = static_cast<const char*>(blocks);
+  const char* own = all + static_cast<size_t>(rank_) * bytes;
+  const std::less<const char*> before;
+  if (bytes > 0 && before(one, all + world * bytes) &&
+      before(all, one + bytes) && one != own) {
+    throw std::invalid_argument(
+        Name() + ": " + what + "'s " + (send_is_block ? "send" : "recv") +
+        " buffer overlaps " + (send_is_block ? "recv" : "send") +
+        " other than as this rank's block (" +
+        (send_is_block ? "recv" : "send") + " + rank * count)");
+  }
 }
 
 void Communicator::Barrier() {

@@ -55,6 +55,9 @@ class CommError : public std::runtime_error {
 uint64_t AllReduceBusBytes(uint64_t bytes, int world_size);
 uint64_t BroadcastBusBytes(uint64_t bytes, int world_size);
 uint64_t AllGatherBusBytes(uint64_t bytes, int world_size);
+// A reduce-scatter's, of N blocks of `bytes` into one: (N-1)/N of the N
+// blocks, as an allgather of `bytes` moves.
+uint64_t ReduceScatterBusBytes(uint64_t bytes, int world_size);
 
 struct CommOptions {
   // Every wait of a collective ends by this deadline with a CommError.
@@ -138,6 +141,13 @@ class Communicator final {
   void AllGather(const float* send, float* recv, size_t count) {
     AllGather(send, recv, count, DataType::kFloat32);
   }
+  // NCCL's reduce-scatter: send holds world_size() * count elements, and
+  // recv (count elements) receives block rank() of their reduction over the
+  // ranks by `op`, the bits every rank's AllReduce of send would leave
+  // there. recv may be send + rank() * count (in place); otherwise the two
+  // must not overlap. Errors as AllReduce's and AllGather's.
+  void ReduceScatter(const void* send, void* recv, size_t count, DataType type,
+                     ReduceOp op);
   void Barrier();
 
   // Starts the ranks' agreement on the next call this rank will make (after
@@ -200,6 +210,11 @@ class Communicator final {
   // (std::invalid_argument for null data, misalignment, an impossible size).
   void CheckBuffer(DataType type, const void* data, size_t count,
                    const char* what) const;
+  // An allgather's or reduce-scatter's buffers: `block` (count elements)
+  // and `blocks` (world_size * count) checked as CheckBuffer does, and not
+  // overlapping unless `block` is this rank's block of `blocks`.
+  void CheckBlocks(const void* block, const void* blocks, size_t count,
+                   DataType type, bool send_is_block, const char* what) const;
   const std::string& Name() const;
 
   // A group's keys in the job's store (CreateGroupCommunicator), then the

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -36,6 +37,9 @@ class ProcessGroupRinglab::RingWork : public c10d::Work {
             c10::ListType::create(c10::TensorType::get()))) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
+  // The sender of a receive from any source, once it completed.
+  int sourceRank() const override { return source_; }
+  void SetSource(int source) { source_ = source; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     return future_;
   }
@@ -53,6 +57,7 @@ class ProcessGroupRinglab::RingWork : public c10d::Work {
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<int> source_{-1};
 };
 
 namespace {
@@ -135,6 +140,36 @@ std::string ChooseBackend(size_t hosts) {
                         std::to_string(hosts) + " hosts of this group");
 }
 
+// kStagingVariable: "1" on, "0" or unset off; anything else refused, as the
+// trainer refuses a malformed RINGLAB_* variable.
+bool StagingRequested() {
+  const char* text = std::getenv(kStagingVariable);
+  if (text == nullptr || *text == '\0' || std::string(text) == "0") {
+    return false;
+  }
+  if (std::string(text) == "1") return true;
+  throw std::invalid_argument(std::string(kStagingVariable) + "=" + text +
+                              ": expected 0 or 1");
+}
+
+// What torch users and torch's own checks read in a failure: a timeout
+// says "Timed out" (they match " (Timed out|closed|timeout) "), as gloo's
+// do; ringlab's messages say "timed out" mid-sentence.
+std::exception_ptr AsTorchSees(std::exception_ptr failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const c10::Error&) {
+    return failure;
+  } catch (const std::exception& e) {
+    std::string text = e.what();
+    const size_t at = text.find("timed out");
+    if (at != std::string::npos) text[at] = 'T';
+    return std::make_exception_ptr(c10::Error(text, ""));
+  } catch (...) {
+    return failure;
+  }
+}
+
 // kChannelsVariable where set (1 to 8), else 2 across hosts and 1 on one.
 int ChannelCount(bool across_hosts) {
   const char* text = std::getenv(kChannelsVariable);
@@ -146,96 +181,6 @@ int ChannelCount(bool across_hosts) {
                                 ": expected a number of channels, 1 to 8");
   }
   return static_cast<int>(n);
-}
-
-void CheckTensor(const at::Tensor& t, const char* what) {
-  TORCH_CHECK(t.device().is_cpu(), "ringlab: ", what,
-              ": only CPU tensors so far, not ", t.device());
-  TORCH_CHECK(t.is_contiguous(), "ringlab: ", what,
-              ": the tensor must be contiguous");
-}
-
-// The communicator's element type for `t`, where it has one.
-bool RingType(const at::Tensor& t, comm::DataType* type) {
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      *type = comm::DataType::kFloat32;
-      return true;
-    case at::kHalf:
-      *type = comm::DataType::kFloat16;
-      return true;
-    case at::kBFloat16:
-      *type = comm::DataType::kBFloat16;
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool RingOp(const c10d::ReduceOp& op, comm::ReduceOp* ring) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      *ring = comm::ReduceOp::kSum;
-      return true;
-    case c10d::ReduceOp::AVG:
-      *ring = comm::ReduceOp::kAvg;
-      return true;
-    case c10d::ReduceOp::MAX:
-      *ring = comm::ReduceOp::kMax;
-      return true;
-    case c10d::ReduceOp::MIN:
-      *ring = comm::ReduceOp::kMin;
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Whether the rows of a gathered tensor can reduce by `op` for `t`'s type
-// (torch's own ops on them); otherwise a RuntimeError, as gloo's.
-void CheckGatheredReduction(const at::Tensor& t, c10d::ReduceOp::RedOpType op) {
-  const at::ScalarType s = t.scalar_type();
-  const bool integral = at::isIntegralType(s, /*includeBool=*/true);
-  TORCH_CHECK(integral || at::isFloatingType(s), "ringlab: allreduce of ", s,
-              ": only real and integer types reduce");
-  switch (op) {
-    case c10d::ReduceOp::SUM:
-    case c10d::ReduceOp::PRODUCT:
-      return;
-    case c10d::ReduceOp::MIN:
-    case c10d::ReduceOp::MAX:
-      TORCH_CHECK(s != at::kBool, "ringlab: min and max of Bool do not reduce");
-      return;
-    case c10d::ReduceOp::BAND:
-    case c10d::ReduceOp::BOR:
-    case c10d::ReduceOp::BXOR:
-      TORCH_CHECK(integral,
-                  "ringlab: bitwise reductions need an integer type, "
-                  "not ",
-                  s);
-      return;
-    case c10d::ReduceOp::AVG:
-      TORCH_CHECK(false, "ringlab: allreduce avg of ", s,
-                  ": only floating types average");
-    default:
-      TORCH_CHECK(false, "ringlab: this reduction op (", static_cast<int>(op),
-                  ") is not supported");
-  }
-}
-
-// What a copying collective moves: the tensor's own type where ringlab has
-// it, else its bytes as 4- or 2-byte words (DDP broadcasts and gathers int64
-// metadata too); the bits arrive unchanged either way. False for an odd
-// count of bytes.
-bool CopiedWords(const at::Tensor& t, comm::DataType* type, size_t* count) {
-  if (RingType(t, type)) {
-    *count = static_cast<size_t>(t.numel());
-    return true;
-  }
-  const size_t bytes = t.nbytes();
-  *type = bytes % 4 == 0 ? comm::DataType::kFloat32 : comm::DataType::kFloat16;
-  *count = bytes / comm::DataTypeSize(*type);
-  return bytes % 2 == 0;
 }
 
 }  // namespace
@@ -256,9 +201,8 @@ ProcessGroupRinglab::ProcessGroupRinglab(
     context_.local_rank = LocalRank(context_.peers, rank);
     const size_t hosts = HostCount(context_.peers);
     backend_ = ChooseBackend(hosts);
-    const char* staging = std::getenv(kStagingVariable);
-    staging_ = staging != nullptr && std::string(staging) == "1" &&
-               comm::BackendNamed(backend_).registers_memory;
+    staging_ =
+        StagingRequested() && comm::BackendNamed(backend_).registers_memory;
     options_.tuning =
         comm::TuningFromEnvironment();  // RINGLAB_*, as the trainer
     options_.timeout = timeout;
@@ -270,6 +214,10 @@ ProcessGroupRinglab::ProcessGroupRinglab(
       channels_.back()->comm =
           comm::CreateCommunicator(backend_, context_, options_);
     }
+    sizes_inside_ = std::make_unique<Channel>();
+    sizes_inside_->comm =
+        comm::CreateCommunicator(backend_, context_, options_);
+    mailbox_ = std::make_unique<Mailbox>(*store_, rank, size, timeout);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "ringlab: rank ", rank, " of ", size,
                 " could not join its group: ", e.what());
@@ -287,21 +235,25 @@ ProcessGroupRinglab::~ProcessGroupRinglab() {
     std::lock_guard<std::mutex> order(enqueue_);
     stopping_ = true;
   }
-  for (const std::unique_ptr<Channel>& channel : channels_) {
-    channel->thread.Stop();
-  }
+  for (Channel* channel : AllChannels()) channel->thread.Stop();
+  sends_.Stop();
+  receives_.Stop();
   callbacks_.Stop();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
-    c10d::OpType type, std::vector<at::Tensor> outputs, const RingCall& call,
-    Task run, bool after_all) {
+    c10d::OpType type, std::vector<at::Tensor> outputs,
+    const std::vector<RingCall>& calls, Task run, Turn turn) {
   auto work =
       c10::make_intrusive<RingWork>(getRank(), type, std::move(outputs));
-  auto complete = [work](std::exception_ptr failure) {
+  // Set once the Work has completed, its future's callbacks run: what a
+  // later barrier waits for, as gloo's waits for the Works before it.
+  auto done = std::make_shared<std::promise<void>>();
+  auto complete = [work, done](std::exception_ptr failure) {
     // The future first, as gloo's: a caller whose wait() returned may read it.
     work->CompleteFuture(failure);
     work->Finish(failure);
+    done->set_value();
   };
   std::lock_guard<std::mutex> order(enqueue_);
   // A call while the group is destroyed (from a callback): refused on every
@@ -312,20 +264,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
     return work;
   }
   const uint64_t number = next_call_++;
-  Channel& channel = *channels_[number % channels_.size()];
+  Channel& channel = turn == Turn::kSizesInside
+                         ? *sizes_inside_
+                         : *channels_[number % channels_.size()];
   // In the channel's order of calls, which the lock keeps.
-  channel.comm->Announce(call.kind, call.count, call.type, call.op, call.root);
-  // The other channels' earlier calls have run once a marker queued behind
-  // them has (a channel runs its tasks in order).
-  std::vector<std::shared_future<void>> earlier;
-  for (const std::unique_ptr<Channel>& other : channels_) {
-    if (!after_all || other.get() == &channel) continue;
-    auto reached = std::make_shared<std::promise<void>>();
-    earlier.push_back(reached->get_future().share());
-    if (!other->thread.Post([reached] { reached->set_value(); })) {
-      reached->set_value();
-    }
+  for (const RingCall& call : calls) {
+    if (turn == Turn::kSizesInside) break;
+    channel.comm->Announce(call.kind, call.count, call.type, call.op,
+                           call.root);
   }
+  while (!unfinished_.empty() &&
+         unfinished_.front().wait_for(std::chrono::seconds(0)) ==
+             std::future_status::ready) {
+    unfinished_.pop_front();
+  }
+  std::vector<std::shared_future<void>> earlier;
+  if (turn == Turn::kAfterAll) {
+    earlier.assign(unfinished_.begin(), unfinished_.end());
+  }
+  unfinished_.push_back(done->get_future().share());
   // What was queued runs, even while the group is destroyed: the peers run
   // it too (as gloo's queue drains), and each ends by its deadline.
   const bool queued = channel.thread.Post(
@@ -335,7 +292,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
           for (const std::shared_future<void>& e : earlier) e.wait();
           run(channel);
         } catch (...) {
-          failure = std::current_exception();
+          failure = AsTorchSees(std::current_exception());
         }
         CompleteInOrder(number, [complete, failure] { complete(failure); });
       });
@@ -345,6 +302,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Enqueue(
           comm::CommError("ringlab: the process group was destroyed")));
     });
   }
+  return work;
+}
+
+std::vector<ProcessGroupRinglab::Channel*> ProcessGroupRinglab::AllChannels() {
+  std::vector<Channel*> all;
+  for (const std::unique_ptr<Channel>& channel : channels_) {
+    all.push_back(channel.get());
+  }
+  all.push_back(sizes_inside_.get());
+  return all;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::EnqueuePointToPoint(
+    c10d::OpType type, std::vector<at::Tensor> outputs, TaskThreads& thread,
+    std::function<int()> run) {
+  auto work =
+      c10::make_intrusive<RingWork>(getRank(), type, std::move(outputs));
+  const bool queued = thread.Post([this, work, run = std::move(run)] {
+    std::exception_ptr failure;
+    try {
+      work->SetSource(run());
+    } catch (...) {
+      failure = AsTorchSees(std::current_exception());
+    }
+    auto complete = [work, failure] {
+      work->CompleteFuture(failure);
+      work->Finish(failure);
+    };
+    if (!callbacks_.Post(complete)) complete();
+  });
+  TORCH_CHECK(queued, "ringlab: the process group was destroyed");
   return work;
 }
 
@@ -362,192 +350,17 @@ void ProcessGroupRinglab::CompleteInOrder(uint64_t call,
   }
 }
 
-ProcessGroupRinglab::RingCall ProcessGroupRinglab::GatherCall(size_t bytes) {
-  // float32 words: every backend moves them.
-  return {comm::CallKind::kAllGather, (bytes + 3) / 4};
-}
-
-at::Tensor ProcessGroupRinglab::GatherBytes(comm::Communicator& comm,
-                                            const void* data, size_t bytes) {
-  const size_t words = GatherCall(bytes).count;
-  at::Tensor mine = at::zeros({static_cast<int64_t>(words * 4)}, at::kByte);
-  if (bytes > 0) std::memcpy(mine.data_ptr(), data, bytes);
-  at::Tensor rows =
-      at::empty({getSize(), static_cast<int64_t>(words * 4)}, at::kByte);
-  comm.AllGather(mine.data_ptr(), rows.data_ptr(), words,
-                 comm::DataType::kFloat32);
-  return rows;
-}
-
-void ProcessGroupRinglab::StagedAllReduce(Channel& channel, const at::Tensor& t,
-                                          comm::DataType type,
-                                          comm::ReduceOp op) {
-  const size_t bytes = t.nbytes();
-  if (bytes > channel.staged_bytes) {
-    size_t grown = std::max<size_t>(channel.staged_bytes, 4096);
-    while (grown < bytes) grown *= 2;
-    channel.staged = channel.comm->Allocate(grown / sizeof(float));
-    channel.staged_bytes = grown;
+void ProcessGroupRinglab::StoreBarrier(uint64_t number,
+                                       std::chrono::milliseconds timeout) {
+  const std::string prefix = "ringlab/barrier/" + std::to_string(number);
+  store_->Set(prefix + "/" + std::to_string(getRank()), "1");
+  try {
+    store_->Wait(comm::RankKeys(prefix, getSize()), timeout);
+  } catch (const comm::StoreTimeout& e) {
+    TORCH_CHECK(false, "ringlab: Timed out after ", comm::SecondsText(timeout),
+                " in a barrier, rank ", getRank(), " of ", getSize(), ": ",
+                e.what());
   }
-  std::memcpy(channel.staged, t.data_ptr(), bytes);
-  channel.comm->AllReduce(channel.staged, static_cast<size_t>(t.numel()), type,
-                          op);
-  std::memcpy(t.data_ptr(), channel.staged, bytes);
-}
-
-void ProcessGroupRinglab::GatheredAllReduce(comm::Communicator& comm,
-                                            const at::Tensor& t,
-                                            c10d::ReduceOp op) {
-  const int64_t bytes = static_cast<int64_t>(t.nbytes());
-  const at::Tensor rows = GatherBytes(comm, t.data_ptr(), t.nbytes())
-                              .narrow(1, 0, bytes)
-                              .contiguous()
-                              .view(t.scalar_type());
-  at::Tensor result;
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      result = rows.sum(0, false, t.scalar_type());
-      break;
-    case c10d::ReduceOp::PRODUCT:
-      result = rows.prod(0, false, t.scalar_type());
-      break;
-    case c10d::ReduceOp::MIN:
-      result = rows.amin(0);
-      break;
-    case c10d::ReduceOp::MAX:
-      result = rows.amax(0);
-      break;
-    default:  // the bitwise ones (checked by the caller)
-      result = rows[0].clone();
-      for (int r = 1; r < getSize(); ++r) {
-        if (op.op_ == c10d::ReduceOp::BAND) result.bitwise_and_(rows[r]);
-        if (op.op_ == c10d::ReduceOp::BOR) result.bitwise_or_(rows[r]);
-        if (op.op_ == c10d::ReduceOp::BXOR) result.bitwise_xor_(rows[r]);
-      }
-  }
-  t.view(-1).copy_(result);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::broadcast(
-    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  TORCH_CHECK(tensors.size() == 1, "ringlab: broadcast takes one tensor");
-  const at::Tensor t = tensors[0];
-  CheckTensor(t, "broadcast");
-  const int root = static_cast<int>(opts.rootRank);
-  comm::DataType type;
-  size_t count;
-  if (CopiedWords(t, &type, &count)) {
-    return Enqueue(
-        c10d::OpType::BROADCAST, {t},
-        {comm::CallKind::kBroadcast, count, type, comm::ReduceOp::kSum, root},
-        [t, type, count, root](Channel& channel) {
-          channel.comm->Broadcast(t.data_ptr(), count, type, root);
-        });
-  }
-  // An odd count of bytes, through a copy padded to whole 2-byte words.
-  const size_t words = (t.nbytes() + 1) / 2;
-  return Enqueue(c10d::OpType::BROADCAST, {t},
-                 {comm::CallKind::kBroadcast, words, comm::DataType::kFloat16,
-                  comm::ReduceOp::kSum, root},
-                 [t, words, root](Channel& channel) {
-                   at::Tensor padded =
-                       at::zeros({static_cast<int64_t>(2 * words)}, at::kByte);
-                   std::memcpy(padded.data_ptr(), t.data_ptr(), t.nbytes());
-                   channel.comm->Broadcast(padded.data_ptr(), words,
-                                           comm::DataType::kFloat16, root);
-                   std::memcpy(t.data_ptr(), padded.data_ptr(), t.nbytes());
-                 });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allreduce(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  TORCH_CHECK(tensors.size() == 1, "ringlab: allreduce takes one tensor");
-  const at::Tensor t = tensors[0];
-  CheckTensor(t, "allreduce");
-  comm::DataType type;
-  comm::ReduceOp op;
-  const comm::BackendDescription& backend =
-      channels_.front()->comm->description();
-  if (RingType(t, &type) && RingOp(opts.reduceOp, &op) &&
-      backend.Supports(type) && backend.Supports(op)) {
-    return Enqueue(
-        c10d::OpType::ALLREDUCE, {t},
-        {comm::CallKind::kAllReduce, static_cast<size_t>(t.numel()), type, op},
-        [this, t, type, op](Channel& channel) {
-          if (staging_) return StagedAllReduce(channel, t, type, op);
-          channel.comm->AllReduce(t.data_ptr(), static_cast<size_t>(t.numel()),
-                                  type, op);
-        });
-  }
-  CheckGatheredReduction(t, opts.reduceOp.op_);
-  return Enqueue(c10d::OpType::ALLREDUCE, {t}, GatherCall(t.nbytes()),
-                 [this, t, op = opts.reduceOp](Channel& channel) {
-                   GatheredAllReduce(*channel.comm, t, op);
-                 });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::allgather(
-    std::vector<std::vector<at::Tensor>>& outputs,
-    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
-  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1,
-              "ringlab: allgather takes one input and one list of outputs");
-  const at::Tensor in = inputs[0];
-  CheckTensor(in, "allgather");
-  const std::vector<at::Tensor> out = outputs[0];
-  TORCH_CHECK(static_cast<int>(out.size()) == getSize(),
-              "ringlab: allgather needs one output per rank");
-  for (const at::Tensor& o : out) {
-    CheckTensor(o, "allgather");
-    TORCH_CHECK(o.scalar_type() == in.scalar_type() && o.numel() == in.numel(),
-                "ringlab: allgather's outputs must match its input");
-  }
-  return Enqueue(c10d::OpType::ALLGATHER, out, GatherCall(in.nbytes()),
-                 [this, in, out](Channel& c) {
-                   const at::Tensor rows =
-                       GatherBytes(*c.comm, in.data_ptr(), in.nbytes());
-                   for (int r = 0; r < getSize(); ++r) {
-                     std::memcpy(out[r].data_ptr(), rows[r].data_ptr(),
-                                 in.nbytes());
-                   }
-                 });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
-  CheckTensor(input, "allgather");
-  CheckTensor(output, "allgather");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
-                  output.numel() == getSize() * input.numel(),
-              "ringlab: allgather's output must hold every rank's input");
-  const at::Tensor in = input, out = output;
-  comm::DataType type;
-  size_t count;
-  if (CopiedWords(in, &type, &count)) {
-    return Enqueue(c10d::OpType::_ALLGATHER_BASE, {out},
-                   {comm::CallKind::kAllGather, count, type},
-                   [in, out, type, count](Channel& channel) {
-                     channel.comm->AllGather(in.data_ptr(), out.data_ptr(),
-                                             count, type);
-                   });
-  }
-  return Enqueue(c10d::OpType::_ALLGATHER_BASE, {out}, GatherCall(in.nbytes()),
-                 [this, in, out](Channel& c) {
-                   const at::Tensor rows =
-                       GatherBytes(*c.comm, in.data_ptr(), in.nbytes());
-                   for (int r = 0; r < getSize(); ++r) {
-                     std::memcpy(
-                         static_cast<char*>(out.data_ptr()) + r * in.nbytes(),
-                         rows[r].data_ptr(), in.nbytes());
-                   }
-                 });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::barrier(
-    const c10d::BarrierOptions&) {
-  // As gloo's barrier: it also waits for the calls before it.
-  return Enqueue(
-      c10d::OpType::BARRIER, {}, {comm::CallKind::kBarrier},
-      [](Channel& c) { c.comm->Barrier(); }, /*after_all=*/true);
 }
 
 }  // namespace ringlab::torch_backend

@@ -348,6 +348,46 @@ class ProcessGroupTest(unittest.TestCase):
         self.assertIn("error: ", out)
         self.assertIn("rank 1 closed its connection", out)
 
+    def test_every_op_on_every_type_and_the_collectives_beyond_ddp(self):
+        # Through the communicator's own reduction (float sums, averages, min and max) and the
+        # gathered one (the rest), with reduce, gather, scatter, alltoall, coalesced, sparse
+        # and point-to-point calls.
+        for r, (status, out) in enumerate(run_ranks(self, "--mode=every_op")):
+            self.assertEqual(status, 0, f"rank {r}:\n{out}")
+            self.assertIn("all passed", out, f"rank {r}:\n{out}")
+
+    def test_every_op_on_every_type_across_two_emulated_hosts(self):
+        status, out = run_on_hosts(self, "--mode=every_op")
+        self.assertEqual(status, 0, out)
+        self.assertEqual(out.count("all passed"), WORLD, out)
+
+    def test_ranks_that_disagree_are_refused_on_both_naming_both_sides(self):
+        for r, (status, out) in enumerate(run_ranks(self, "--mode=disagree")):
+            self.assertEqual(status, 0, f"rank {r}:\n{out}")
+            self.assertIn("all passed", out, f"rank {r}:\n{out}")
+            self.assertEqual(out.count("error: "), 6, f"rank {r}:\n{out}")
+
+    def test_a_peer_that_never_joins_times_out_by_the_groups_timeout(self):
+        (status, out), _ = run_ranks(self, "--mode=timeout")
+        self.assertEqual(status, 0, out)
+        self.assertIn("Timed out", out)
+        took = float(out.split("failed after ")[1].split(" s")[0])
+        self.assertGreaterEqual(took, 2.5, out)
+        self.assertLess(took, 8, out)  # the group's 3 s, not the 60 s default
+
+    def test_a_barrier_waits_for_every_earlier_work_and_rank_0s_channels_hold(self):
+        # Rank 1 asks for 3 channels, rank 0 for 2: rank 0's count holds for both.
+        variables = {"RINGLAB_TORCH_CHANNELS": "2", "RINGLAB_TEST_RANK1_CHANNELS": "3"}
+        for r, (status, out) in enumerate(run_ranks(self, "--mode=mark", **variables)):
+            self.assertEqual(status, 0, f"rank {r}:\n{out}")
+            self.assertIn("all passed", out, f"rank {r}:\n{out}")
+
+    def test_a_malformed_variable_is_refused(self):
+        for r, (status, out) in enumerate(run_ranks(self, "--mode=mark",
+                                                    RINGLAB_TORCH_STAGING="yes")):
+            self.assertNotEqual(status, 0, f"rank {r}:\n{out}")
+            self.assertIn("RINGLAB_TORCH_STAGING=yes: expected 0 or 1", out)
+
     def test_the_same_with_allreduces_staged_through_registered_memory(self):
         # Over two channels: each stages through registered memory of its own.
         for r, (status, out) in enumerate(run_ranks(self, "--rank", RINGLAB_TORCH_STAGING="1",
@@ -357,6 +397,11 @@ class ProcessGroupTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 2 and sys.argv[1].startswith("--mode="):
+        if os.environ.get("RANK") == "1" and "RINGLAB_TEST_RANK1_CHANNELS" in os.environ:
+            os.environ["RINGLAB_TORCH_CHANNELS"] = os.environ["RINGLAB_TEST_RANK1_CHANNELS"]
+        import collectives_ranks
+        sys.exit(getattr(collectives_ranks, sys.argv[1].split("=", 1)[1] + "_main")())
     if sys.argv[1:] == ["--rank"]:
         sys.exit(rank_main())
     if sys.argv[1:] == ["--lifetime"]:

@@ -108,6 +108,17 @@ class NcclBackend final : public Backend {
     Wait(what, timeout_);
   }
 
+  void ReduceScatter(const void* send, void* recv, size_t count, DataType type,
+                     ReduceOp op) override {
+    if (count == 0) return;
+    // In place (recv is this rank's block of send) as NCCL itself allows.
+    const std::string what = std::string("ReduceScatter(") + ReduceOpName(op) +
+                             ") of " + Elements(count, type) + " per rank";
+    Issue(what, ncclReduceScatter(send, recv, count, NcclType(type), NcclOp(op),
+                                  comm_, stream_));
+    Wait(what, timeout_);
+  }
+
   void Barrier() override {
     // An allreduce of one float: returns on a rank only once every rank has
     // entered it.
@@ -366,7 +377,8 @@ BackendDescription Description() {
   // ncclHalf and ncclBfloat16: NCCL's kernels round after every partial
   // sum of their ring or tree (never run here: no GPU has run this code).
   d.types = AllDataTypes();
-  d.checks_calls = false;  // NCCL hangs or mixes buffers on a mismatch
+  d.checks_calls = false;   // NCCL hangs or mixes buffers on a mismatch
+  d.reduce_scatter = true;  // ncclReduceScatter
   d.conformance.avg_premultiplies = true;
   d.create = FactoryOf<NcclBackend>();
   return d;

@@ -505,6 +505,7 @@ std::vector<ConformanceCase> CollectiveCases() {
       {"allocated_buffers", 1, AllocatedBuffers, {}, true},
   };
   for (ConformanceCase& c : AllGatherCases()) cases.push_back(std::move(c));
+  for (ConformanceCase& c : ReduceScatterCases()) cases.push_back(std::move(c));
   for (ConformanceCase& c : DataTypeCases()) cases.push_back(std::move(c));
   for (ConformanceCase& c : AnnouncedCases()) cases.push_back(std::move(c));
   return cases;
@@ -520,6 +521,9 @@ std::vector<ConformanceCase> MismatchCases() {
     for (const auto& [path, count] : paths) {
       cases.push_back(Mismatch(odd, path, count));
     }
+  }
+  for (ConformanceCase& c : ReduceScatterMismatchCases()) {
+    cases.push_back(std::move(c));
   }
   for (ConformanceCase& c : AllGatherMismatchCases()) {
     cases.push_back(std::move(c));

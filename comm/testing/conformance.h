@@ -103,6 +103,12 @@ std::vector<ConformanceCase> CollectiveCases();
 // unaligned buffers with guards, bus bytes, argument errors, allgathers
 // between the other collectives.
 std::vector<ConformanceCase> AllGatherCases();
+// ReduceScatter (conformance_reduce_scatter.cc): for every type and op the
+// backend lists, each rank's block as AllReduce leaves it, bit for bit, out
+// of place and in place (counts 0 to 256 Ki), bus bytes, argument errors.
+std::vector<ConformanceCase> ReduceScatterCases();
+// Ranks that disagree on a reduce-scatter's count.
+std::vector<ConformanceCase> ReduceScatterMismatchCases();
 // The 16-bit element types (conformance_types.cc), for every type the
 // backend lists: exact sums and averages, unaligned buffers, bitwise equality
 // across ranks, broadcast and allgather of any bits, bus bytes.
