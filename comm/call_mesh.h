@@ -12,11 +12,9 @@
 // a communication thread, so that the peers' have usually arrived by the
 // time the call starts.
 //
-// A connecting rank proves it holds the job's secret (HMAC-SHA256 over the
-// listener's fresh nonce) before its connection is used; strangers are
-// dropped. The descriptions travel unauthenticated after that: all they can
-// change is whether the ranks are found to agree, and the data's own
-// connections (Gloo's) are no better guarded.
+// The connections are comm/peer_links.h's, each proven to hold the job's
+// secret; the descriptions travel unauthenticated after that: all they can
+// change is whether the ranks are found to agree.
 #ifndef RINGLAB_COMM_CALL_MESH_H_
 #define RINGLAB_COMM_CALL_MESH_H_
 
@@ -67,12 +65,6 @@ class CallMesh {
     int fd = -1;
     std::string received;  // a partly read message
   };
-  void Connect(const RankContext& context, int to, const std::string& port,
-               std::chrono::steady_clock::time_point deadline);
-  void Admit(int listener, const std::string& secret,
-             std::chrono::steady_clock::time_point deadline);
-  // Closes `listener` (unless -1) and every peer's connection.
-  void CloseAll(int listener);
   // "gloo: rank 1 (pid 42) died during ...", "... closed its connection ...".
   std::string PeerGone(const Peer& peer, const std::string& what,
                        const std::string& why) const;

@@ -143,9 +143,11 @@ class Communicator final {
   }
   // NCCL's reduce-scatter: send holds world_size() * count elements, and
   // recv (count elements) receives block rank() of their reduction over the
-  // ranks by `op`, the bits every rank's AllReduce of send would leave
-  // there. recv may be send + rank() * count (in place); otherwise the two
-  // must not overlap. Errors as AllReduce's and AllGather's.
+  // ranks by `op`: what AllReduce of send leaves in that block, up to the
+  // order in which a backend's own reduce-scatter adds the ranks' elements
+  // (exact inputs give the same bits). recv may be send + rank() * count (in
+  // place); otherwise the two must not overlap. Errors as AllReduce's and
+  // AllGather's.
   void ReduceScatter(const void* send, void* recv, size_t count, DataType type,
                      ReduceOp op);
   void Barrier();

@@ -1,57 +1,65 @@
-// Point-to-point messages between the ranks of a torch process group
-// (send, recv, recv from any source), through the group's own store, the
-// one init_process_group made: a ringlab communicator's collectives need
-// every rank, and a pair's exchange must not take a channel's turn, which
-// every rank shares. Each message is a key of its own, "<from>><to>/<tag>/
-// <n>", n counting that pair's messages under that tag, so that messages of
-// a pair and tag arrive in the order they were sent (MPI's and gloo's
-// non-overtaking rule) and tags are matched as gloo matches them; the
-// receiver deletes the key once read. The store is a relay, not a transport
-// built for bulk data: every message crosses to the store's server and back,
-// so large tensors move at a fraction of a direct connection's rate
-// (docs/pytorch-backend.md has the figures).
+// Point-to-point messages between the ranks of a torch process group (send,
+// recv, recv from any source), over a TCP connection between every pair of
+// ranks (comm/peer_links.h, proven to hold the job's secret): a ringlab
+// communicator's collectives need every rank, and a pair's exchange must not
+// take a channel's turn, which every rank shares. A message is its tag, its
+// length and its bytes, written whole by one sending thread; so a pair's
+// messages arrive in the order they were sent (MPI's and gloo's
+// non-overtaking rule). A receive takes the next message of its tag from
+// its source, keeping the ones of other tags it reads meanwhile for the
+// receives that want them, as gloo matches tags.
 #ifndef RINGLAB_TORCH_BACKEND_MAILBOX_H_
 #define RINGLAB_TORCH_BACKEND_MAILBOX_H_
 
 #include <chrono>
+#include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
-#include "torch_backend/torch_store.h"
+#include "comm/communicator.h"
+#include "comm/peer_links.h"
 
 namespace ringlab::torch_backend {
 
 class Mailbox {
  public:
-  // `store` outlives the mailbox; `timeout` bounds every receive.
-  Mailbox(TorchStore& store, int rank, int size,
+  // Joins the ranks of `context` by `join_timeout`; `timeout` bounds every
+  // send and receive. Throws comm::CommError when they do not all join.
+  Mailbox(const comm::RankContext& context,
+          std::chrono::milliseconds join_timeout,
           std::chrono::milliseconds timeout);
+  ~Mailbox();
+  Mailbox(const Mailbox&) = delete;
+  Mailbox& operator=(const Mailbox&) = delete;
 
-  // Leaves `message` for rank `to` under `tag`, without waiting for it to
-  // be read. Throws comm::StoreError when the store fails.
-  void Send(int to, int tag, const std::string& message);
-  // The next message to this rank from `from` under `tag`, or from whichever
-  // rank's next message under `tag` is there first when `from` is kAnyRank;
-  // `*source` is its sender. Waits up to the timeout: then a RuntimeError
-  // carrying "Timed out", as torch's own. Receives run one at a time.
+  // Writes `header` then `data` to rank `to` under `tag`, as one message;
+  // returns once the kernel holds them. One thread at a time. A
+  // RuntimeError saying "Timed out" when the peer reads nothing for the
+  // timeout, or naming the rank when its connection is gone.
+  void Send(int to, int tag, const std::string& header, const void* data,
+            size_t bytes);
+  // The next message to this rank from `from` under `tag`, or from
+  // whichever rank's message under `tag` comes first when `from` is
+  // kAnyRank; `*source` is its sender. One thread at a time. Errors as
+  // Send's.
   std::string Receive(int from, int tag, int* source);
 
   static constexpr int kAnyRank = -1;
 
  private:
-  std::string Key(int from, int to, int tag, int64_t n) const;
+  // Reads the next whole message from `from`: its tag into *tag.
+  std::string ReadMessage(int from, int* tag,
+                          std::chrono::steady_clock::time_point deadline);
+  // A kept message of `tag` from `from` (any rank: kAnyRank) into *message.
+  bool TakeKept(int from, int tag, std::string* message, int* source);
+  int FdOf(int rank) const;
 
-  TorchStore& store_;
-  const int rank_, size_;
+  const int rank_;
   const std::chrono::milliseconds timeout_;
-  // Apart: a receive holds its lock while it waits, which a send to the
-  // same rank (its message may be what the peer waits for) must not.
-  std::mutex sending_;
-  std::map<std::pair<int, int>, int64_t> sent_;  // by (to, tag)
-  std::mutex receiving_;
-  std::map<std::pair<int, int>, int64_t> received_;  // by (from, tag)
+  std::vector<comm::PeerLink> links_;  // every other rank, in rank order
+  std::map<std::pair<int, int>, std::deque<std::string>> kept_;  // (from, tag)
 };
 
 }  // namespace ringlab::torch_backend

@@ -25,18 +25,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::send(
   TORCH_CHECK(dst >= 0 && dst < getSize() && dst != getRank(),
               "ringlab: send to rank ", dst, " from rank ", getRank(), " of ",
               getSize());
-  // The bytes are taken now: the caller may write the tensor once send
-  // returns, as torch's docs allow only after wait(), but gloo copies too.
-  std::string message(kTorchCallBytes, '\0');
+  // The tensor is read when the send runs: as over gloo, the caller leaves
+  // it alone until the Work completes.
+  std::string header(kTorchCallBytes, '\0');
   EncodeTorchCall(
       {c10d::OpType::SEND, t.scalar_type(), TorchCall::kNone, t.numel()},
-      message.data());
-  message.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
-  return EnqueuePointToPoint(c10d::OpType::SEND, {t}, sends_,
-                             [this, dst, tag, message] {
-                               mailbox_->Send(dst, tag, message);
-                               return getRank();
-                             });
+      header.data());
+  return EnqueuePointToPoint(
+      c10d::OpType::SEND, {t}, sends_, [this, dst, tag, header, t] {
+        mailbox_->Send(dst, tag, header, t.data_ptr(), t.nbytes());
+        return getRank();
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Receive(c10d::OpType type,

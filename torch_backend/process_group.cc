@@ -217,7 +217,7 @@ ProcessGroupRinglab::ProcessGroupRinglab(
     sizes_inside_ = std::make_unique<Channel>();
     sizes_inside_->comm =
         comm::CreateCommunicator(backend_, context_, options_);
-    mailbox_ = std::make_unique<Mailbox>(*store_, rank, size, timeout);
+    mailbox_ = std::make_unique<Mailbox>(context_, timeout, timeout);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "ringlab: rank ", rank, " of ", size,
                 " could not join its group: ", e.what());

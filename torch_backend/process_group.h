@@ -25,7 +25,8 @@
 // broadcast and allgather; where the communicator sees only bytes, each
 // rank's row carries the call as torch described it (torch_call.h), so that
 // ranks that disagree on the op, the element type or the size all refuse.
-// send and recv go through the group's store (mailbox.h).
+// send and recv go over connections of their own between every pair of ranks
+// (mailbox.h).
 //
 // The ranks meet through torch's own store (the one init_process_group
 // made), which gathers every rank's peer information once. The backend
@@ -53,6 +54,7 @@
 #include "comm/communicator.h"
 #include "torch_backend/mailbox.h"
 #include "torch_backend/task_threads.h"
+#include "torch_backend/torch_store.h"
 #include "torch_backend/torch_call.h"
 
 namespace ringlab::torch_backend {

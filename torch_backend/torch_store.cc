@@ -44,10 +44,6 @@ int64_t TorchStore::Add(const std::string& key, int64_t delta) {
   return Call("add " + key, [&] { return store_->add(key, delta); });
 }
 
-void TorchStore::Delete(const std::string& key) {
-  Call("delete " + key, [&] { return store_->deleteKey(key); });
-}
-
 // Polls, never torch's timed wait: a TCPStore wait that times out stays
 // registered at the server, whose late reply then answers the connection's
 // next request. ringlab's callers wait in short slices (WaitWatching), so a

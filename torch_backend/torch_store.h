@@ -26,8 +26,6 @@ class TorchStore : public comm::Store {
   int64_t Add(const std::string& key, int64_t delta) override;
   void Wait(const std::vector<std::string>& keys,
             std::chrono::milliseconds timeout) override;
-  // Removes `key` (torch's deleteKey): a message read once (mailbox.h).
-  void Delete(const std::string& key);
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;
