@@ -54,8 +54,8 @@
 #include "comm/communicator.h"
 #include "torch_backend/mailbox.h"
 #include "torch_backend/task_threads.h"
-#include "torch_backend/torch_store.h"
 #include "torch_backend/torch_call.h"
+#include "torch_backend/torch_store.h"
 
 namespace ringlab::torch_backend {
 
