@@ -39,7 +39,7 @@ at::Tensor ProcessGroupRinglab::GatherChecked(comm::Communicator& comm,
   for (int r = 0; r < getSize(); ++r) {
     calls.push_back(DecodeTorchCall(rows[r].data_ptr()));
   }
-  CheckTorchCalls(calls, call, getRank());
+  CheckTorchCalls(calls, getRank());
   return rows.narrow(1, kTorchCallBytes, static_cast<int64_t>(bytes));
 }
 

@@ -20,8 +20,10 @@ def start(timeout_s=60):
 
 
 def finish(failures):
+    """Prints the verdict and ends the process, not through the interpreter's finalisation
+    (process_group_test.py's lifetime_main says why)."""
     print("FAILED: " + ", ".join(failures) if failures else "all passed", flush=True)
-    return 1 if failures else 0
+    os._exit(1 if failures else 0)
 
 
 REDUCED_TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32",
@@ -173,6 +175,9 @@ def disagree_main():
         torch.ones(2), [torch.zeros(2) for _ in range(WORLD)] if rank == 0 else None,
         dst=both(0, 1)) if rank == 0 else dist.gather(
         torch.ones(2), [torch.zeros(2) for _ in range(WORLD)], dst=1), "with root 0")
+    failures += expect_refused("scatter of 2 against 3 floats", lambda: dist.scatter(
+        torch.zeros(both(2, 3)), [torch.ones(2)] * WORLD if rank == 0 else None, src=0),
+        "SCATTER of 2 Float with root 0, rank 1 in SCATTER of 3 Float with root 0")
     t = torch.ones(3) * (rank + 1)
     dist.all_reduce(t)
     if not torch.equal(t, torch.full((3,), 3.0)):
@@ -197,7 +202,7 @@ def timeout_main():
     failures = expect_refused("an allreduce its peer never joins",
                               lambda: dist.all_reduce(torch.ones(10)), "Timed out")
     print(f"failed after {time.monotonic() - began:.1f} s", flush=True)
-    os._exit(finish(failures))  # not through finalisation: the group is broken
+    finish(failures)
 
 
 def mark_main():
@@ -222,4 +227,5 @@ def mark_main():
     if rank == 1 and store.add("ringlab_test/mark", 0) != 1:
         failures.append("the barrier returned before the peer's earlier allreduce completed")
     work.wait()
+    dist.barrier()  # rank 0 serves the store: it stays until rank 1 has read it
     return finish(failures)

@@ -64,7 +64,7 @@ std::vector<std::string> ProcessGroupRinglab::GatherVariable(
     calls.push_back(DecodeTorchCall(r.data()));
     r.erase(0, kTorchCallBytes);
   }
-  CheckTorchCalls(calls, call, getRank());
+  CheckTorchCalls(calls, getRank());
   return rows;
 }
 
@@ -137,9 +137,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::gather(
   const at::Tensor in = inputs[0];
   CheckTensor(in, "gather");
   CheckRoot(opts.rootRank, getSize(), "gather");
-  const bool root = opts.rootRank == getRank();
+  const int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> out;
-  if (root) {
+  if (root == getRank()) {
     TORCH_CHECK(
         outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
         "ringlab: gather's root needs one output per rank");
@@ -156,15 +156,30 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::gather(
   }
   const TorchCall call{c10d::OpType::GATHER, in.scalar_type(), TorchCall::kNone,
                        in.numel(), opts.rootRank};
-  return Enqueue(c10d::OpType::GATHER, out, {GatherCall(in.nbytes())},
-                 [this, in, out, call](Channel& c) {
-                   const at::Tensor rows =
-                       GatherChecked(*c.comm, call, in.data_ptr(), in.nbytes());
-                   for (size_t r = 0; r < out.size(); ++r) {
-                     std::memcpy(out[r].data_ptr(), rows[r].data_ptr(),
-                                 in.nbytes());
-                   }
-                 });
+  // The ranks' calls checked (ExchangeCalls), each sends the root its tensor
+  // directly: an allgather would move every rank's to every rank.
+  return Enqueue(
+      c10d::OpType::GATHER, out, {},
+      [this, in, out, call](Channel&) {
+        CheckTorchCalls(ExchangeCalls(call), getRank());
+        const int root = static_cast<int>(call.root);
+        if (getRank() != root) {
+          rooted_mail_->Send(root, 0, "", in.data_ptr(), in.nbytes());
+          return;
+        }
+        if (in.nbytes() > 0) {
+          std::memcpy(out[root].data_ptr(), in.data_ptr(), in.nbytes());
+        }
+        for (int r = 0; r < getSize(); ++r) {
+          if (r == root) continue;
+          int source = r;
+          Mailbox::Sink sink{0, out[r].data_ptr(), in.nbytes()};
+          const std::string part = rooted_mail_->Receive(r, 0, &source, &sink);
+          TORCH_CHECK(sink.filled, "ringlab: gather: rank ", r, " sent ",
+                      part.size(), " bytes, not ", in.nbytes());
+        }
+      },
+      Turn::kSizesInside);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::scatter(
@@ -176,9 +191,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::scatter(
   CheckTensor(out, "scatter");
   CheckRoot(opts.rootRank, getSize(), "scatter");
   const int root = static_cast<int>(opts.rootRank);
-  // Root's inputs end to end, broadcast; each rank keeps its own part.
-  const size_t part = out.nbytes();
-  at::Tensor all;
+  // The ranks' calls checked (ExchangeCalls), the root sends each rank its
+  // part directly.
+  std::vector<at::Tensor> parts;
   if (root == getRank()) {
     TORCH_CHECK(
         inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
@@ -189,26 +204,54 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::scatter(
           in.scalar_type() == out.scalar_type() && in.sizes() == out.sizes(),
           "ringlab: scatter's inputs must match its output");
     }
-    all = Flatten(inputs[0]);
+    parts = inputs[0];
   } else {
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                 "ringlab: scatter's inputs are the root's only");
-    all = at::empty({static_cast<int64_t>(part * getSize())}, at::kByte);
   }
   const TorchCall call{c10d::OpType::SCATTER, out.scalar_type(),
                        TorchCall::kNone, out.numel(), root};
-  return Enqueue(c10d::OpType::SCATTER, {out},
-                 {GatherCall(0), BroadcastCall(all.nbytes(), root)},
-                 [this, all, out, part, call, root](Channel& c) {
-                   GatherChecked(*c.comm, call, nullptr, 0);
-                   BroadcastBytes(*c.comm, all.data_ptr(), all.nbytes(), root);
-                   if (part > 0) {
-                     std::memcpy(out.data_ptr(),
-                                 static_cast<const char*>(all.data_ptr()) +
-                                     part * getRank(),
-                                 part);
-                   }
-                 });
+  return Enqueue(
+      c10d::OpType::SCATTER, {out}, {},
+      [this, parts, out, call, root](Channel&) {
+        CheckTorchCalls(ExchangeCalls(call), getRank());
+        if (getRank() != root) {
+          int source = root;
+          Mailbox::Sink sink{0, out.data_ptr(), out.nbytes()};
+          const std::string part =
+              rooted_mail_->Receive(root, 0, &source, &sink);
+          TORCH_CHECK(sink.filled, "ringlab: scatter: rank ", root, " sent ",
+                      part.size(), " bytes, not ", out.nbytes());
+          return;
+        }
+        for (int r = 0; r < getSize(); ++r) {
+          if (r == root) continue;
+          rooted_mail_->Send(r, 0, "", parts[r].data_ptr(), parts[r].nbytes());
+        }
+        if (out.nbytes() > 0) {
+          std::memcpy(out.data_ptr(), parts[root].data_ptr(), out.nbytes());
+        }
+      },
+      Turn::kSizesInside);
+}
+
+std::vector<TorchCall> ProcessGroupRinglab::ExchangeCalls(
+    const TorchCall& call) {
+  std::string mine(kTorchCallBytes, '\0');
+  EncodeTorchCall(call, mine.data());
+  for (int r = 0; r < getSize(); ++r) {
+    if (r != getRank()) rooted_mail_->Send(r, 0, mine, nullptr, 0);
+  }
+  std::vector<TorchCall> calls(getSize(), call);
+  for (int r = 0; r < getSize(); ++r) {
+    if (r == getRank()) continue;
+    int source = r;
+    const std::string theirs = rooted_mail_->Receive(r, 0, &source);
+    TORCH_CHECK(theirs.size() == kTorchCallBytes, "ringlab: rank ", r, " sent ",
+                theirs.size(), " bytes where its call was due");
+    calls[r] = DecodeTorchCall(theirs.data());
+  }
+  return calls;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::AllToAll(

@@ -35,12 +35,12 @@ bool WaitReadable(int fd, Clock::time_point deadline) {
 
 }  // namespace
 
-Mailbox::Mailbox(const comm::RankContext& context,
+Mailbox::Mailbox(const comm::RankContext& context, const std::string& purpose,
                  std::chrono::milliseconds join_timeout,
                  std::chrono::milliseconds timeout)
     : rank_(context.rank),
       timeout_(timeout),
-      links_(comm::ConnectPeers(context, "torch_p2p", "ringlab", join_timeout,
+      links_(comm::ConnectPeers(context, purpose, "ringlab", join_timeout,
                                 timeout)) {}
 
 Mailbox::~Mailbox() { comm::ClosePeers(&links_); }
@@ -77,7 +77,7 @@ void Mailbox::Send(int to, int tag, const std::string& header, const void* data,
   }
 }
 
-std::string Mailbox::ReadMessage(int from, int* tag,
+std::string Mailbox::ReadMessage(int from, int wanted, int* tag, Sink* sink,
                                  Clock::time_point deadline) {
   const int fd = FdOf(from);
   auto read = [&](char* into, size_t size) {
@@ -97,9 +97,17 @@ std::string Mailbox::ReadMessage(int from, int* tag,
   };
   MessageHeader head;
   read(reinterpret_cast<char*>(&head), sizeof(head));
-  std::string message(static_cast<size_t>(head.bytes), '\0');
-  read(message.data(), message.size());
   *tag = static_cast<int>(head.tag);
+  const bool fits =
+      sink != nullptr && head.tag == wanted &&
+      static_cast<size_t>(head.bytes) == sink->opening + sink->bytes;
+  std::string message(fits ? sink->opening : static_cast<size_t>(head.bytes),
+                      '\0');
+  read(message.data(), message.size());
+  if (fits) {
+    read(static_cast<char*>(sink->data), sink->bytes);
+    sink->filled = true;
+  }
   return message;
 }
 
@@ -115,7 +123,7 @@ bool Mailbox::TakeKept(int from, int tag, std::string* message, int* source) {
   return false;
 }
 
-std::string Mailbox::Receive(int from, int tag, int* source) {
+std::string Mailbox::Receive(int from, int tag, int* source, Sink* sink) {
   std::string message;
   if (TakeKept(from, tag, &message, source)) return message;
   const auto deadline = Clock::now() + timeout_;
@@ -143,7 +151,7 @@ std::string Mailbox::Receive(int from, int tag, int* source) {
         if (link.fd == ready[i].fd) sender = link.rank;
       }
       int got = 0;
-      message = ReadMessage(sender, &got, deadline);
+      message = ReadMessage(sender, tag, &got, sink, deadline);
       if (got == tag) {
         *source = sender;
         return message;

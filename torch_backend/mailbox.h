@@ -25,9 +25,10 @@ namespace ringlab::torch_backend {
 
 class Mailbox {
  public:
-  // Joins the ranks of `context` by `join_timeout`; `timeout` bounds every
+  // Joins the ranks of `context` by `join_timeout`, in a set of links
+  // named `purpose` (one per mailbox of a group); `timeout` bounds every
   // send and receive. Throws comm::CommError when they do not all join.
-  Mailbox(const comm::RankContext& context,
+  Mailbox(const comm::RankContext& context, const std::string& purpose,
           std::chrono::milliseconds join_timeout,
           std::chrono::milliseconds timeout);
   ~Mailbox();
@@ -44,13 +45,24 @@ class Mailbox {
   // whichever rank's message under `tag` comes first when `from` is
   // kAnyRank; `*source` is its sender. One thread at a time. Errors as
   // Send's.
-  std::string Receive(int from, int tag, int* source);
+  // Where a receive wants a message's bytes after its first `opening`: read
+  // there directly (no copy) when the message is of the receive's tag and
+  // of opening + bytes bytes; `filled` says whether it was.
+  struct Sink {
+    size_t opening = 0;
+    void* data = nullptr;
+    size_t bytes = 0;
+    bool filled = false;
+  };
+  // With a sink: the message's opening only, where the sink was filled.
+  std::string Receive(int from, int tag, int* source, Sink* sink = nullptr);
 
   static constexpr int kAnyRank = -1;
 
  private:
-  // Reads the next whole message from `from`: its tag into *tag.
-  std::string ReadMessage(int from, int* tag,
+  // Reads the next whole message from `from`: its tag into *tag; into
+  // `sink` past its opening where it is of tag `wanted` and fits it.
+  std::string ReadMessage(int from, int wanted, int* tag, Sink* sink,
                           std::chrono::steady_clock::time_point deadline);
   // A kept message of `tag` from `from` (any rank: kAnyRank) into *message.
   bool TakeKept(int from, int tag, std::string* message, int* source);

@@ -43,7 +43,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Receive(c10d::OpType type,
                                                             int src, int tag) {
   return EnqueuePointToPoint(type, {t}, receives_, [this, t, src, tag] {
     int source = src;
-    const std::string message = mailbox_->Receive(src, tag, &source);
+    // The tensor's bytes straight from the connection where the message
+    // fits it.
+    Mailbox::Sink sink{kTorchCallBytes, t.data_ptr(), t.nbytes()};
+    const std::string message = mailbox_->Receive(src, tag, &source, &sink);
+    TORCH_CHECK(message.size() >= kTorchCallBytes, "ringlab: rank ", source,
+                " sent a message of ", message.size(), " bytes (tag ", tag,
+                ")");
     TorchCall sent = DecodeTorchCall(message.data());
     sent.op_type = c10d::OpType::RECV;
     const TorchCall mine{c10d::OpType::RECV, t.scalar_type(), TorchCall::kNone,
@@ -51,7 +57,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::Receive(c10d::OpType type,
     TORCH_CHECK(sent == mine, "ringlab: rank ", getRank(), " in ",
                 mine.ToString(), " from rank ", source, ", which sent ",
                 sent.numel, " ", sent.dtype, " (tag ", tag, ")");
-    if (t.nbytes() > 0) {
+    if (!sink.filled && t.nbytes() > 0) {
       std::memcpy(t.data_ptr(), message.data() + kTorchCallBytes, t.nbytes());
     }
     return source;

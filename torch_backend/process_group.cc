@@ -217,7 +217,10 @@ ProcessGroupRinglab::ProcessGroupRinglab(
     sizes_inside_ = std::make_unique<Channel>();
     sizes_inside_->comm =
         comm::CreateCommunicator(backend_, context_, options_);
-    mailbox_ = std::make_unique<Mailbox>(context_, timeout, timeout);
+    mailbox_ =
+        std::make_unique<Mailbox>(context_, "torch_p2p", timeout, timeout);
+    rooted_mail_ =
+        std::make_unique<Mailbox>(context_, "torch_rooted", timeout, timeout);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "ringlab: rank ", rank, " of ", size,
                 " could not join its group: ", e.what());

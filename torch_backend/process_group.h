@@ -20,9 +20,11 @@
 // communicator's own reduction; every other reduction the communicator
 // lacks (integer sums, which DDP's find_unused_parameters makes, products,
 // bitwise ops) gathers every rank's tensor and reduces the rows in rank
-// order, the same on every rank. reduce, gather, scatter, alltoall and the
-// coalesced calls are built here, once, on the communicator's allreduce,
-// broadcast and allgather; where the communicator sees only bytes, each
+// order, the same on every rank. reduce, alltoall and the coalesced calls
+// are built here, once, on the communicator's allreduce, broadcast and
+// allgather, gather and scatter on a check of the ranks' calls and then
+// direct messages between the root and each rank (mailbox.h), which move
+// only what each rank needs; where the communicator sees only bytes, each
 // rank's row carries the call as torch described it (torch_call.h), so that
 // ranks that disagree on the op, the element type or the size all refuse.
 // send and recv go over connections of their own between every pair of ranks
@@ -228,6 +230,10 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
   // parts where empty); a RuntimeError where they do not add up.
   std::vector<at::Tensor> SplitRows(const at::Tensor& t,
                                     const std::vector<int64_t>& splits);
+  // Every rank's `call`, by rank, each rank's sent to every other over
+  // rooted_mail_ (one message each way, no collective): what gather and
+  // scatter check before their data moves directly.
+  std::vector<TorchCall> ExchangeCalls(const TorchCall& call);
   // A receive into `t` from `src` (Mailbox::kAnyRank: any) under `tag`.
   c10::intrusive_ptr<c10d::Work> Receive(c10d::OpType type, const at::Tensor& t,
                                          int src, int tag);
@@ -256,7 +262,9 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
   // The calls whose Works have not completed (a prefix may have), in order.
   std::deque<std::shared_future<void>> unfinished_;
   uint64_t barriers_ = 0;  // barriers with a timeout of their own, by store
-  std::unique_ptr<Mailbox> mailbox_;
+  std::unique_ptr<Mailbox> mailbox_;  // send and recv's
+  // gather's and scatter's, used on the kSizesInside channel's thread only.
+  std::unique_ptr<Mailbox> rooted_mail_;
   TaskThreads sends_{TaskThreads::Threads::kOne};
   TaskThreads receives_{TaskThreads::Threads::kOne};
 };

@@ -365,7 +365,7 @@ class ProcessGroupTest(unittest.TestCase):
         for r, (status, out) in enumerate(run_ranks(self, "--mode=disagree")):
             self.assertEqual(status, 0, f"rank {r}:\n{out}")
             self.assertIn("all passed", out, f"rank {r}:\n{out}")
-            self.assertEqual(out.count("error: "), 6, f"rank {r}:\n{out}")
+            self.assertEqual(out.count("error: "), 7, f"rank {r}:\n{out}")
 
     def test_a_peer_that_never_joins_times_out_by_the_groups_timeout(self):
         (status, out), _ = run_ranks(self, "--mode=timeout")

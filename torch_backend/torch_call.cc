@@ -65,19 +65,31 @@ TorchCall DecodeTorchCall(const void* in) {
   return call;
 }
 
-void CheckTorchCalls(const std::vector<TorchCall>& calls, const TorchCall& mine,
-                     int rank) {
-  // Every rank reports the same pair, whichever rank it is: rank 0's call
-  // and the first that differs from it. (This rank's own call is one of the
-  // rows, so a rank whose call differs from any makes some row differ.)
-  const TorchCall& first = calls.at(0);
-  for (size_t r = 1; r < calls.size(); ++r) {
-    const TorchCall& theirs = calls[r];
-    TORCH_CHECK(theirs == first,
-                "ringlab: ranks disagree on a collective: rank 0 is in ",
-                first.ToString(), ", rank ", r, " in ", theirs.ToString(),
-                " (raised on rank ", rank, ", in ", mine.ToString(), ")");
+std::string Disagreement(const std::vector<TorchCall>& calls, int rank) {
+  // Every rank reports the same pair, whichever rank it is: the lowest
+  // rank's call and the first that differs from it. (This rank's own call
+  // is one of them, so a rank whose call differs makes some call differ.)
+  int first = 0;
+  while (first < static_cast<int>(calls.size()) &&
+         calls[first].op_type == c10d::OpType::UNKNOWN) {
+    ++first;  // a rank that did not say
   }
+  for (size_t r = first + 1; r < calls.size(); ++r) {
+    const TorchCall& theirs = calls[r];
+    if (theirs.op_type == c10d::OpType::UNKNOWN || theirs == calls[first]) {
+      continue;
+    }
+    return "ringlab: ranks disagree on a collective: rank " +
+           std::to_string(first) + " is in " + calls[first].ToString() +
+           ", rank " + std::to_string(r) + " in " + theirs.ToString() +
+           " (raised on rank " + std::to_string(rank) + ")";
+  }
+  return "";
+}
+
+void CheckTorchCalls(const std::vector<TorchCall>& calls, int rank) {
+  const std::string disagreement = Disagreement(calls, rank);
+  TORCH_CHECK(disagreement.empty(), disagreement);
 }
 
 }  // namespace ringlab::torch_backend

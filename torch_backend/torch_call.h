@@ -37,11 +37,13 @@ inline constexpr size_t kTorchCallBytes = 5 * sizeof(int64_t);
 void EncodeTorchCall(const TorchCall& call, void* out);
 TorchCall DecodeTorchCall(const void* in);
 
-// `calls` holds every rank's description, by rank; `mine` is this rank's. A
-// RuntimeError ("ringlab: ranks disagree on a collective: rank 0 is in ...,
-// rank 1 in ...") unless all are equal.
-void CheckTorchCalls(const std::vector<TorchCall>& calls, const TorchCall& mine,
-                     int rank);
+// `calls` holds the ranks' descriptions, by rank (one of kind UNKNOWN: a
+// rank that did not describe its call, left out). "" when they are equal,
+// else what every rank raises: "ringlab: ranks disagree on a collective:
+// rank 0 is in ..., rank 1 in ... (raised on rank `rank`)".
+std::string Disagreement(const std::vector<TorchCall>& calls, int rank);
+// A RuntimeError with the Disagreement unless it is "".
+void CheckTorchCalls(const std::vector<TorchCall>& calls, int rank);
 
 // The name of a reduction as torch spells it ("SUM", "BXOR").
 const char* ReduceOpName(int64_t op);
