@@ -438,6 +438,7 @@ BackendTraits TraitsOf(const std::string& backend) {
       d.conformance.join_deadlines_to_notice_death;
   t.op_deadlines_to_notice_death = d.conformance.op_deadlines_to_notice_death;
   t.allocates = d.registers_memory || d.memory == MemoryKind::kHost;
+  t.reduce_scatter = d.reduce_scatter || d.memory == MemoryKind::kHost;
   t.ranks_are_threads = d.launch == RankLaunch::kThreads;
   t.suite_hosts = d.conformance.suite_hosts;
   t.types = d.types;
@@ -447,6 +448,10 @@ BackendTraits TraitsOf(const std::string& backend) {
 std::string SkipReason(const ConformanceCase& c, const BackendTraits& traits) {
   if (c.needs_allocate && !traits.allocates) {
     return "the backend does not implement Allocate yet";
+  }
+  if (c.needs_reduce_scatter && !traits.reduce_scatter) {
+    return "the backend works on device memory and has no ReduceScatter of "
+           "its own (the front's goes through host memory)";
   }
   if (std::find(traits.types.begin(), traits.types.end(), c.needs_type) ==
       traits.types.end()) {

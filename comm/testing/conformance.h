@@ -58,6 +58,9 @@ struct BackendTraits {
   int op_deadlines_to_notice_death = 0;
   // Communicator::Allocate hands out memory (the device backends do not yet).
   bool allocates = true;
+  // Communicator::ReduceScatter works: the backend's own, or the front's
+  // (host memory only).
+  bool reduce_scatter = true;
   // Ranks are threads of one process (RunThreadRanks): a killed rank is a
   // killed job, so the faults are a rank that leaves instead.
   bool ranks_are_threads = false;
@@ -85,6 +88,9 @@ struct ConformanceCase {
   std::vector<std::string> must_name;
   // Skipped, saying so, for backends whose traits say they do not allocate.
   bool needs_allocate = false;
+  // Skipped, saying so, for backends whose traits say ReduceScatter does not
+  // work (device memory without one of the backend's own).
+  bool needs_reduce_scatter = false;
   // Skipped, saying so, for backends whose description lacks this type.
   DataType needs_type = DataType::kFloat32;
 };

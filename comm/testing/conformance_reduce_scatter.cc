@@ -136,11 +136,13 @@ void ReduceScatterArgumentErrors(Communicator& comm, const BackendTraits&) {
 }  // namespace
 
 std::vector<ConformanceCase> ReduceScatterCases() {
-  return {
+  std::vector<ConformanceCase> cases = {
       {"reduce_scatter_every_type_and_op", 1, ReduceScatterMatchesAllReduce},
       {"reduce_scatter_bus_bytes", 1, ReduceScatterBytesSent},
       {"reduce_scatter_argument_errors", 1, ReduceScatterArgumentErrors},
   };
+  for (ConformanceCase& c : cases) c.needs_reduce_scatter = true;
+  return cases;
 }
 
 std::vector<ConformanceCase> ReduceScatterMismatchCases() {
@@ -157,6 +159,7 @@ std::vector<ConformanceCase> ReduceScatterMismatchCases() {
   // Through AllReduce (BackendDescription::reduce_scatter) the counts named
   // are the whole buffers': "mismatched" is what every backend must say.
   c.must_name.clear();
+  c.needs_reduce_scatter = true;
   return {c};
 }
 
