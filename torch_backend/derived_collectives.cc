@@ -47,6 +47,30 @@ void CheckSameType(const std::vector<at::Tensor>& tensors, const char* what) {
   }
 }
 
+// The root's list of one tensor per rank (gather's outputs, scatter's
+// inputs), each like `like`; a RuntimeError otherwise.
+std::vector<at::Tensor> RootTensors(
+    const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like,
+    int size, const char* what, const char* which) {
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == size,
+              "ringlab: ", what, "'s root needs one tensor per rank in its ",
+              which);
+  for (const at::Tensor& t : lists[0]) {
+    CheckTensor(t, what);
+    TORCH_CHECK(
+        t.scalar_type() == like.scalar_type() && t.sizes() == like.sizes(),
+        "ringlab: ", what, "'s ", which, " must match its tensor");
+  }
+  return lists[0];
+}
+
+// A rank other than the root gives no list (or an empty one).
+void CheckNotRoot(const std::vector<std::vector<at::Tensor>>& lists,
+                  const char* what, const char* which) {
+  TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()),
+              "ringlab: ", what, "'s ", which, " are the root's only");
+}
+
 void CheckRoot(int64_t root, int size, const char* what) {
   TORCH_CHECK(root >= 0 && root < size, "ringlab: ", what, " root ", root,
               " is not a rank of ", size);
@@ -140,19 +164,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::gather(
   const int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> out;
   if (root == getRank()) {
-    TORCH_CHECK(
-        outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
-        "ringlab: gather's root needs one output per rank");
-    out = outputs[0];
-    for (const at::Tensor& o : out) {
-      CheckTensor(o, "gather");
-      TORCH_CHECK(
-          o.scalar_type() == in.scalar_type() && o.sizes() == in.sizes(),
-          "ringlab: gather's outputs must match its input");
-    }
+    out = RootTensors(outputs, in, getSize(), "gather", "outputs");
   } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "ringlab: gather's outputs are the root's only");
+    CheckNotRoot(outputs, "gather", "outputs");
   }
   const TorchCall call{c10d::OpType::GATHER, in.scalar_type(), TorchCall::kNone,
                        in.numel(), opts.rootRank};
@@ -195,19 +209,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRinglab::scatter(
   // part directly.
   std::vector<at::Tensor> parts;
   if (root == getRank()) {
-    TORCH_CHECK(
-        inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
-        "ringlab: scatter's root needs one input per rank");
-    for (const at::Tensor& in : inputs[0]) {
-      CheckTensor(in, "scatter");
-      TORCH_CHECK(
-          in.scalar_type() == out.scalar_type() && in.sizes() == out.sizes(),
-          "ringlab: scatter's inputs must match its output");
-    }
-    parts = inputs[0];
+    parts = RootTensors(inputs, out, getSize(), "scatter", "inputs");
   } else {
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                "ringlab: scatter's inputs are the root's only");
+    CheckNotRoot(inputs, "scatter", "inputs");
   }
   const TorchCall call{c10d::OpType::SCATTER, out.scalar_type(),
                        TorchCall::kNone, out.numel(), root};
