@@ -168,7 +168,9 @@ class ProcessGroupRinglab : public c10d::ProcessGroup {
   };
   // Where a call runs: on the next channel in turn, there once every
   // earlier call's Work has completed (a barrier), or on the channel
-  // whose calls are not announced (their sizes are learnt inside).
+  // whose calls are not announced: alltoall's and the sparse allreduce's
+  // (their sizes are learnt inside), gather's and scatter's (direct
+  // messages on rooted_mail_, which only that channel's thread uses).
   enum class Turn { kNext, kAfterAll, kSizesInside };
   // Queues `run`, which makes `calls` in order, for a channel's thread; its
   // Work completes with `outputs` once it has run (or with its failure, as

@@ -83,16 +83,4 @@ void CheckReducible(at::ScalarType s, c10d::ReduceOp::RedOpType op,
   }
 }
 
-// DDP broadcasts and gathers int64 metadata as words.
-bool CopiedWords(const at::Tensor& t, comm::DataType* type, size_t* count) {
-  if (RingType(t, type)) {
-    *count = static_cast<size_t>(t.numel());
-    return true;
-  }
-  const size_t bytes = t.nbytes();
-  *type = bytes % 4 == 0 ? comm::DataType::kFloat32 : comm::DataType::kFloat16;
-  *count = bytes / comm::DataTypeSize(*type);
-  return bytes % 2 == 0;
-}
-
 }  // namespace ringlab::torch_backend

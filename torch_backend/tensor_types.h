@@ -1,6 +1,6 @@
 // What a torch tensor is to a ringlab communicator: whether its element type
 // is one the communicator reduces (float32, float16, bfloat16) or only bytes
-// it can copy, which torch reductions map onto the communicator's, and the
+// it moves, which torch reductions map onto the communicator's, and the
 // checks gloo makes of a collective's tensors, with gloo's kind of error (a
 // RuntimeError naming the op and the type).
 #ifndef RINGLAB_TORCH_BACKEND_TENSOR_TYPES_H_
@@ -26,10 +26,6 @@ bool RingOp(const c10d::ReduceOp& op, comm::ReduceOp* ring);
 // path); otherwise a RuntimeError, as gloo's, naming `what`, op and type.
 void CheckReducible(at::ScalarType type, c10d::ReduceOp::RedOpType op,
                     const char* what);
-// What a copying collective moves: the tensor's own type where ringlab has
-// it, else its bytes as 4- or 2-byte words; the bits arrive unchanged
-// either way. False for an odd count of bytes.
-bool CopiedWords(const at::Tensor& t, comm::DataType* type, size_t* count);
 
 }  // namespace ringlab::torch_backend
 
