@@ -149,8 +149,10 @@ class Synchronizer {
     HookGradientAccumulators();
   }
 
-  // In place of optimizer.step(), after loss.backward().
-  void Step() {
+  // In place of optimizer.step(), after loss.backward(). before_optimizer
+  // (None or a callable) runs once the gradients are synchronised, before
+  // the optimiser's step: where a DDP loop clips its gradients.
+  void Step(const py::object& before_optimizer) {
     using Clock = std::chrono::steady_clock;
     Clock::duration synchronising{};
     {
@@ -159,6 +161,7 @@ class Synchronizer {
       state_->core->AfterBackward();
       synchronising += Clock::now() - start;
     }
+    if (!before_optimizer.is_none()) before_optimizer();
     optimizer_.attr("step")();
     py::gil_scoped_release release;
     const auto start = Clock::now();
@@ -272,7 +275,10 @@ void BindSynchronizer(py::module_& module) {
       .def(py::init<const py::object&, const py::object&, const std::string&,
                     const py::kwargs&>(),
            py::arg("model"), py::arg("optimizer"), py::arg("sync"))
-      .def("step", &Synchronizer::Step)
+      .def("step", &Synchronizer::Step,
+           py::arg("before_optimizer") = py::none(),
+           "in place of optimizer.step(); before_optimizer() runs between the "
+           "synchronised gradients and the optimiser's step (clip there)")
       .def("evaluated_parameters", &Synchronizer::EvaluatedParameters)
       .def_property_readonly("steps", &Synchronizer::steps)
       .def_property_readonly("last_sync_ms", &Synchronizer::last_sync_ms)
