@@ -297,9 +297,10 @@ def children_cpu_s():
     return usage.ru_utime + usage.ru_stime
 
 
-def execute(argv, deadline_s, log_path):
+def execute(argv, deadline_s, log_path, tick=None):
     """Runs argv in its own session (killed with all its ranks past the deadline); its output
-    goes to log_path. Returns (status, seconds)."""
+    goes to log_path; tick(seconds so far), when given, is called every TICK_S while it runs.
+    Returns (status, seconds)."""
     env = dict(os.environ)
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
     start = time.monotonic()
@@ -312,7 +313,7 @@ def execute(argv, deadline_s, log_path):
         except OSError as e:
             return f"failed: cannot start {argv[0]}: {e.strerror}", 0.0
         try:
-            code = process.wait(timeout=deadline_s)
+            code = _wait(process, start + deadline_s, tick)
         except subprocess.TimeoutExpired:
             stop(process)
             return f"failed: no result after {deadline_s:.0f} s: killed", time.monotonic() - start
@@ -326,6 +327,23 @@ def execute(argv, deadline_s, log_path):
         errors = [line.strip() for line in f if "error" in line.lower()]
     reason = errors[-1].split("error:", 1)[-1].strip()[:160] if errors else f"exit status {code}"
     return f"failed: {reason}", wall
+
+
+TICK_S = 5
+
+
+def _wait(process, deadline, tick):
+    """process's exit status, calling tick(seconds so far) every TICK_S; TimeoutExpired past
+    the deadline (time.monotonic())."""
+    start = time.monotonic()
+    while True:
+        try:
+            return process.wait(timeout=max(0.0, min(TICK_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+            if tick is not None:
+                tick(time.monotonic() - start)
 
 
 def probe_torch():
@@ -359,11 +377,12 @@ def progress(index, total, run):
             f"({run['wall_s']:.0f} s)")
 
 
-def probe_hosts(on_hosts):
-    """None when emulated hosts can be made here, else why not (one line)."""
+def probe_hosts(on_hosts, link="1gbit"):
+    """None when emulated hosts joined by links of this rate can be made here, else why not
+    (one line)."""
     if not on_hosts or not os.access(on_hosts, os.X_OK):
         return "no --on_hosts binary"
-    result = subprocess.run([on_hosts, "--nprocs=2", "--hosts=2", "--link=1gbit", "--",
+    result = subprocess.run([on_hosts, "--nprocs=2", "--hosts=2", f"--link={link}", "--",
                              "/bin/true"], capture_output=True, text=True, timeout=60)
     if result.returncode == 0:
         return None
@@ -557,20 +576,28 @@ def main(argv=None):
     args.registered = registered_syncs(args.train) if not args.report_only else {}
     if not args.report_only:
         check_syncs(plan(args.mode, args.links, args.epochs, args.registered), args.registered)
+    commands = [command(run, args, os.path.join(out, "runs", run["name"]))
+                for run in plan(args.mode, args.links, args.epochs, args.registered)]
+    return drive(args, out, commands, run_all, report.build, report.ReportError)
+
+
+def drive(args, out, commands, run_all_runs, build_report, report_error):
+    """What every experiment driver does once its flags are checked: --dry_run prints the
+    commands; else the runs run (unless --report_only) and the report is written. Returns the
+    exit status: 1 when a run failed."""
     if args.dry_run:
-        for run in plan(args.mode, args.links, args.epochs, args.registered):
-            print(" ".join(shlex.quote(a) for a in command(
-                run, args, os.path.join(out, "runs", run["name"]))))
+        for argv in commands:
+            print(" ".join(shlex.quote(a) for a in argv))
         return 0
     if not args.report_only:
         try:
             os.makedirs(out, exist_ok=True)
         except OSError as e:
             fail(f"--out_dir={out} cannot be made: {e.strerror}")
-        run_all(args, out)
+        run_all_runs(args, out)
     try:
-        runs = report.build(out)
-    except report.ReportError as e:
+        runs = build_report(out)
+    except report_error as e:
         fail(str(e))
     print(f"wrote {out}/report.md, results.csv and the plots")
     return 1 if any(r["status"].startswith("failed") for r in runs) else 0

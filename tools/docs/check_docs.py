@@ -118,8 +118,12 @@ def check_command(words, helps, aliases, where, problems):
         if len(words) > 2 and words[1] == "run":
             targets = [w for w in words if re.fullmatch(r"//[A-Za-z0-9_/:.\-]*", w)]
             rest = words[words.index("--") + 1:] if "--" in words else []
+            command = []
+            if "--" in rest:  # compare [flags] -- COMMAND: the command is checked as its own
+                rest, command = rest[:rest.index("--")], rest[rest.index("--") + 1:]
             if targets:
                 check_flags(rest, label_of(targets[0], aliases), helps, where, problems)
+            check_command(command, helps, aliases, where, problems)
         return
     if first.startswith("bazel-bin/"):
         label = label_of("//" + os.path.dirname(first[len("bazel-bin/"):]) + ":" +
