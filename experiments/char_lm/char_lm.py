@@ -40,7 +40,8 @@ for path in (HERE, EXPERIMENTS, os.path.join(EXPERIMENTS, "fashion_mnist")):
 
 import char_lm_report  # noqa: E402
 import cli_errors  # noqa: E402
-import fashion_mnist as fm  # noqa: E402  (its run execution, probes and link sweeps)
+import fashion_mnist as fm  # noqa: E402  (its link sweeps)
+import run_driver  # noqa: E402
 import text_data  # noqa: E402
 from cli_errors import fail  # noqa: E402
 
@@ -134,7 +135,7 @@ def run_one(index, total, run, args, runs_dir):
         run["status"], run["wall_s"] = f"skipped: {args.hosts_missing}", None
     else:
         log = os.path.join(run_dir, "log.txt")
-        run["status"], run["wall_s"] = fm.execute(
+        run["status"], run["wall_s"] = run_driver.execute(
             argv, 120 + 2 * run["steps"], log, Progress(f"[{index}/{total}] {run['label']}:", log))
     run["load_after"] = round(os.getloadavg()[0], 2)
     with open(os.path.join(run_dir, "run.json"), "w") as f:
@@ -145,12 +146,12 @@ def run_one(index, total, run, args, runs_dir):
 def run_all(args, out):
     runs = plan(args.mode, args.links, args.steps)
     links = list(dict.fromkeys(r["link"] for r in runs))
-    torch_version, torch_missing = fm.probe_torch()
+    torch_version, torch_missing = run_driver.probe_torch()
     if torch_missing:
         fail(f"torch does not import with /usr/bin/python3 ({torch_missing}): "
              f"tools/setup.sh installs python3-torch")
-    args.hosts_missing = fm.probe_hosts(args.on_hosts)
-    cpu_model, cores = fm.machine()
+    args.hosts_missing = run_driver.probe_hosts(args.on_hosts)
+    cpu_model, cores = run_driver.machine()
     started = time.monotonic()
     invocation = {"mode": args.mode, "links": links, "steps": runs[0]["steps"],
                   "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -207,7 +208,7 @@ def parse_args(argv=None):
         cli_errors.int_in_range("--steps", args.steps, 1, 100000)
     cli_errors.positive_finite("--timeout", args.timeout, 86400)
     if args.links is not None:
-        args.links = fm.parse_links(args.links)
+        args.links = run_driver.parse_links(args.links)
         if not args.links:
             fail("--links: at least one link rate is needed")
     args.out_dir = cli_errors.output_dir("--out_dir", args.out_dir)
@@ -229,12 +230,12 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    signal.signal(signal.SIGTERM, fm._terminate)
+    signal.signal(signal.SIGTERM, run_driver.stop_on_signal)
     args = parse_args(argv)
     out = args.out_dir
     commands = [command(run, args, os.path.join(out, "runs", run["name"]))
                 for run in plan(args.mode, args.links, args.steps)]
-    return fm.drive(args, out, commands, run_all, char_lm_report.build,
+    return run_driver.drive(args, out, commands, run_all, char_lm_report.build,
                     char_lm_report.ReportError)
 
 

@@ -26,13 +26,13 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPERIMENTS = os.path.dirname(HERE)
-for path in (HERE, EXPERIMENTS, os.path.join(EXPERIMENTS, "fashion_mnist")):
+for path in (HERE, EXPERIMENTS):
     if path not in sys.path:
         sys.path.append(path)
 
 import cli_errors  # noqa: E402
 import compare_report  # noqa: E402
-import fashion_mnist as fm  # noqa: E402  (its run execution and probes)
+import run_driver  # noqa: E402
 import ringlab_compare  # noqa: E402
 from cli_errors import fail  # noqa: E402
 
@@ -160,7 +160,7 @@ def run_one(args, sync, index, total):
     os.makedirs(run_dir)
     argv = run_argv(args, sync, run_dir)
     log = os.path.join(run_dir, "log.txt")
-    status, wall = fm.execute(argv, args.timeout, log)
+    status, wall = run_driver.execute(argv, args.timeout, log)
     run = dict(sync=sync, options=args.options[sync], link=args.link, hosts=args.hosts,
                status=status, wall_s=wall, order=index,
                command=" ".join(shlex.quote(a) for a in argv))
@@ -177,9 +177,9 @@ def run_one(args, sync, index, total):
 
 
 def main(argv=None):
-    signal.signal(signal.SIGTERM, fm._terminate)
+    signal.signal(signal.SIGTERM, run_driver.stop_on_signal)
     args = parse_args(argv)
-    why = fm.probe_hosts(args.on_hosts, args.link)
+    why = run_driver.probe_hosts(args.on_hosts, args.link)
     if why:
         fail(f"--link={args.link}: no emulated hosts with this link ({why})")
     workdir = os.environ.get("BUILD_WORKING_DIRECTORY")

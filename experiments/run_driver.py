@@ -1,0 +1,156 @@
+"""What every experiment driver does with its runs (fashion_mnist, char_lm, compare): each run in
+a session of its own, killed with all its ranks past its deadline, its output in a log and its
+failure as one line; the probes of the machine (torch, emulated hosts, the CPU); the --links
+parser; and the end of a driver's main (--dry_run, the runs, the report).
+
+The drivers import it by path (their directory's parent), as cli_errors.
+"""
+
+import os
+import re
+import resource
+import shlex
+import signal
+import subprocess
+import time
+
+from cli_errors import fail
+
+
+def stop(process, grace_s=10):
+    """Ends a run and all its ranks: SIGTERM first, which mpirun forwards to ranks it started in
+    process groups of their own, then SIGKILL to the run's group."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace_s)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def children_cpu_s():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def execute(argv, deadline_s, log_path, tick=None):
+    """Runs argv in its own session (killed with all its ranks past the deadline); its output
+    goes to log_path; tick(seconds so far), when given, is called every TICK_S while it runs.
+    Returns (status, seconds)."""
+    env = dict(os.environ)
+    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    start = time.monotonic()
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
+        log.flush()
+        try:
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                       start_new_session=True)
+        except OSError as e:
+            return f"failed: cannot start {argv[0]}: {e.strerror}", 0.0
+        try:
+            code = _wait(process, start + deadline_s, tick)
+        except subprocess.TimeoutExpired:
+            stop(process)
+            return f"failed: no result after {deadline_s:.0f} s: killed", time.monotonic() - start
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): no rank outlives the driver
+            stop(process)
+            raise
+    wall = time.monotonic() - start
+    if code == 0:
+        return "ok", wall
+    with open(log_path, errors="replace") as f:
+        errors = [line.strip() for line in f if "error" in line.lower()]
+    reason = errors[-1].split("error:", 1)[-1].strip()[:160] if errors else f"exit status {code}"
+    return f"failed: {reason}", wall
+
+
+TICK_S = 5
+
+
+def _wait(process, deadline, tick):
+    """process's exit status, calling tick(seconds so far) every TICK_S; TimeoutExpired past
+    the deadline (time.monotonic())."""
+    start = time.monotonic()
+    while True:
+        try:
+            return process.wait(timeout=max(0.0, min(TICK_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+            if tick is not None:
+                tick(time.monotonic() - start)
+
+
+def probe_torch():
+    """(torch version, None) or (None, why it does not import)."""
+    result = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+                            capture_output=True, text=True)
+    if result.returncode == 0:
+        return result.stdout.strip(), None
+    lines = (result.stderr.strip() or "no output").splitlines()
+    return None, lines[-1][:160]
+
+
+def machine():
+    model = "unknown CPU"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return model, os.cpu_count()
+
+
+def probe_hosts(on_hosts, link="1gbit"):
+    """None when emulated hosts joined by links of this rate can be made here, else why not
+    (one line)."""
+    if not on_hosts or not os.access(on_hosts, os.X_OK):
+        return "no --on_hosts binary"
+    result = subprocess.run([on_hosts, "--nprocs=2", "--hosts=2", f"--link={link}", "--",
+                             "/bin/true"], capture_output=True, text=True, timeout=60)
+    if result.returncode == 0:
+        return None
+    lines = (result.stderr.strip() or f"exit status {result.returncode}").splitlines()
+    return lines[-1].split("error:", 1)[-1].strip()[:160]
+
+
+def stop_on_signal(signum, frame):
+    raise SystemExit(f"error: stopped by signal {signum}")
+
+
+def parse_links(text):
+    """--links as a list of rates ([] for none), or fails."""
+    links = [link for link in text.split(",") if link and link != "none"]
+    for link in links:
+        if link != "unlimited" and not re.fullmatch(r"[0-9]+(\.[0-9]+)?[kmgt]bit", link):
+            fail(f"--links: '{link}' is not unlimited or a rate such as 1gbit or 2.5gbit")
+    return links
+
+
+def drive(args, out, commands, run_all_runs, build_report, report_error):
+    """What every experiment driver does once its flags are checked: --dry_run prints the
+    commands; else the runs run (unless --report_only) and the report is written. Returns the
+    exit status: 1 when a run failed."""
+    if args.dry_run:
+        for argv in commands:
+            print(" ".join(shlex.quote(a) for a in argv))
+        return 0
+    if not args.report_only:
+        try:
+            os.makedirs(out, exist_ok=True)
+        except OSError as e:
+            fail(f"--out_dir={out} cannot be made: {e.strerror}")
+        run_all_runs(args, out)
+    try:
+        runs = build_report(out)
+    except report_error as e:
+        fail(str(e))
+    print(f"wrote {out}/report.md, results.csv and the plots")
+    return 1 if any(r["status"].startswith("failed") for r in runs) else 0
