@@ -117,11 +117,11 @@ class Progress:
         self.last = seconds
         try:
             with open(self.log_path, errors="replace") as f:
-                lines = [l.strip() for l in f if l.startswith("progress:")]
+                lines = [l.split("progress:", 1)[1].strip() for l in f if "progress:" in l]
         except OSError:
             return
         if lines:
-            print(f"{self.prefix} {lines[-1][len('progress: '):]}", flush=True)
+            print(f"{self.prefix} {lines[-1]}", flush=True)
 
 
 def run_one(index, total, run, args, runs_dir):
@@ -231,6 +231,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     signal.signal(signal.SIGTERM, run_driver.stop_on_signal)
+    if os.environ.get("BUILD_WORKING_DIRECTORY"):  # bazel run: paths as the user typed them
+        os.chdir(os.environ["BUILD_WORKING_DIRECTORY"])
     args = parse_args(argv)
     out = args.out_dir
     commands = [command(run, args, os.path.join(out, "runs", run["name"]))

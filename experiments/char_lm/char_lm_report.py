@@ -14,10 +14,11 @@ import statistics
 
 import links as fm_links  # experiments/fashion_mnist/links.py: the cost model's link fits
 
-# The validation loss a run must reach, unless its run.json names another (--quick's 2.2). At 1.8
-# nats per character the small model's samples are mostly real words in the Bible's verse form
-# (see each run's sample.txt); allreduce reaches it in the second half of the default run, so
-# that every synchroniser's pace shows.
+# The validation loss a run must reach, unless its run.json names another (--quick's 2.2). By 1.8
+# nats per character the small model's samples have the Bible's verse layout and its common short
+# words (and, the, of, which) spelled right, though not yet its longer ones (see each run's
+# sample.txt); allreduce reaches it in the second half of the default run, so that every
+# synchroniser's pace shows.
 TARGET = 1.8
 WARMUP_STEPS = 10  # steps left out of the step-time means: allocation, bucket rebuilding
 HOSTS, RANKS = 2, 2

@@ -55,7 +55,7 @@ class BatchesTest(unittest.TestCase):
     def corpus(self):
         letters = random.Random(0)  # windows of 16 random letters: no two alike
         return text_data.Corpus(torch, "".join(letters.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-                                               for _ in range(40000)))
+                                               for _ in range(100000)))
 
     def test_ranks_draw_disjoint_windows_as_distributed_sampler_does(self):
         corpus = self.corpus()
@@ -77,6 +77,16 @@ class BatchesTest(unittest.TestCase):
         first_a, first_b, first_c = next(a), next(b), next(c)
         self.assertTrue(torch.equal(first_a[1], first_b[1]))
         self.assertFalse(torch.equal(first_a[1], first_c[1]))
+
+    def test_validation_spreads_over_the_whole_text(self):
+        corpus = self.corpus()
+        available = text_data.windows(corpus.valid, 16)
+        batches = text_data.validation_batches(torch, corpus, 16, 4, batch_size=3)
+        self.assertEqual([tuple(x.shape) for x, _ in batches], [(3, 16), (1, 16)])
+        stride = available // 4
+        last = text_data.window(corpus.valid, 16, 3 * stride)[0]
+        self.assertTrue(torch.equal(batches[1][0][0], last))
+        self.assertGreater(3 * stride, available // 2)  # not only the first windows
 
     def test_epochs_follow_each_other(self):
         corpus = text_data.Corpus(torch, "ab" * 200)
@@ -145,6 +155,15 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(len(char_lm.plan("standard", ["10gbit"])), 6)
         self.assertEqual(char_lm.plan("standard", ["2.5gbit"], 7)[0]["name"],
                          "2_5gbit_pytorch_ddp")
+
+    def test_the_ringlab_front_needs_two_ranks(self):
+        result = subprocess.run([sys.executable, os.path.join(HERE, "char_lm_train.py"),
+                                 "--out_dir=/tmp", "--front=ringlab", "--sync=allreduce",
+                                 "--nprocs=1"], capture_output=True, text=True, timeout=60,
+                                env={k: v for k, v in os.environ.items() if k != "WORLD_SIZE"})
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr.strip(),
+                         "error: --front=ringlab needs at least 2 ranks (--nprocs or a launcher)")
 
     def test_bad_input_is_one_error_line(self):
         for argv, fragment in ((["--steps=0"], "--steps=0 is not in"),

@@ -107,6 +107,8 @@ def parse_args(argv):
                          "--front=ringlab runs ringlab's synchronisers")
     if args.front == "ringlab":
         args.backend = "ringlab"
+        if args.nprocs < 2 and "WORLD_SIZE" not in os.environ:
+            raise UsageError("--front=ringlab needs at least 2 ranks (--nprocs or a launcher)")
     if args.ringlab_torch:
         if not os.path.isfile(os.path.join(args.ringlab_torch, "ringlab_torch.so")):
             raise UsageError(f"--ringlab_torch={args.ringlab_torch} holds no ringlab_torch.so")
@@ -293,8 +295,11 @@ def write_outputs(args, world, corpus, scratch, wall, torch_version):
     for name in ("eval.csv", "sample.txt"):
         with open(os.path.join(scratch, name)) as f:
             files[name] = f.read()
-    shutil.rmtree(os.path.join(args.out_dir, "final"), ignore_errors=True)
-    shutil.copytree(os.path.join(scratch, "final"), os.path.join(args.out_dir, "final"))
+    final, staged = os.path.join(args.out_dir, "final"), os.path.join(args.out_dir, ".final.tmp")
+    shutil.rmtree(staged, ignore_errors=True)
+    shutil.copytree(os.path.join(scratch, "final"), staged)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(staged, final)  # the parameters whole, or the earlier ones
     for name, text in files.items():
         tmp = os.path.join(args.out_dir, f".{name}.tmp")
         with open(tmp, "w") as f:
@@ -327,11 +332,15 @@ def spawn_ranks(args, argv):
     status = 0
     for child in children:
         try:
-            status = status or child.wait(timeout=max(1, deadline - time.monotonic()))
+            code = child.wait(timeout=max(1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             for c in children:
                 c.kill()
-            raise RuntimeError("the ranks did not finish in time: killed") from None
+                c.wait()
+            print(f"error: the ranks did not finish within {args.timeout + args.steps * 10:.0f}"
+                  f" s: killed", file=sys.stderr)
+            return 1
+        status = status or (1 if code < 0 else code)  # killed by a signal: 1
     return status
 
 
@@ -340,16 +349,20 @@ def main(argv=None):
     try:
         args = parse_args(argv)
         launched = launched_rank()
+        corpus_text = text_data.read_text()  # here, before any rank: a missing text is one line
         if launched is None and args.nprocs > 1:
             return spawn_ranks(args, argv)
         rank, world = launched or (0, 1)
-        corpus_text = text_data.read_text()
+        if world < 2 and args.front == "ringlab":
+            raise UsageError("--front=ringlab needs at least 2 ranks")
         import torch
         corpus = text_data.Corpus(torch, corpus_text)
     except (UsageError, text_data.DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     scratch = os.path.join(args.out_dir, ".char_lm_ranks")
+    if rank == 0:  # an earlier crashed run's files must not leak into this one's
+        shutil.rmtree(os.path.join(scratch, "final"), ignore_errors=True)
     os.makedirs(scratch, exist_ok=True)
     t0 = time.perf_counter()
     train_rank(rank, world, corpus, scratch, args)

@@ -14,7 +14,7 @@ tenth; gradients are clipped to a global norm before each step.
 import math
 
 # name: (n_layer, n_head, n_embd, block_size). The parameter counts are for the Bible's
-# vocabulary (74 characters).
+# vocabulary (73 characters).
 CONFIGS = {
     "tiny": (2, 2, 64, 64),      # 0.11M: tests
     "small": (3, 4, 128, 64),    # 0.61M: the default, minutes on 2 cores

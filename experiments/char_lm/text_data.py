@@ -10,8 +10,8 @@ that both sides hold every book's style (a last-10% split would validate on Reve
 
 Training examples are the train text's non-overlapping windows of block_size + 1 characters
 (inputs and next-character targets); a DistributedSampler over their indices (seed, shuffle,
-set_epoch) gives each rank its examples, in batches of batch_size per rank. Validation is the
-first eval_windows windows of the validation text, the same on every run.
+set_epoch) gives each rank its examples, in batches of batch_size per rank. Validation is
+eval_windows windows spread evenly over the validation text, the same on every run.
 """
 
 import hashlib
@@ -119,10 +119,12 @@ def batches(torch, corpus, block_size, batch_size, rank, world_size, seed):
 
 
 def validation_batches(torch, corpus, block_size, eval_windows, batch_size):
-    """The validation set: the first eval_windows windows of the validation text, as
-    (x, y) batches of batch_size."""
-    count = min(eval_windows, windows(corpus.valid, block_size))
-    pairs = [window(corpus.valid, block_size, i) for i in range(count)]
+    """The validation set: eval_windows windows spread evenly over the validation text (every
+    book, not only the first), as (x, y) batches of batch_size."""
+    available = windows(corpus.valid, block_size)
+    count = min(eval_windows, available)
+    stride = available // count
+    pairs = [window(corpus.valid, block_size, i * stride) for i in range(count)]
     return [(torch.stack([x for x, _ in pairs[b:b + batch_size]]),
              torch.stack([y for _, y in pairs[b:b + batch_size]]))
             for b in range(0, count, batch_size)]

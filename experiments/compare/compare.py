@@ -178,13 +178,12 @@ def run_one(args, sync, index, total):
 
 def main(argv=None):
     signal.signal(signal.SIGTERM, run_driver.stop_on_signal)
+    if os.environ.get("BUILD_WORKING_DIRECTORY"):  # bazel run: paths as the user typed them
+        os.chdir(os.environ["BUILD_WORKING_DIRECTORY"])
     args = parse_args(argv)
     why = run_driver.probe_hosts(args.on_hosts, args.link)
     if why:
         fail(f"--link={args.link}: no emulated hosts with this link ({why})")
-    workdir = os.environ.get("BUILD_WORKING_DIRECTORY")
-    if workdir:
-        os.chdir(workdir)  # the script's own relative paths, as the user typed them
     os.makedirs(os.path.join(args.out_dir, "runs"), exist_ok=True)
     for index, sync in enumerate(args.syncs, start=1):
         run_one(args, sync, index, len(args.syncs))

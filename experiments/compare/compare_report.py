@@ -44,8 +44,9 @@ def summarise(run_dir, target=None, target_metric=False, higher_is_better=False)
     loss = smoothed([r["loss"] for r in rows])
     metrics = [(r["wall_s"], r["metric"]) for r in rows if not math.isnan(r["metric"])]
     sent = rows[-1]["bytes_sent"]
-    if math.isnan(sent) and model.get("parameters"):  # PyTorch DDP: its gradients
-        sent, nominal = 4.0 * model["parameters"] * len(rows), True
+    if math.isnan(sent) and model.get("parameters"):  # PyTorch DDP: a ring over its gradients
+        world = model.get("world_size", 2)
+        sent, nominal = 4.0 * model["parameters"] * 2 * (world - 1) / world * len(rows), True
     else:
         nominal = False
     reached = None
@@ -102,6 +103,13 @@ def fastest(runs, args):
     return line + "."
 
 
+def sent_series(s):
+    """MB sent by each logged step: as logged, or PyTorch DDP's nominal bytes step by step."""
+    if s["nominal_bytes"]:
+        return [s["bytes_per_step"] * (i + 1) / 1e6 for i in range(s["steps"])]
+    return [r["bytes_sent"] / 1e6 for r in s["rows"]]
+
+
 def plots(out, runs):
     try:
         import matplotlib
@@ -115,8 +123,7 @@ def plots(out, runs):
         panels.append(("metric_vs_wall", "wall-clock seconds since wrap()", "metric",
                        lambda s: ([w for w, _ in s["metrics"]], [v for _, v in s["metrics"]])))
     panels.append(("loss_vs_bytes", "MB sent per rank (†: the gradients' bytes)", "loss",
-                   lambda s: ([s["bytes_per_step"] * (i + 1) / 1e6 for i in range(s["steps"])],
-                              s["loss"])))
+                   lambda s: (sent_series(s), s["loss"])))
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
     for ax, (name, xlabel, ylabel, series) in zip(axes[0], panels):
         for run in runs:
@@ -155,7 +162,8 @@ def build(out, args):
              fastest(runs, args), ""] + table(runs, args) + [
              "", "Seconds are rank 0's from wrap() to its last log() call: the script's whole "
              "loop, its own evaluation included. † PyTorch DDP's bytes are its gradients', 4 "
-             "bytes per parameter per step (gloo does not count them).", ""] + plots(out, runs)
+             "bytes per parameter per step through a ring, 2(N-1)/N of them per rank (gloo does not "
+             "count them).", ""] + plots(out, runs)
     lines += ["", "## Runs", "", "Paths as in the checkout; OUT is this report's folder.", ""]
     lines += [f"- {r['sync']}: `{short_command(r['command'], out)}`" for r in runs]
     with open(os.path.join(out, "report.md"), "w") as f:

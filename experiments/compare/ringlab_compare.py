@@ -68,6 +68,9 @@ def _options(text):
 
 def wrap(model, optimizer, before_step=None):
     """(the model to run forward on, the optimiser whose step() synchronises and steps)."""
+    if before_step is not None and not callable(before_step):
+        raise TypeError("ringlab_compare.wrap: before_step must be a function (lambda: ...), "
+                        f"not {type(before_step).__name__}")
     sync_name = os.environ.get(SYNC_VARIABLE)
     if not sync_name:
         return model, optimizer
@@ -88,7 +91,8 @@ def wrap(model, optimizer, before_step=None):
     out = os.environ[OUT_VARIABLE]
     if rank == 0:  # what the report needs of the model: PyTorch DDP's bytes per step
         with open(os.path.join(out, "model.json"), "w") as f:
-            json.dump({"parameters": sum(p.numel() for p in model.parameters()),
+            json.dump({"parameters": sum(p.numel() for p in model.parameters()
+                                         if p.requires_grad),
                        "world_size": world}, f)
     path = os.path.join(out, f"log_rank{rank}.csv")
     with open(path, "w") as f:
