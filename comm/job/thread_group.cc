@@ -203,6 +203,9 @@ void ThreadGroup::Arrive(int rank, const std::string& what,
   for (int q = 0; q < world_size_; ++q) {
     while (arrived_[q].load(std::memory_order_acquire) < mine) {
       if (left_[q].load(std::memory_order_acquire)) {
+        // q may have arrived and left since the load above: its arrival is
+        // stored before its leaving, so it is visible now.
+        if (arrived_[q].load(std::memory_order_acquire) >= mine) break;
         throw CommError(Error("rank " + std::to_string(q) +
                               " left (its communicator was destroyed) while "
                               "rank " +
