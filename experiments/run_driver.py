@@ -6,6 +6,7 @@ parser; and the end of a driver's main (--dry_run, the runs, the report).
 The drivers import it by path (their directory's parent), as cli_errors.
 """
 
+import json
 import os
 import re
 import resource
@@ -132,6 +133,22 @@ def parse_links(text):
         if link != "unlimited" and not re.fullmatch(r"[0-9]+(\.[0-9]+)?[kmgt]bit", link):
             fail(f"--links: '{link}' is not unlimited or a rate such as 1gbit or 2.5gbit")
     return links
+
+
+def short_command(command, out):
+    """A run's command with the runfiles' paths as the checkout's and the output folder as OUT:
+    what another machine runs, without this one's paths."""
+    command = re.sub(r"/[^\s:=]*?\.runfiles/ringlab/", "", command)
+    return command.replace(os.path.abspath(out), "OUT")
+
+
+def write_invocation(out, invocation, started):
+    """<out>/invocation.json: the invocation with its duration (since time.monotonic()'s
+    started) and the load after the runs."""
+    invocation["duration_s"] = time.monotonic() - started
+    invocation["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    with open(os.path.join(out, "invocation.json"), "w") as f:
+        json.dump(invocation, f, indent=2)
 
 
 def drive(args, out, commands, run_all_runs, build_report, report_error):

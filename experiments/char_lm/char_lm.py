@@ -167,10 +167,7 @@ def run_all(args, out):
     for index, run in enumerate(runs, start=1):
         run["order"] = index
         run_one(index, len(runs), run, args, runs_dir)
-    invocation["duration_s"] = time.monotonic() - started
-    invocation["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    with open(os.path.join(out, "invocation.json"), "w") as f:
-        json.dump(invocation, f, indent=2)
+    run_driver.write_invocation(out, invocation, started)
 
 
 def parser():

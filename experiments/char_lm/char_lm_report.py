@@ -9,9 +9,9 @@ import csv
 import json
 import math
 import os
-import re
 import statistics
 
+import run_driver  # experiments/run_driver.py
 import links as fm_links  # experiments/fashion_mnist/links.py: the cost model's link fits
 
 # The validation loss a run must reach, unless its run.json names another (--quick's 2.2). By 1.8
@@ -229,13 +229,6 @@ def load_runs(out):
     return sorted(runs, key=lambda r: r.get("order", 0))
 
 
-def short_command(command, out):
-    """A run's command with the runfiles' paths as the checkout's and the output folder as OUT:
-    what another machine runs, without this one's paths."""
-    command = re.sub(r"/[^\s:=]*?\.runfiles/ringlab/", "", command)
-    return command.replace(os.path.abspath(out), "OUT")
-
-
 def results_csv(out, runs):
     with open(os.path.join(out, "results.csv"), "w") as f:
         f.write("link,run,sync,status,final_val_loss,seconds_to_target,steps_to_target,"
@@ -289,7 +282,7 @@ def build(out):
         lines += ["", f"## What the model writes ({sample['label']}, prompt \"And God said\")",
                   "", "```", sample["stats"]["sample"].rstrip(), "```"]
     lines += ["", "## Runs", "", "Paths as in the checkout; OUT is this report's folder.", ""]
-    lines += [f"- {r['name']}: {r['status']}: `{short_command(r.get('command', ''), out)}`"
+    lines += [f"- {r['name']}: {r['status']}: `{run_driver.short_command(r.get('command', ''), out)}`"
               for r in runs]
     lines += [f"- note: {n}" for n in inv.get("notes", [])]
     with open(os.path.join(out, "report.md"), "w") as f:

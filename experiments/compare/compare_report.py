@@ -11,8 +11,9 @@ import csv
 import json
 import math
 import os
-import re
 import statistics
+
+import run_driver  # experiments/run_driver.py
 
 SMOOTH = 20  # logged steps in the running mean of the loss
 
@@ -141,13 +142,6 @@ def plots(out, runs):
     return ["![loss and metric against wall-clock and bytes](compare.png)"]
 
 
-def short_command(command, out):
-    """A run's command with the runfiles' paths as the checkout's and the output folder as OUT:
-    what another machine runs, without this one's paths."""
-    command = re.sub(r"/[^\s:=]*?\.runfiles/ringlab/", "", command)
-    return command.replace(os.path.abspath(out), "OUT")
-
-
 def build(out, args):
     runs = []
     for sync in args.syncs:
@@ -165,7 +159,7 @@ def build(out, args):
              "bytes per parameter per step through a ring, 2(N-1)/N of them per rank (gloo does not "
              "count them).", ""] + plots(out, runs)
     lines += ["", "## Runs", "", "Paths as in the checkout; OUT is this report's folder.", ""]
-    lines += [f"- {r['sync']}: `{short_command(r['command'], out)}`" for r in runs]
+    lines += [f"- {r['sync']}: `{run_driver.short_command(r['command'], out)}`" for r in runs]
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(out, "results.csv"), "w") as f:

@@ -51,7 +51,7 @@ import cli_errors  # noqa: E402
 import report  # noqa: E402
 from cli_errors import fail  # noqa: E402
 from run_driver import (children_cpu_s, drive, execute, machine, parse_links,  # noqa: E402
-                        probe_hosts, probe_torch, stop_on_signal)
+                        probe_hosts, probe_torch, stop_on_signal, write_invocation)
 
 DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
@@ -359,10 +359,7 @@ def run_all(args, out):
             except analysis.AnalysisError as e:
                 run["status"] = f"failed: {e}"
         print(progress(index, len(runs), run), flush=True)
-    invocation["duration_s"] = time.monotonic() - started
-    invocation["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    with open(os.path.join(out, "invocation.json"), "w") as f:
-        json.dump(invocation, f, indent=2)
+    write_invocation(out, invocation, started)
 
 
 def parser():
