@@ -38,10 +38,11 @@ class CompressorHook : public CommHook {
       float* const e = error_.data() + bucket.begin;
       for (size_t i = 0; i < count; ++i) x[i] += e[i];
     }
-    // Each bucket's wire at the offset of its first gradient's, so that no
-    // bucket waits for another's buffer.
-    char* const wire =
-        wire_ + compressor_->WireCount(bucket.begin) * element_bytes_;
+    // One bucket at a time (the reducer's one thread, blocking collectives):
+    // every bucket's wire at the start of the buffer, which holds the
+    // largest (WireCount grows with the count; a per-bucket offset would not
+    // fit where each bucket's wire has a header or rounds up).
+    char* const wire = wire_;
     const size_t wire_count = compressor_->WireCount(count);
     compressor_->Encode(x, count, world, wire);
     if (!error_.empty()) Remember(wire, x, count, world, bucket.begin);
@@ -68,9 +69,11 @@ class CompressorHook : public CommHook {
   }
 
   std::vector<SyncTensor> state() override {
-    if (error_.empty()) return {};
-    return {{"compressor_error", &error_}};
+    std::vector<SyncTensor> tensors = compressor_->state();
+    if (!error_.empty()) tensors.push_back({"compressor_error", &error_});
+    return tensors;
   }
+  void Restored() override { compressor_->Restored(); }
 
  private:
   // The memory becomes what this rank's own wire does not say of x.

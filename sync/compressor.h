@@ -13,6 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "sync/comm_hooks.h"
@@ -42,6 +45,38 @@ class Compressor {
   // the world size after).
   virtual void Decode(const void* wire, size_t count, int world_size,
                       float* grads) = 0;
+  // What a resumed run needs to encode as the uninterrupted one would (the
+  // count behind its random draws); Restored after it was read back.
+  virtual std::vector<SyncTensor> state() { return {}; }
+  virtual void Restored() {}
+};
+
+// The seeds of a compressor that draws (random-k's indices, QSGD's rounding):
+// one fresh torch generator per bucket encoded, seeded with
+// seed + (buckets encoded before) * stride + offset, mod 2^32, so that a
+// PyTorch reference draws the same with
+// torch.Generator().manual_seed(...), and a resumed run as the uninterrupted
+// one (the count is checkpoint state under `name`).
+class EncodeSeeds {
+ public:
+  EncodeSeeds(std::string name, int64_t seed, uint64_t stride,
+              uint64_t offset)
+      : name_(std::move(name)),
+        seed_(static_cast<uint64_t>(seed)),
+        stride_(stride),
+        offset_(offset) {}
+  uint64_t Next() { return (seed_ + count_++ * stride_ + offset_) & 0xffffffffu; }
+  std::vector<SyncTensor> state() {
+    PutCount(count_, counter_.data());
+    return {{name_, &counter_}};
+  }
+  void Restored() { count_ = GetCount(counter_.data()); }
+
+ private:
+  const std::string name_;
+  const uint64_t seed_, stride_, offset_;
+  uint64_t count_ = 0;
+  std::vector<float> counter_ = std::vector<float>(2, 0.0f);
 };
 
 // A DDP hook from a compressor: per bucket, with error feedback the memory

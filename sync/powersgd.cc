@@ -229,19 +229,6 @@ BucketPlan PlanBucket(const Bucket& bucket, const PowerSgdOptions& options) {
   return plan;
 }
 
-// Exact integers below 2^48 as two floats (checkpoints hold float tensors).
-void PutCount(uint64_t v, float* out) {
-  out[0] = static_cast<float>(v & 0xffffff);
-  out[1] = static_cast<float>(v >> 24);
-}
-uint64_t GetCount(const float* in) {
-  return static_cast<uint64_t>(in[0]) | (static_cast<uint64_t>(in[1]) << 24);
-}
-
-}  // namespace
-
-namespace {
-
 class PowerSgdHook : public CommHook {
  public:
   PowerSgdHook(std::vector<Bucket> buckets, const PowerSgdOptions& options)

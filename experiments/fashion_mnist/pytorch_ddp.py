@@ -70,6 +70,7 @@ if os.path.dirname(HERE) not in sys.path:
     sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
 
 import cli_errors  # noqa: E402
+from pytorch_compressors import COMPRESSORS, parse_options  # noqa: E402
 from pytorch_syncs import synchronise  # noqa: E402
 from ringlab_front import (EvaluatedSwap, front_columns, ringlab_synchronizer,  # noqa: E402
                            save_final)
@@ -360,8 +361,9 @@ def write_outputs(args, scratch, wall, torch_version):
         os.replace(tmp, os.path.join(args.out_dir, name))
 
 
-# The synchronisers this program runs as PyTorch does.
-PYTORCH_SYNCS = ("ddp", "fp16", "powersgd", "post_local_sgd", "diloco")
+# The synchronisers this program runs as PyTorch does, and the compressors it runs as hooks
+# written here (pytorch_compressors.py).
+PYTORCH_SYNCS = ("ddp", "fp16", "powersgd", "post_local_sgd", "diloco") + tuple(COMPRESSORS)
 
 
 def parser():
@@ -418,7 +420,8 @@ def parser():
                              "ringlab_torch.Synchronizer over the ringlab backend (rank 0's final "
                              "parameters in final/)")
     parser.add_argument("--sync_option", action="append", default=[], metavar="NAME=VALUE",
-                        help="--front=ringlab: an option of the synchroniser (repeatable)")
+                        help="an option of the synchroniser (repeatable): --front=ringlab's, or "
+                             "a compressor's, named as ringlab names it")
     parser.add_argument("--quiet", action="store_true")
     return parser
 
@@ -453,8 +456,14 @@ def parse_args(argv):
                          f" --front=ringlab runs ringlab's")
     if any("=" not in option for option in args.sync_option):
         raise UsageError("--sync_option takes NAME=VALUE")
-    if args.sync_option and args.front != "ringlab":
-        raise UsageError("--sync_option is --front=ringlab's")
+    if args.sync_option and args.front != "ringlab" and args.sync not in COMPRESSORS:
+        raise UsageError("--sync_option is --front=ringlab's, or a compressor's "
+                         f"({', '.join(COMPRESSORS)})")
+    if args.front == "pytorch" and args.sync in COMPRESSORS:
+        try:
+            parse_options(args.sync, args.sync_option)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     if args.ringlab_torch and args.backend != "ringlab":
         raise UsageError("--ringlab_torch is --backend=ringlab's")
     if args.ringlab_torch and not os.path.isfile(

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """ringlab's synchronisers against PyTorch's own, bit for bit: for each pair below, ringlab's
-trainer (2 ranks over shm_ring; 4 over gloo, for three pairs, one of them on 2 emulated hosts) and
+trainer (2 ranks over shm_ring; 4 over gloo, for eight pairs, one of them on 2 emulated hosts) and
 pytorch_ddp.py (as many gloo ranks, one BLAS thread each) train the
 Fashion-MNIST MLP from the same seed on the same first --train_subset images, and every training
 loss of every rank must be the same float32 value, each evaluation's test accuracy the same. Both
@@ -52,6 +52,16 @@ PAIRS = {
                        ["--sync=post_local_sgd", "--avg_warmup=10", "--avg_period=4"]),
     "diloco": (["--sync=diloco", "--inner_steps=8", "--outer_lr=0.7", "--outer_momentum=0.9"],
                ["--sync=diloco", "--inner_steps=8", "--outer_lr=0.7", "--outer_momentum=0.9"]),
+    # The compressors against the hooks written from their papers (pytorch_compressors.py), at
+    # ratios and levels that leave the method's error visible in a few hundred steps.
+    "topk": (["--sync=topk", "--topk_ratio=0.05"], ["--sync=topk", "--sync_option=topk_ratio=0.05"]),
+    "randomk": (["--sync=randomk", "--randomk_ratio=0.1", "--randomk_seed=3"],
+                ["--sync=randomk", "--sync_option=randomk_ratio=0.1",
+                 "--sync_option=randomk_seed=3"]),
+    "ef_signsgd": (["--sync=ef_signsgd"], ["--sync=ef_signsgd"]),
+    "qsgd": (["--sync=qsgd", "--qsgd_levels=8", "--qsgd_seed=5"],
+             ["--sync=qsgd", "--sync_option=qsgd_levels=8", "--sync_option=qsgd_seed=5"]),
+    "int8": (["--sync=int8"], ["--sync=int8"]),
     # 4 ranks: a ring's sums now depend on where each gradient sits in its bucket (DDP's order,
     # not the model's), so these go over gloo on both sides.
     "allreduce_4_ranks": (["--sync=allreduce"], ["--sync=ddp"]),
@@ -71,6 +81,10 @@ JOBS = {
     "post_local_sgd_host": (["--comm=gloo", "--nprocs=4", "--hosts=2"],
                             ["--world_size=4", "--ranks_per_host=2"]),
 }
+# Each compressor at 4 ranks too: its gathered wires are decoded in rank order on both sides.
+COMPRESSORS = ("topk", "randomk", "ef_signsgd", "qsgd", "int8")
+PAIRS.update({f"{name}_4_ranks": PAIRS[name] for name in COMPRESSORS})
+JOBS.update({f"{name}_4_ranks": JOBS["allreduce_4_ranks"] for name in COMPRESSORS})
 DEFAULT_JOB = (["--comm=shm_ring", "--nprocs=2"], ["--world_size=2"])
 # What train says where this machine cannot make emulated hosts (the pair is skipped).
 NO_HOSTS = ("--hosts needs", "cannot create a network namespace")

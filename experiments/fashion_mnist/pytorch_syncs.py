@@ -1,8 +1,10 @@
 """pytorch_ddp.py's --sync as PyTorch itself does it: DDP and its communication hooks
-(fp16_compress_hook, powerSGD_hook, post_localSGD_hook with PeriodicModelAverager), and DiLoCo
-written in plain PyTorch."""
+(fp16_compress_hook, powerSGD_hook, post_localSGD_hook with PeriodicModelAverager), DiLoCo
+written in plain PyTorch, and the compressors' hooks (pytorch_compressors.py)."""
 
 import os
+
+from pytorch_compressors import COMPRESSORS, register
 
 
 class DiLoCo:
@@ -53,6 +55,9 @@ def synchronise(torch, dist, model, args, rank, world):
         return model, diloco.after_step, diloco
     net = DDP(model)  # DDP broadcasts rank 0's parameters
     if args.sync == "ddp":
+        return net, None, None
+    if args.sync in COMPRESSORS:
+        register(torch, dist, net, model, args.sync, args.sync_option, rank, world)
         return net, None, None
     if args.sync == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks

@@ -1,0 +1,104 @@
+// randomk: DDP with random-k sparsification and error feedback (Stich et
+// al., 2018; GRACE's randomk): per bucket, k gradients at positions drawn
+// from a torch generator that every rank seeds alike, so the positions need
+// not travel: the k values are averaged by allreduce (4k bytes), the others
+// stay in the memory for the next step. The positions are the first k of
+// torch.randperm(count), in the model's order of the bucket's tensors.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "sync/compressor.h"
+#include "sync/ddp.h"
+#include "torch_compat/generator.h"
+
+namespace ringlab::sync {
+namespace {
+
+class RandomKCompressor : public Compressor {
+ public:
+  RandomKCompressor(double ratio, int64_t seed)
+      : ratio_(ratio), seeds_("randomk_draws", seed, 1, 0) {}
+  Collective collective() const override { return Collective::kAllReduce; }
+  comm::DataType wire_type() const override { return comm::DataType::kFloat32; }
+  size_t WireCount(size_t count) const override { return K(count); }
+  void Encode(const float* grads, size_t count, int world_size,
+              void* wire) override {
+    Choose(count);
+    auto* values = static_cast<float*>(wire);
+    const auto world = static_cast<float>(world_size);
+    for (size_t i = 0; i < chosen_.size(); ++i) {
+      values[i] = grads[chosen_[i]] / world;
+    }
+  }
+  // The positions of this bucket's last Encode (the hook decodes the bucket
+  // it just encoded).
+  void Decode(const void* wire, size_t count, int, float* grads) override {
+    const auto* values = static_cast<const float*>(wire);
+    std::fill(grads, grads + count, 0.0f);
+    for (size_t i = 0; i < chosen_.size(); ++i) grads[chosen_[i]] = values[i];
+  }
+  std::vector<SyncTensor> state() override { return seeds_.state(); }
+  void Restored() override { seeds_.Restored(); }
+
+ private:
+  size_t K(size_t count) const {
+    if (count == 0) return 0;
+    const auto k = static_cast<size_t>(std::ceil(ratio_ * count));
+    return std::clamp<size_t>(k, 1, count);
+  }
+  // torch.randperm's forward Fisher–Yates fixes position i at its step i:
+  // its first k steps give its first k elements.
+  void Choose(size_t count) {
+    torch_compat::TorchGenerator generator(seeds_.Next());
+    order_.resize(count);
+    std::iota(order_.begin(), order_.end(), uint32_t{0});
+    const size_t k = K(count);
+    for (size_t i = 0; i < k && i + 1 < count; ++i) {
+      const size_t z = generator.Next() % (count - i);
+      std::swap(order_[i], order_[i + z]);
+    }
+    chosen_.assign(order_.begin(), order_.begin() + k);
+  }
+
+  const double ratio_;
+  EncodeSeeds seeds_;
+  std::vector<uint32_t> order_, chosen_;
+};
+
+SyncDescription DescribeRandomK() {
+  SyncDescription d;
+  d.name = "randomk";
+  d.summary =
+      "DDP with random-k sparsification: each bucket's gradients at k shared "
+      "random positions averaged, the rest kept for later (error feedback)";
+  d.sends =
+      "every step: randomk_ratio of the gradients as float32 values by "
+      "allreduce (the positions follow from a shared seed)";
+  d.pytorch = "none (GRACE's randomk compressor with residual memory)";
+  d.options = DdpOptions();
+  d.options.push_back(FloatOption("randomk_ratio", 0.01, 0, true, 1, false,
+                                  "the share of each bucket's gradients sent"));
+  d.options.push_back(IntOption("randomk_seed", 0, 0, 0xffffffffLL,
+                                "the seed of the positions' generator"));
+  d.options.push_back(BoolOption(
+      "randomk_error_feedback", true,
+      "keep what was not sent and add it to the next step's gradients"));
+  d.create = [](const SyncContext& c) {
+    return CreateCompressorSync(
+        c,
+        std::make_unique<RandomKCompressor>(c.options.Float("randomk_ratio"),
+                                            c.options.Int("randomk_seed")),
+        c.options.Bool("randomk_error_feedback"));
+  };
+  return d;
+}
+
+}  // namespace
+
+RINGLAB_REGISTER_SYNC(DescribeRandomK);
+
+}  // namespace ringlab::sync
