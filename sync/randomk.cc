@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <vector>
 
 #include "sync/compressor.h"
@@ -50,23 +49,16 @@ class RandomKCompressor : public Compressor {
     const auto k = static_cast<size_t>(std::ceil(ratio_ * count));
     return std::clamp<size_t>(k, 1, count);
   }
-  // torch.randperm's forward Fisher–Yates fixes position i at its step i:
-  // its first k steps give its first k elements.
   void Choose(size_t count) {
     torch_compat::TorchGenerator generator(seeds_.Next());
-    order_.resize(count);
-    std::iota(order_.begin(), order_.end(), uint32_t{0});
-    const size_t k = K(count);
-    for (size_t i = 0; i < k && i + 1 < count; ++i) {
-      const size_t z = generator.Next() % (count - i);
-      std::swap(order_[i], order_[i + z]);
-    }
-    chosen_.assign(order_.begin(), order_.begin() + k);
+    const std::vector<int64_t> chosen = generator.RandPermPrefix(
+        static_cast<int64_t>(count), static_cast<int64_t>(K(count)));
+    chosen_.assign(chosen.begin(), chosen.end());
   }
 
   const double ratio_;
   EncodeSeeds seeds_;
-  std::vector<uint32_t> order_, chosen_;
+  std::vector<size_t> chosen_;
 };
 
 SyncDescription DescribeRandomK() {

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 namespace ringlab::torch_compat {
@@ -29,6 +30,34 @@ std::vector<int64_t> TorchGenerator::RandPerm(int64_t n) {
     std::swap(r[i], r[i + z]);
   }
   return r;
+}
+
+std::vector<int64_t> TorchGenerator::RandPermPrefix(int64_t n, int64_t k) {
+  if (k < 0 || k > n) {
+    throw std::invalid_argument("RandPermPrefix: k must be in [0, " +
+                                std::to_string(n) + "], got " +
+                                std::to_string(k));
+  }
+  // The permutation's elements that differ from the identity.
+  std::unordered_map<int64_t, int64_t> moved;
+  moved.reserve(static_cast<size_t>(2 * k));
+  auto at = [&moved](int64_t i) {
+    const auto it = moved.find(i);
+    return it == moved.end() ? i : it->second;
+  };
+  std::vector<int64_t> prefix(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    int64_t chosen = at(i);
+    if (i + 1 < n) {
+      const int64_t z =
+          static_cast<int64_t>(Next() % static_cast<uint64_t>(n - i));
+      const int64_t other = at(i + z);
+      moved[i + z] = chosen;
+      chosen = other;
+    }
+    prefix[static_cast<size_t>(i)] = chosen;
+  }
+  return prefix;
 }
 
 int64_t TorchGenerator::RandInt(int64_t k) {

@@ -31,6 +31,10 @@ class TorchGenerator {
   // torch.randperm(n, generator=g): forward Fisher–Yates, one draw per step.
   // Throws std::invalid_argument for n < 0.
   std::vector<int64_t> RandPerm(int64_t n);
+  // torch.randperm(n, generator=g)[:k], drawing k times where RandPerm draws
+  // n - 1 (its step i fixes element i) and holding only what moved. Throws
+  // std::invalid_argument unless 0 <= k <= n.
+  std::vector<int64_t> RandPermPrefix(int64_t n, int64_t k);
 
   // One element of torch.randint(0, k, ...): Next() % k. Throws
   // std::invalid_argument for k <= 0 or k >= 2^32 (where torch draws 64 bits).

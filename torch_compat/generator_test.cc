@@ -35,6 +35,25 @@ TEST(TorchGeneratorTest, SeedIsTakenModulo2To32) {
 }
 
 // Exact equality: randperm decides which sample each rank trains on.
+// The prefix is RandPerm's (itself checked against torch's files above),
+// element for element, with and without the last step's missing draw.
+TEST(TorchGeneratorTest, RandPermPrefixIsRandPermsFirstElements) {
+  for (const int64_t n : {1, 2, 7, 1000, 100003}) {
+    for (const int64_t k : {int64_t{0}, int64_t{1}, n / 3, n - 1, n}) {
+      for (const uint64_t seed : {0u, 5u, 4294967295u}) {
+        TorchGenerator whole(seed), prefix(seed);
+        const std::vector<int64_t> all = whole.RandPerm(n);
+        const std::vector<int64_t> want(all.begin(), all.begin() + k);
+        EXPECT_EQ(prefix.RandPermPrefix(n, k), want)
+            << "n " << n << " k " << k << " seed " << seed;
+      }
+    }
+  }
+  TorchGenerator gen(0);
+  EXPECT_THROW(gen.RandPermPrefix(5, 6), std::invalid_argument);
+  EXPECT_THROW(gen.RandPermPrefix(5, -1), std::invalid_argument);
+}
+
 TEST(TorchGeneratorTest, RandPermMatchesTorch) {
   int cases = 0;
   for (uint64_t seed : kSeeds) {

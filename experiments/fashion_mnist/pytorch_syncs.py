@@ -1,7 +1,8 @@
 """pytorch_ddp.py's --sync as PyTorch itself does it: DDP and its communication hooks
 (fp16_compress_hook, powerSGD_hook, post_localSGD_hook with PeriodicModelAverager), DiLoCo
-written in plain PyTorch, and the compressors' hooks (pytorch_compressors.py)."""
+and SPARTA written in plain PyTorch, and the compressors' hooks (pytorch_compressors.py)."""
 
+import math
 import os
 
 from pytorch_compressors import COMPRESSORS, register
@@ -44,6 +45,30 @@ class DiLoCo:
                 o.copy_(own)
 
 
+class Sparta:
+    """SPARTA over a plain (not DDP) model: after every optimiser step the ranks average
+    --sparta_p of the parameters, at torch.randperm(n)[:k] of a generator seeded with
+    --sparta_seed + step, each divided by the world size before the sum."""
+
+    def __init__(self, torch, dist, model, args, world):
+        self.torch, self.dist, self.model, self.world = torch, dist, model, world
+        self.seed = args.sparta_seed
+        self.count = sum(p.numel() for p in model.parameters())
+        self.k = min(max(math.ceil(args.sparta_p * self.count), 1), self.count)
+
+    def after_step(self, step):
+        torch = self.torch
+        g = torch.Generator()
+        g.manual_seed((self.seed + step) % 2**32)
+        chosen = torch.randperm(self.count, generator=g)[:self.k]
+        with torch.no_grad():
+            flat = torch.nn.utils.parameters_to_vector(self.model.parameters())
+            values = flat[chosen] / self.world
+            self.dist.all_reduce(values)
+            flat[chosen] = values
+            torch.nn.utils.vector_to_parameters(flat, self.model.parameters())
+
+
 def synchronise(torch, dist, model, args, rank, world):
     """(the network to train, what to call after each optimiser step or None, the DiLoCo loop or
     None) for --sync."""
@@ -53,6 +78,8 @@ def synchronise(torch, dist, model, args, rank, world):
     if args.sync == "diloco":
         diloco = DiLoCo(torch, dist, model, args, world)
         return model, diloco.after_step, diloco
+    if args.sync == "sparta":
+        return model, Sparta(torch, dist, model, args, world).after_step, None
     net = DDP(model)  # DDP broadcasts rank 0's parameters
     if args.sync == "ddp":
         return net, None, None
