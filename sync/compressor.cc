@@ -1,6 +1,7 @@
 #include "sync/compressor.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -140,6 +141,49 @@ std::unique_ptr<Synchronizer> CreateCompressorSync(
       c.comm, c.model, c.options, c.tracer,
       MakeCompressorHook(c.comm, std::move(compressor), error_feedback,
                          c.model.layout().num_params()));
+}
+
+namespace {
+
+std::map<std::string, CompressorSync>& Compressors() {
+  static auto* compressors = new std::map<std::string, CompressorSync>();
+  return *compressors;
+}
+
+}  // namespace
+
+bool RegisterCompressorSync(CompressorSync compressor) {
+  SyncDescription d = compressor.sync;
+  std::vector<OptionSpec> options = DdpOptions();
+  options.insert(options.end(), d.options.begin(), d.options.end());
+  d.options = std::move(options);
+  d.create = [make = compressor.make,
+              feedback =
+                  compressor.error_feedback_option](const SyncContext& c) {
+    return CreateCompressorSync(
+        c, make(c.options, c.comm.rank(), c.comm.world_size()),
+        !feedback.empty() && c.options.Bool(feedback));
+  };
+  const std::string name = d.name;
+  RegisterSync(std::move(d));
+  Compressors().emplace(name, std::move(compressor));
+  return true;
+}
+
+std::vector<std::string> CompressorNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, compressor] : Compressors()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<Compressor> MakeCompressor(const std::string& name,
+                                           const OptionValues& options,
+                                           int rank, int world_size) {
+  const auto it = Compressors().find(name);
+  if (it == Compressors().end()) {
+    throw std::invalid_argument("--sync=" + name + " is not a compressor");
+  }
+  return it->second.make(options, rank, world_size);
 }
 
 }  // namespace ringlab::sync

@@ -6,12 +6,14 @@
 // signs); an optional error-feedback memory adds to the next step's gradients
 // what the encoding lost. MakeCompressorHook turns one into a DDP
 // communication hook, so that a new compressor is one small file: a
-// Compressor and its registration (docs/extending.md).
+// Compressor and its registration, RINGLAB_REGISTER_COMPRESSOR
+// (docs/extending.md).
 #ifndef RINGLAB_SYNC_COMPRESSOR_H_
 #define RINGLAB_SYNC_COMPRESSOR_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -59,13 +61,14 @@ class Compressor {
 // one (the count is checkpoint state under `name`).
 class EncodeSeeds {
  public:
-  EncodeSeeds(std::string name, int64_t seed, uint64_t stride,
-              uint64_t offset)
+  EncodeSeeds(std::string name, int64_t seed, uint64_t stride, uint64_t offset)
       : name_(std::move(name)),
         seed_(static_cast<uint64_t>(seed)),
         stride_(stride),
         offset_(offset) {}
-  uint64_t Next() { return (seed_ + count_++ * stride_ + offset_) & 0xffffffffu; }
+  uint64_t Next() {
+    return (seed_ + count_++ * stride_ + offset_) & 0xffffffffu;
+  }
   std::vector<SyncTensor> state() {
     PutCount(count_, counter_.data());
     return {{name_, &counter_}};
@@ -93,6 +96,33 @@ std::unique_ptr<CommHook> MakeCompressorHook(
 std::unique_ptr<Synchronizer> CreateCompressorSync(
     const SyncContext& context, std::unique_ptr<Compressor> compressor,
     bool error_feedback);
+
+// A compressor and the synchroniser it makes: the description holds its
+// name, summary, bytes, PyTorch counterpart and its own options; DDP's bucket
+// options and the factory are added when it registers.
+struct CompressorSync {
+  SyncDescription sync;
+  std::function<std::unique_ptr<Compressor>(const OptionValues& options,
+                                            int rank, int world_size)>
+      make;
+  // Its bool option that turns error feedback on, or "" for none (never).
+  std::string error_feedback_option;
+};
+
+// Registers the synchroniser and the compressor under its name (at static
+// initialisation: RINGLAB_REGISTER_COMPRESSOR).
+bool RegisterCompressorSync(CompressorSync compressor);
+#define RINGLAB_REGISTER_COMPRESSOR(describe)                  \
+  static const bool ringlab_compressor_registered_##describe = \
+      ::ringlab::sync::RegisterCompressorSync(describe())
+
+// The registered compressors' names, and one made by name with its
+// synchroniser's options (benches measure each alone; std::invalid_argument
+// for a name that is not a compressor's).
+std::vector<std::string> CompressorNames();
+std::unique_ptr<Compressor> MakeCompressor(const std::string& name,
+                                           const OptionValues& options,
+                                           int rank, int world_size);
 
 }  // namespace ringlab::sync
 

@@ -3,29 +3,28 @@
 // (half_compressor.h).
 #include <memory>
 
-#include "sync/ddp.h"
+#include "sync/compressor.h"
 #include "sync/half_compressor.h"
 
 namespace ringlab::sync {
 namespace {
 
-SyncDescription DescribeFP16() {
-  SyncDescription d;
+CompressorSync DescribeFP16() {
+  CompressorSync c;
+  SyncDescription& d = c.sync;
   d.name = "fp16";
   d.summary =
       "DDP with fp16_compress_hook: gradients averaged in float16 (IEEE half)";
   d.sends = "every step: the gradients in 16 bits (half allreduce's bytes)";
   d.pytorch = "DistributedDataParallel.register_comm_hook(fp16_compress_hook)";
-  d.options = DdpOptions();
-  d.create = [](const SyncContext& c) {
-    return CreateCompressorSync(c, MakeHalfCompressor(comm::DataType::kFloat16),
-                                /*error_feedback=*/false);
+  c.make = [](const OptionValues&, int, int) {
+    return MakeHalfCompressor(comm::DataType::kFloat16);
   };
-  return d;
+  return c;
 }
 
 }  // namespace
 
-RINGLAB_REGISTER_SYNC(DescribeFP16);
+RINGLAB_REGISTER_COMPRESSOR(DescribeFP16);
 
 }  // namespace ringlab::sync

@@ -1,7 +1,8 @@
 // int8: DDP with 8-bit quantisation (Dettmers, 2016; Bagua's ByteGrad
 // without its reduce-scatter): per bucket, one scale, max|g| / 127, and each
 // gradient as round(g / scale) in [-127, 127] (to nearest, ties to even, as
-// torch.round), one byte each; every rank gathers all ranks' wires and
+// torch.round; a division, as torch divides, not a multiplication by the
+// reciprocal), one byte each; every rank gathers all ranks' wires and
 // averages scale * value. The rounding is biased, so error feedback is on by
 // default.
 #include <algorithm>
@@ -11,7 +12,6 @@
 
 #include "sync/byte_codec.h"
 #include "sync/compressor.h"
-#include "sync/ddp.h"
 
 namespace ringlab::sync {
 namespace {
@@ -22,16 +22,26 @@ class Int8Compressor : public Compressor {
   comm::DataType wire_type() const override { return comm::DataType::kFloat32; }
   size_t WireCount(size_t count) const override { return ByteWireCount(count); }
   void Encode(const float* grads, size_t count, int, void* wire) override {
-    float largest = 0.0f;
-    for (size_t i = 0; i < count; ++i) {
-      largest = std::max(largest, std::fabs(grads[i]));
+    // The largest magnitude in eight running maxima (exact in any order).
+    float largest[8] = {};
+    size_t i = 0;
+    for (; i + 8 <= count; i += 8) {
+      for (int j = 0; j < 8; ++j) {
+        largest[j] = std::max(largest[j], std::fabs(grads[i + j]));
+      }
     }
-    const float scale = largest / 127.0f;
+    for (; i < count; ++i)
+      largest[0] = std::max(largest[0], std::fabs(grads[i]));
+    const float scale = *std::max_element(largest, largest + 8) / 127.0f;
     PutHeader(scale, wire);
     int8_t* values = WireBytes(wire);
-    for (size_t i = 0; i < count; ++i) {
-      const float q = scale > 0.0f ? std::nearbyint(grads[i] / scale) : 0.0f;
-      values[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+    if (!(scale > 0.0f)) {
+      std::fill(values, values + count, int8_t{0});
+      return;
+    }
+    for (size_t k = 0; k < count; ++k) {
+      const float q = RoundHalfEven(grads[k] / scale);
+      values[k] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
     }
   }
   void Decode(const void* wire, size_t count, int, float* grads) override {
@@ -43,8 +53,9 @@ class Int8Compressor : public Compressor {
   }
 };
 
-SyncDescription DescribeInt8() {
-  SyncDescription d;
+CompressorSync DescribeInt8() {
+  CompressorSync c;
+  SyncDescription& d = c.sync;
   d.name = "int8";
   d.summary =
       "DDP with 8-bit quantisation: each bucket as bytes under one scale by "
@@ -52,22 +63,22 @@ SyncDescription DescribeInt8() {
   d.sends =
       "every step: 1 byte per gradient and one float32 per bucket, from "
       "every rank to every rank";
-  d.pytorch = "none (8-bit quantisation with a per-bucket scale, as Bagua's "
+  d.pytorch =
+      "none (8-bit quantisation with a per-bucket scale, as Bagua's "
       "ByteGrad)";
-  d.options = DdpOptions();
-  d.options.push_back(BoolOption(
-      "int8_error_feedback", true,
-      "keep what the rounding misses and add it to the next step's "
-      "gradients"));
-  d.create = [](const SyncContext& c) {
-    return CreateCompressorSync(c, std::make_unique<Int8Compressor>(),
-                                c.options.Bool("int8_error_feedback"));
+  d.options.push_back(
+      BoolOption("int8_error_feedback", true,
+                 "keep what the rounding misses and add it to the next step's "
+                 "gradients"));
+  c.make = [](const OptionValues&, int, int) {
+    return std::make_unique<Int8Compressor>();
   };
-  return d;
+  c.error_feedback_option = "int8_error_feedback";
+  return c;
 }
 
 }  // namespace
 
-RINGLAB_REGISTER_SYNC(DescribeInt8);
+RINGLAB_REGISTER_COMPRESSOR(DescribeInt8);
 
 }  // namespace ringlab::sync

@@ -4,9 +4,9 @@
 // each; every rank gathers all ranks' wires and averages norm / s * level.
 // The rounding draws torch.rand from a generator seeded per bucket and rank
 // (EncodeSeeds), one draw per gradient, in the model's order of the bucket's
-// tensors. The norm is summed in double (its float32 rounding then does not
-// depend on the order of summing). Unbiased, so error feedback is off by
-// default.
+// tensors. The norm is summed in double (SumInDouble), so that a reference
+// in PyTorch, which sums in another order, rounds it to the same float32.
+// Unbiased, so error feedback is off by default.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,7 +15,6 @@
 
 #include "sync/byte_codec.h"
 #include "sync/compressor.h"
-#include "sync/ddp.h"
 #include "torch_compat/generator.h"
 
 namespace ringlab::sync {
@@ -31,10 +30,9 @@ class QsgdCompressor : public Compressor {
   comm::DataType wire_type() const override { return comm::DataType::kFloat32; }
   size_t WireCount(size_t count) const override { return ByteWireCount(count); }
   void Encode(const float* grads, size_t count, int, void* wire) override {
-    double squares = 0;
-    for (size_t i = 0; i < count; ++i) {
-      squares += static_cast<double>(grads[i]) * grads[i];
-    }
+    const double squares = SumInDouble(grads, count, [](float g) {
+      return static_cast<double>(g) * static_cast<double>(g);
+    });
     const auto norm = static_cast<float>(std::sqrt(squares));
     PutHeader(norm, wire);
     int8_t* levels = WireBytes(wire);
@@ -45,7 +43,8 @@ class QsgdCompressor : public Compressor {
       const float u = generator.Uniform(0.0f, 1.0f);
       const float exact = per_unit * std::fabs(grads[i]);
       const float lower = std::floor(exact);
-      const float level = std::min(lower + (u < exact - lower ? 1.0f : 0.0f), top);
+      const float level =
+          std::min(lower + (u < exact - lower ? 1.0f : 0.0f), top);
       const auto byte = static_cast<int8_t>(level);
       levels[i] = grads[i] < 0.0f ? static_cast<int8_t>(-byte) : byte;
     }
@@ -65,8 +64,9 @@ class QsgdCompressor : public Compressor {
   EncodeSeeds seeds_;
 };
 
-SyncDescription DescribeQsgd() {
-  SyncDescription d;
+CompressorSync DescribeQsgd() {
+  CompressorSync c;
+  SyncDescription& d = c.sync;
   d.name = "qsgd";
   d.summary =
       "DDP with QSGD: each bucket's norm and each gradient's sign and level "
@@ -75,7 +75,6 @@ SyncDescription DescribeQsgd() {
       "every step: 1 byte per gradient and one float32 per bucket, from "
       "every rank to every rank";
   d.pytorch = "none (GRACE's qsgd compressor)";
-  d.options = DdpOptions();
   d.options.push_back(IntOption("qsgd_levels", 64, 1, 127,
                                 "s: the levels between 0 and the norm"));
   d.options.push_back(IntOption("qsgd_seed", 0, 0, 0xffffffffLL,
@@ -83,19 +82,17 @@ SyncDescription DescribeQsgd() {
   d.options.push_back(BoolOption(
       "qsgd_error_feedback", false,
       "keep what the levels miss and add it to the next step's gradients"));
-  d.create = [](const SyncContext& c) {
-    return CreateCompressorSync(
-        c,
-        std::make_unique<QsgdCompressor>(
-            static_cast<int>(c.options.Int("qsgd_levels")),
-            c.options.Int("qsgd_seed"), c.comm.rank(), c.comm.world_size()),
-        c.options.Bool("qsgd_error_feedback"));
+  c.make = [](const OptionValues& o, int rank, int world_size) {
+    return std::make_unique<QsgdCompressor>(
+        static_cast<int>(o.Int("qsgd_levels")), o.Int("qsgd_seed"), rank,
+        world_size);
   };
-  return d;
+  c.error_feedback_option = "qsgd_error_feedback";
+  return c;
 }
 
 }  // namespace
 
-RINGLAB_REGISTER_SYNC(DescribeQsgd);
+RINGLAB_REGISTER_COMPRESSOR(DescribeQsgd);
 
 }  // namespace ringlab::sync

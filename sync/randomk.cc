@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "sync/compressor.h"
-#include "sync/ddp.h"
 #include "torch_compat/generator.h"
 
 namespace ringlab::sync {
@@ -61,8 +60,9 @@ class RandomKCompressor : public Compressor {
   std::vector<size_t> chosen_;
 };
 
-SyncDescription DescribeRandomK() {
-  SyncDescription d;
+CompressorSync DescribeRandomK() {
+  CompressorSync c;
+  SyncDescription& d = c.sync;
   d.name = "randomk";
   d.summary =
       "DDP with random-k sparsification: each bucket's gradients at k shared "
@@ -71,7 +71,6 @@ SyncDescription DescribeRandomK() {
       "every step: randomk_ratio of the gradients as float32 values by "
       "allreduce (the positions follow from a shared seed)";
   d.pytorch = "none (GRACE's randomk compressor with residual memory)";
-  d.options = DdpOptions();
   d.options.push_back(FloatOption("randomk_ratio", 0.01, 0, true, 1, false,
                                   "the share of each bucket's gradients sent"));
   d.options.push_back(IntOption("randomk_seed", 0, 0, 0xffffffffLL,
@@ -79,18 +78,16 @@ SyncDescription DescribeRandomK() {
   d.options.push_back(BoolOption(
       "randomk_error_feedback", true,
       "keep what was not sent and add it to the next step's gradients"));
-  d.create = [](const SyncContext& c) {
-    return CreateCompressorSync(
-        c,
-        std::make_unique<RandomKCompressor>(c.options.Float("randomk_ratio"),
-                                            c.options.Int("randomk_seed")),
-        c.options.Bool("randomk_error_feedback"));
+  c.make = [](const OptionValues& o, int, int) {
+    return std::make_unique<RandomKCompressor>(o.Float("randomk_ratio"),
+                                               o.Int("randomk_seed"));
   };
-  return d;
+  c.error_feedback_option = "randomk_error_feedback";
+  return c;
 }
 
 }  // namespace
 
-RINGLAB_REGISTER_SYNC(DescribeRandomK);
+RINGLAB_REGISTER_COMPRESSOR(DescribeRandomK);
 
 }  // namespace ringlab::sync

@@ -26,9 +26,9 @@ class SpartaSynchronizer : public Synchronizer {
         tracer_(c.tracer),
         seed_(static_cast<uint64_t>(c.options.Int("sparta_seed"))),
         count_(c.model.layout().num_params()),
-        k_(std::clamp<size_t>(
-            static_cast<size_t>(std::ceil(c.options.Float("sparta_p") * count_)),
-            count_ > 0 ? 1 : 0, count_)),
+        k_(std::clamp<size_t>(static_cast<size_t>(std::ceil(
+                                  c.options.Float("sparta_p") * count_)),
+                              count_ > 0 ? 1 : 0, count_)),
         values_(c.comm.Allocate(k_)) {}
 
   void AfterBackward(ModelBuffers&, int64_t) override {}
@@ -48,10 +48,10 @@ class SpartaSynchronizer : public Synchronizer {
     for (size_t i = 0; i < k_; ++i) values_[i] = params[chosen[i]] / world;
     {
       trace::ScopedSpan wait = WaitSpan(tracer_, "wait for allreduce");
-      trace::ScopedSpan reduce(
-          tracer_, trace::Track::kComm, "allreduce sampled parameters", "comm",
-          static_cast<int64_t>(comm::AllReduceBusBytes(k_ * sizeof(float),
-                                                       comm_.world_size())));
+      trace::ScopedSpan reduce(tracer_, trace::Track::kComm,
+                               "allreduce sampled parameters", "comm",
+                               static_cast<int64_t>(comm::AllReduceBusBytes(
+                                   k_ * sizeof(float), comm_.world_size())));
       comm_.AllReduce(values_, k_, comm::ReduceOp::kSum);
     }
     for (size_t i = 0; i < k_; ++i) params[chosen[i]] = values_[i];
@@ -63,7 +63,7 @@ class SpartaSynchronizer : public Synchronizer {
   trace::Tracer& tracer_;
   const uint64_t seed_;
   const size_t count_, k_;
-  float* values_;  // the communicator's registered memory
+  float* values_;            // the communicator's registered memory
   std::vector<float> host_;  // a device model's parameters, staged
 };
 

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "sync/compressor.h"
-#include "sync/ddp.h"
 
 namespace ringlab::sync {
 namespace {
@@ -65,8 +64,9 @@ class TopKCompressor : public Compressor {
   std::vector<uint32_t> order_;
 };
 
-SyncDescription DescribeTopK() {
-  SyncDescription d;
+CompressorSync DescribeTopK() {
+  CompressorSync c;
+  SyncDescription& d = c.sync;
   d.name = "topk";
   d.summary =
       "DDP with top-k sparsification: each bucket's largest gradients by "
@@ -75,22 +75,20 @@ SyncDescription DescribeTopK() {
       "every step: topk_ratio of the gradients as (index, value) pairs, "
       "8 bytes each, from every rank to every rank";
   d.pytorch = "none (GRACE's topk compressor with residual memory)";
-  d.options = DdpOptions();
   d.options.push_back(FloatOption("topk_ratio", 0.01, 0, true, 1, false,
                                   "the share of each bucket's gradients sent"));
   d.options.push_back(BoolOption(
       "topk_error_feedback", true,
       "keep what was not sent and add it to the next step's gradients"));
-  d.create = [](const SyncContext& c) {
-    return CreateCompressorSync(
-        c, std::make_unique<TopKCompressor>(c.options.Float("topk_ratio")),
-        c.options.Bool("topk_error_feedback"));
+  c.make = [](const OptionValues& o, int, int) {
+    return std::make_unique<TopKCompressor>(o.Float("topk_ratio"));
   };
-  return d;
+  c.error_feedback_option = "topk_error_feedback";
+  return c;
 }
 
 }  // namespace
 
-RINGLAB_REGISTER_SYNC(DescribeTopK);
+RINGLAB_REGISTER_COMPRESSOR(DescribeTopK);
 
 }  // namespace ringlab::sync
