@@ -26,6 +26,11 @@ void OuterNesterovStep(const float* delta, float* momentum, bool first,
   }
 }
 
+OptionSpec InnerStepsOption() {
+  return IntOption("inner_steps", 16, 1, kMaxSteps,
+                   "inner SGD steps per outer step (H)");
+}
+
 namespace {
 
 class DiLoCoSynchronizer : public Synchronizer {
@@ -105,8 +110,7 @@ SyncDescription DescribeDiLoCo() {
       "every inner_steps-th step: the parameters' change (4 bytes per "
       "parameter)";
   d.pytorch = "none (a PyTorch loop: experiments/fashion_mnist/pytorch_ddp.py)";
-  d.options = {IntOption("inner_steps", 16, 1, kMaxSteps,
-                         "inner SGD steps per outer step (H)"),
+  d.options = {InnerStepsOption(),
                FloatOption("outer_lr", 0.7, 0, false, 1e30, false,
                            "the outer SGD's learning rate"),
                FloatOption("outer_momentum", 0.9, 0, false, 1, true,

@@ -12,6 +12,8 @@
 
 #include <cstddef>
 
+#include "sync/options.h"
+
 namespace ringlab::sync {
 
 // One outer step of torch.optim.SGD(lr, momentum, nesterov=True) on the
@@ -23,6 +25,9 @@ namespace ringlab::sync {
 // build (docs/pytorch-fidelity.md, "DiLoCo").
 void OuterNesterovStep(const float* delta, float* momentum, bool first,
                        float lr, float mu, float* outer, size_t n);
+
+// --inner_steps (H), declared once for DiLoCo and the methods built on it.
+OptionSpec InnerStepsOption();
 
 }  // namespace ringlab::sync
 

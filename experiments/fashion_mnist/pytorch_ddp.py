@@ -324,12 +324,15 @@ def run_ranks(args, scratch):
 def summary(args, wall, torch_version):
     """summary.json: the configuration, torch's version and the total wall time."""
     flags = lambda *names: {name: getattr(args, name) for name in names}  # noqa: E731
-    ddp = args.world_size > 1 and args.sync not in ("diloco", "sparta") and args.front == "pytorch"
+    ddp = (args.world_size > 1 and args.sync not in ("diloco", "sparseloco", "sparta")
+           and args.front == "pytorch")
     return {"framework": "pytorch", "torch_version": torch_version,
             "world_size": args.world_size, "ddp": ddp,
             "front": args.front,
             **flags("sync", "avg_period", "avg_warmup", "post_local_subgroup", "inner_steps",
-                    "outer_lr", "outer_momentum", "sparta_p", "sparta_seed"),
+                    "outer_lr", "outer_momentum", "sparseloco_outer_lr", "sparseloco_beta",
+                    "sparseloco_chunk", "sparseloco_topk", "sparseloco_bits", "sparta_p",
+                    "sparta_seed"),
             "backend": args.backend if args.world_size > 1 else None,
             "max_steps": args.max_steps or None, "threads_per_rank": 1,
             **flags("model", "epochs", "lr", "batch_size", "seed", "sampler_seed", "set_epoch",
@@ -364,8 +367,8 @@ def write_outputs(args, scratch, wall, torch_version):
 
 # The synchronisers this program runs as PyTorch does, and the compressors it runs as hooks
 # written here (pytorch_compressors.py).
-PYTORCH_SYNCS = ("ddp", "fp16", "powersgd", "post_local_sgd", "diloco", "sparta") + tuple(
-    COMPRESSORS)
+PYTORCH_SYNCS = ("ddp", "fp16", "powersgd", "post_local_sgd", "diloco", "sparseloco",
+                 "sparta") + tuple(COMPRESSORS)
 
 
 def parser():
@@ -406,6 +409,14 @@ def parser():
     parser.add_argument("--inner_steps", type=int, default=16, help="diloco: H")
     parser.add_argument("--outer_lr", type=float, default=0.7, help="diloco")
     parser.add_argument("--outer_momentum", type=float, default=0.9, help="diloco (Nesterov)")
+    parser.add_argument("--sparseloco_outer_lr", type=float, default=1.0, help="sparseloco")
+    parser.add_argument("--sparseloco_beta", type=float, default=0.95,
+                        help="sparseloco: the accumulator's decay")
+    parser.add_argument("--sparseloco_chunk", type=int, default=4096, help="sparseloco")
+    parser.add_argument("--sparseloco_topk", type=int, default=64,
+                        help="sparseloco: values per chunk")
+    parser.add_argument("--sparseloco_bits", type=int, choices=(1, 2, 4, 8), default=2,
+                        help="sparseloco")
     parser.add_argument("--sparta_p", type=float, default=0.005,
                         help="sparta: the share of the parameters averaged per step")
     parser.add_argument("--sparta_seed", type=int, default=0, help="sparta")
@@ -476,6 +487,11 @@ def parse_args(argv):
         raise UsageError(f"--ringlab_torch={args.ringlab_torch} holds no ringlab_torch.so "
                          f"(bazel build -c opt //torch_backend:ringlab_torch)")
     args.ringlab_torch = os.path.abspath(args.ringlab_torch) if args.ringlab_torch else ""
+    if not 1 <= args.sparseloco_topk <= args.sparseloco_chunk <= 65536:
+        raise UsageError("--sparseloco_topk and --sparseloco_chunk must hold "
+                         "1 <= topk <= chunk <= 65536")
+    if not 0 <= args.sparseloco_beta <= 1 or not 0 <= args.sparseloco_outer_lr < math.inf:
+        raise UsageError("--sparseloco_beta must be in [0, 1] and --sparseloco_outer_lr >= 0")
     if not 0 < args.sparta_p <= 1 or not 0 <= args.sparta_seed < 2**32:
         raise UsageError("--sparta_p must be in (0, 1] and --sparta_seed in [0, 2^32)")
     if not (0 <= args.outer_lr < math.inf) or not (0 <= args.outer_momentum < 1):

@@ -45,6 +45,65 @@ class DiLoCo:
                 o.copy_(own)
 
 
+class SparseLoCo(DiLoCo):
+    """SparseLoCo over a plain model (sync/sparseloco.cc says what it does): DiLoCo's outer
+    parameters and swap, the change through an error-feedback accumulator, each chunk's top-k
+    quantised, gathered from every rank, and a plain outer step."""
+
+    def __init__(self, torch, dist, model, args, world):
+        self.torch, self.dist, self.model, self.world = torch, dist, model, world
+        self.inner_steps = args.inner_steps
+        self.outer = [p.detach().clone() for p in model.parameters()]
+        self.error = [torch.zeros_like(p) for p in self.outer]
+        self.lr, self.beta = args.sparseloco_outer_lr, args.sparseloco_beta
+        self.chunk, self.topk, self.bits = (args.sparseloco_chunk, args.sparseloco_topk,
+                                            args.sparseloco_bits)
+
+    def after_step(self, step):
+        if (step + 1) % self.inner_steps:
+            return
+        torch = self.torch
+        top = float(2 ** self.bits - 1)
+        with torch.no_grad():
+            sent = []  # per tensor, per chunk: (positions, values)
+            for o, p, e in zip(self.outer, self.model.parameters(), self.error):
+                e.mul_(self.beta).add_(o - p)
+                flat = e.view(-1)
+                chunks = []
+                for begin in range(0, flat.numel(), self.chunk):
+                    part = flat[begin:begin + self.chunk]
+                    k = min(self.topk, part.numel())
+                    order = torch.sort(part.abs(), descending=True, stable=True).indices[:k]
+                    largest = part[order[0]].abs()
+                    if largest.item() > 0:
+                        level = torch.round((part[order] / largest * top + top) / 2).clamp(0, top)
+                    else:
+                        level = torch.zeros(k)
+                    values = (2 * level - top) * (largest / top)
+                    part[order] -= values
+                    chunks.append((begin + order, values))
+                sent.append(chunks)
+            # The reference gathers dense (position, value) tensors: only the arithmetic is
+            # compared, not the wire.
+            positions = torch.cat([i for chunks in sent for i, _ in chunks]).to(torch.int32)
+            values = torch.cat([v for chunks in sent for _, v in chunks])
+            owner = torch.cat([torch.full((i.numel(),), t, dtype=torch.int32)
+                               for t, chunks in enumerate(sent) for i, _ in chunks])
+            total = [torch.zeros(o.numel()) for o in self.outer]
+            for pos, val in zip(self.gather(positions), self.gather(values)):
+                for t in range(len(total)):
+                    mask = owner == t
+                    total[t][pos[mask].long()] += val[mask]
+            for o, p, t in zip(self.outer, self.model.parameters(), total):
+                o.view(-1).add_(t / self.world, alpha=-self.lr)
+                p.copy_(o)
+
+    def gather(self, tensor):
+        parts = [self.torch.empty_like(tensor) for _ in range(self.world)]
+        self.dist.all_gather(parts, tensor)
+        return parts
+
+
 class Sparta:
     """SPARTA over a plain (not DDP) model: after every optimiser step the ranks average
     --sparta_p of the parameters, at torch.randperm(n)[:k] of a generator seeded with
@@ -78,6 +137,9 @@ def synchronise(torch, dist, model, args, rank, world):
     if args.sync == "diloco":
         diloco = DiLoCo(torch, dist, model, args, world)
         return model, diloco.after_step, diloco
+    if args.sync == "sparseloco":
+        sparseloco = SparseLoCo(torch, dist, model, args, world)
+        return model, sparseloco.after_step, sparseloco
     if args.sync == "sparta":
         return model, Sparta(torch, dist, model, args, world).after_step, None
     net = DDP(model)  # DDP broadcasts rank 0's parameters
