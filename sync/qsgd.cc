@@ -40,9 +40,10 @@ class QsgdCompressor : public Compressor {
     const auto top = static_cast<float>(levels_);
     const float per_unit = norm > 0.0f ? top / norm : 0.0f;
     for (size_t i = 0; i < count; ++i) {
-      const float u = generator.Uniform(0.0f, 1.0f);
+      const float u = generator.UnitUniform();
       const float exact = per_unit * std::fabs(grads[i]);
-      const float lower = std::floor(exact);
+      // floor: exact is in [0, s] (up to rounding), where truncation is it.
+      const auto lower = static_cast<float>(static_cast<int>(exact));
       const float level =
           std::min(lower + (u < exact - lower ? 1.0f : 0.0f), top);
       const auto byte = static_cast<int8_t>(level);

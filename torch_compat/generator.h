@@ -27,6 +27,12 @@ class TorchGenerator {
   // One element of tensor.uniform_(from, to) (float32): 24 random bits scaled
   // to [0, 1), then a fused multiply-add, as torch's AVX2 build computes it.
   float Uniform(float from, float to);
+  // Uniform(0, 1) without the multiply-add, which there leaves the draw as
+  // it is (u * 1 + 0): the same bits, without the library call std::fmaf is
+  // on the baseline x86-64.
+  float UnitUniform() {
+    return static_cast<float>(Next() & 0xFFFFFFu) * 0x1p-24f;
+  }
 
   // torch.randperm(n, generator=g): forward Fisher–Yates, one draw per step.
   // Throws std::invalid_argument for n < 0.

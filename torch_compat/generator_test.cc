@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,14 @@ TEST(TorchGeneratorTest, SeedIsTakenModulo2To32) {
 }
 
 // Exact equality: randperm decides which sample each rank trains on.
+TEST(TorchGeneratorTest, UnitUniformIsUniformFromZeroToOne) {
+  TorchGenerator a(7), b(7);
+  for (int i = 0; i < 10000; ++i) {
+    const float x = a.UnitUniform(), y = b.Uniform(0.0f, 1.0f);
+    ASSERT_EQ(std::memcmp(&x, &y, sizeof(float)), 0) << "draw " << i;
+  }
+}
+
 // The prefix is RandPerm's (itself checked against torch's files above),
 // element for element, with and without the last step's missing draw.
 TEST(TorchGeneratorTest, RandPermPrefixIsRandPermsFirstElements) {
