@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 commands=(//train:train //bench:allreduce_bench //bench:ddp_step_bench
-  //bench:train_step_bench //comm/job:on_hosts
+  //bench:train_step_bench //bench:compressor_bench //comm/job:on_hosts
   //experiments/fashion_mnist:fashion_mnist //experiments/seed_ddp:seed_ddp
   //experiments/cost_model:cost_model //experiments/char_lm:char_lm
   //experiments/compare:compare)
