@@ -217,6 +217,9 @@ def train_epochs(torch, dist, rank, args, rank_run):
     if sync is not None:
         swap = EvaluatedSwap(torch, rank_run["model"], sync)
     step_optimizer = sync.step if sync is not None else optimizer.step
+    before_step = getattr(diloco, "before_step", None)  # DeMo's, on the gradients
+    if before_step is not None:
+        step_optimizer = lambda: (before_step(), optimizer.step())  # noqa: E731
     losses, evals = [], []
     step, eval_seconds = 0, 0.0
     start = None
@@ -324,13 +327,14 @@ def run_ranks(args, scratch):
 def summary(args, wall, torch_version):
     """summary.json: the configuration, torch's version and the total wall time."""
     flags = lambda *names: {name: getattr(args, name) for name in names}  # noqa: E731
-    ddp = (args.world_size > 1 and args.sync not in ("diloco", "sparseloco", "sparta")
+    ddp = (args.world_size > 1 and args.sync not in ("diloco", "demo", "sparseloco", "sparta")
            and args.front == "pytorch")
     return {"framework": "pytorch", "torch_version": torch_version,
             "world_size": args.world_size, "ddp": ddp,
             "front": args.front,
             **flags("sync", "avg_period", "avg_warmup", "post_local_subgroup", "inner_steps",
-                    "outer_lr", "outer_momentum", "sparseloco_outer_lr", "sparseloco_beta",
+                    "outer_lr", "outer_momentum", "demo_decay", "demo_chunk", "demo_topk",
+                    "sparseloco_outer_lr", "sparseloco_beta",
                     "sparseloco_chunk", "sparseloco_topk", "sparseloco_bits", "sparta_p",
                     "sparta_seed"),
             "backend": args.backend if args.world_size > 1 else None,
@@ -367,7 +371,7 @@ def write_outputs(args, scratch, wall, torch_version):
 
 # The synchronisers this program runs as PyTorch does, and the compressors it runs as hooks
 # written here (pytorch_compressors.py).
-PYTORCH_SYNCS = ("ddp", "fp16", "powersgd", "post_local_sgd", "diloco", "sparseloco",
+PYTORCH_SYNCS = ("ddp", "fp16", "powersgd", "post_local_sgd", "diloco", "demo", "sparseloco",
                  "sparta") + tuple(COMPRESSORS)
 
 
@@ -409,6 +413,9 @@ def parser():
     parser.add_argument("--inner_steps", type=int, default=16, help="diloco: H")
     parser.add_argument("--outer_lr", type=float, default=0.7, help="diloco")
     parser.add_argument("--outer_momentum", type=float, default=0.9, help="diloco (Nesterov)")
+    parser.add_argument("--demo_decay", type=float, default=0.999, help="demo")
+    parser.add_argument("--demo_chunk", type=int, default=64, help="demo: largest chunk side")
+    parser.add_argument("--demo_topk", type=int, default=32, help="demo: coefficients per chunk")
     parser.add_argument("--sparseloco_outer_lr", type=float, default=1.0, help="sparseloco")
     parser.add_argument("--sparseloco_beta", type=float, default=0.95,
                         help="sparseloco: the accumulator's decay")
@@ -487,6 +494,9 @@ def parse_args(argv):
         raise UsageError(f"--ringlab_torch={args.ringlab_torch} holds no ringlab_torch.so "
                          f"(bazel build -c opt //torch_backend:ringlab_torch)")
     args.ringlab_torch = os.path.abspath(args.ringlab_torch) if args.ringlab_torch else ""
+    if not 0 <= args.demo_decay < 1 or not 1 <= args.demo_chunk <= 256 or args.demo_topk < 1:
+        raise UsageError("--demo_decay must be in [0, 1), --demo_chunk in [1, 256] and "
+                         "--demo_topk at least 1")
     if not 1 <= args.sparseloco_topk <= args.sparseloco_chunk <= 65536:
         raise UsageError("--sparseloco_topk and --sparseloco_chunk must hold "
                          "1 <= topk <= chunk <= 65536")

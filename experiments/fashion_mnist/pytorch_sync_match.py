@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """ringlab's synchronisers against PyTorch's own, bit for bit: for each pair below, ringlab's
-trainer (2 ranks over shm_ring; 4 over gloo, for ten pairs, one of them on 2 emulated hosts) and
+trainer (2 ranks over shm_ring; 4 over gloo, for eleven pairs, one of them on 2 emulated hosts) and
 pytorch_ddp.py (as many gloo ranks, one BLAS thread each) train the
 Fashion-MNIST MLP from the same seed on the same first --train_subset images, and every training
 loss of every rank must be the same float32 value, each evaluation's test accuracy the same. Both
@@ -62,6 +62,9 @@ PAIRS = {
     "qsgd": (["--sync=qsgd", "--qsgd_levels=8", "--qsgd_seed=5"],
              ["--sync=qsgd", "--sync_option=qsgd_levels=8", "--sync_option=qsgd_seed=5"]),
     "int8": (["--sync=int8"], ["--sync=int8"]),
+    # DeMo applies signs: a step of lr per parameter, so a small lr.
+    "demo": (["--sync=demo", "--demo_decay=0.9", "--demo_topk=8", "--lr=0.002"],
+             ["--sync=demo", "--demo_decay=0.9", "--demo_topk=8", "--lr=0.002"]),
     "sparseloco": (["--sync=sparseloco", "--inner_steps=4", "--sparseloco_chunk=256",
                     "--sparseloco_topk=8", "--sparseloco_outer_lr=0.8"],
                    ["--sync=sparseloco", "--inner_steps=4", "--sparseloco_chunk=256",
@@ -87,9 +90,9 @@ JOBS = {
     "post_local_sgd_host": (["--comm=gloo", "--nprocs=4", "--hosts=2"],
                             ["--world_size=4", "--ranks_per_host=2"]),
 }
-# Each compressor (and SPARTA and SparseLoCo) at 4 ranks too: gathered wires are decoded in rank order on both
+# Each compressor (and SPARTA, SparseLoCo and DeMo) at 4 ranks too: gathered wires are decoded in rank order on both
 # sides, and gloo sums alike on both.
-COMPRESSORS = ("topk", "randomk", "ef_signsgd", "qsgd", "int8", "sparta", "sparseloco")
+COMPRESSORS = ("topk", "randomk", "ef_signsgd", "qsgd", "int8", "sparta", "sparseloco", "demo")
 PAIRS.update({f"{name}_4_ranks": PAIRS[name] for name in COMPRESSORS})
 JOBS.update({f"{name}_4_ranks": JOBS["allreduce_4_ranks"] for name in COMPRESSORS})
 DEFAULT_JOB = (["--comm=shm_ring", "--nprocs=2"], ["--world_size=2"])

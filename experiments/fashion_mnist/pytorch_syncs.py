@@ -104,6 +104,105 @@ class SparseLoCo(DiLoCo):
         return parts
 
 
+class DeMo:
+    """DeMo over a plain model (sync/demo.cc says what it does and where it departs from the
+    authors' code): before each optimiser step, the gradients become the sign of the gathered
+    DCT coefficients' inverse. The transforms are float32 torch.matmul products of the same
+    shapes as ringlab's, so the same OpenBLAS calls."""
+
+    def __init__(self, torch, dist, model, args, world):
+        self.torch, self.dist, self.world = torch, dist, world
+        self.params = list(model.parameters())
+        self.decay = args.demo_decay
+        self.momentum = [torch.zeros_like(p) for p in self.params]
+        self.plans, self.bases = [], {}
+        for p in self.params:
+            matrix = p.dim() > 1
+            rows = p.shape[0] if matrix else 1
+            cols = p.numel() // rows
+            n1 = largest_divisor(rows, args.demo_chunk) if matrix else 1
+            n2 = largest_divisor(cols, args.demo_chunk)
+            self.plans.append((matrix, rows, cols, n1, n2, min(args.demo_topk, n1 * n2)))
+
+    def basis(self, n, transposed):
+        if n not in self.bases:
+            f = [[(math.sqrt(1.0 / n) if b == 0 else math.sqrt(2.0 / n)) *
+                  math.cos(math.pi * (2 * h + 1) * b / (2.0 * n)) for b in range(n)]
+                 for h in range(n)]
+            f = self.torch.tensor(f, dtype=self.torch.float64).float()
+            self.bases[n] = (f, f.t().contiguous())
+        return self.bases[n][1 if transposed else 0]
+
+    def forward(self, plan, x):
+        matrix, rows, cols, n1, n2, _ = plan
+        z = (x.reshape(-1, n2) @ self.basis(n2, False)).reshape(rows, cols)
+        if not matrix:
+            return z
+        f1t = self.basis(n1, True)
+        return self.torch.cat([f1t @ z[b * n1:(b + 1) * n1] for b in range(rows // n1)])
+
+    def inverse(self, plan, coef):
+        matrix, rows, cols, n1, n2, _ = plan
+        if matrix:
+            f1 = self.basis(n1, False)
+            coef = self.torch.cat([f1 @ coef[b * n1:(b + 1) * n1] for b in range(rows // n1)])
+        return (coef.reshape(-1, n2) @ self.basis(n2, True)).reshape(rows, cols)
+
+    @staticmethod
+    def chunks(plan, coef):
+        """(chunk, position in it) from a tensor's coefficients, chunks in row-major order."""
+        _, rows, cols, n1, n2, _ = plan
+        return coef.view(rows // n1, n1, cols // n2, n2).permute(0, 2, 1, 3).reshape(-1, n1 * n2)
+
+    @staticmethod
+    def unchunk(plan, chunks):
+        _, rows, cols, n1, n2, _ = plan
+        return chunks.view(rows // n1, cols // n2, n1, n2).permute(0, 2, 1, 3).reshape(rows, cols)
+
+    def before_step(self):
+        torch = self.torch
+        sent = []
+        with torch.no_grad():
+            for p, m, plan in zip(self.params, self.momentum, self.plans):
+                m.mul_(self.decay).add_(p.grad)
+                chunks = self.chunks(plan, self.forward(plan, m.view(-1)))
+                order = torch.sort(chunks.abs(), dim=1, descending=True,
+                                   stable=True).indices[:, :plan[5]]
+                values = torch.gather(chunks, 1, order)
+                own = torch.zeros_like(chunks).scatter_(1, order, values)
+                m.sub_(self.inverse(plan, self.unchunk(plan, own)).view_as(m))
+                sent.append((order, values))
+            positions = torch.cat([o.reshape(-1) for o, _ in sent]).to(torch.int32)
+            values = torch.cat([v.reshape(-1) for _, v in sent])
+            every = list(zip(self.gather(positions), self.gather(values)))
+            at = 0
+            for p, plan, (order, _) in zip(self.params, self.plans, sent):
+                shape = order.shape
+                sums = torch.zeros(shape[0], plan[3] * plan[4])
+                counts = torch.zeros_like(sums)
+                for pos, val in every:
+                    index = pos[at:at + order.numel()].long().view(shape)
+                    sums.scatter_add_(1, index, val[at:at + order.numel()].view(shape))
+                    counts.scatter_add_(1, index, torch.ones(shape))
+                at += order.numel()
+                mean = torch.where(counts > 0, sums / counts.clamp(min=1), sums)
+                update = self.inverse(plan, self.unchunk(plan, mean))
+                p.grad.copy_(torch.sign(update).view_as(p))
+
+    def gather(self, tensor):
+        parts = [self.torch.empty_like(tensor) for _ in range(self.world)]
+        self.dist.all_gather(parts, tensor)
+        return parts
+
+    def swap(self):
+        """Evaluation uses the model's own parameters."""
+
+
+def largest_divisor(n, limit):
+    """The largest divisor of n at most limit (DeMo's chunk side)."""
+    return next(d for d in range(min(n, limit), 0, -1) if n % d == 0)
+
+
 class Sparta:
     """SPARTA over a plain (not DDP) model: after every optimiser step the ranks average
     --sparta_p of the parameters, at torch.randperm(n)[:k] of a generator seeded with
@@ -137,6 +236,8 @@ def synchronise(torch, dist, model, args, rank, world):
     if args.sync == "diloco":
         diloco = DiLoCo(torch, dist, model, args, world)
         return model, diloco.after_step, diloco
+    if args.sync == "demo":
+        return model, None, DeMo(torch, dist, model, args, world)
     if args.sync == "sparseloco":
         sparseloco = SparseLoCo(torch, dist, model, args, world)
         return model, sparseloco.after_step, sparseloco
