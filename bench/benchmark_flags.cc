@@ -106,7 +106,8 @@ void ParseBenchmarkFlagsOrExit(int argc, char** argv,
       usage +
           "\n\n  Google Benchmark's flags apply too: --benchmark_filter=REGEX, "
           "--benchmark_out=FILE, --benchmark_out_format=json|csv|console, "
-          "--benchmark_min_time=SECONDS, ...",
+          "--benchmark_min_time=SECONDS, --benchmark_repetitions=N, "
+          "--benchmark_report_aggregates_only=true, ...",
       {"bench/", "comm/cluster/"}, {"--benchmark_"});
   for (size_t i = 1; i < rest.size(); ++i) {
     const std::string arg = rest[i];

@@ -149,7 +149,7 @@ void SparseLoCoSynchronizer::EncodeChunk(const Chunk& chunk, char* wire) {
                     });
   const float largest = chunk.k > 0 ? std::fabs(e[order_[0]]) : 0.0f;
   PutHeader(largest, wire);
-  auto* positions = reinterpret_cast<uint16_t*>(wire + sizeof(float));
+  char* positions = wire + sizeof(float);  // 2-byte, not always aligned
   auto* codes = reinterpret_cast<uint8_t*>(wire + sizeof(float) + 2 * chunk.k);
   const float top = static_cast<float>((1 << bits_) - 1);
   for (size_t j = 0; j < chunk.k; ++j) {
@@ -161,7 +161,8 @@ void SparseLoCoSynchronizer::EncodeChunk(const Chunk& chunk, char* wire) {
                          0.0f, top)
             : 0.0f;
     const auto code = static_cast<uint32_t>(level);
-    positions[j] = static_cast<uint16_t>(at);
+    const auto position = static_cast<uint16_t>(at);
+    std::memcpy(positions + 2 * j, &position, sizeof(position));
     codes[j * bits_ / 8] |= static_cast<uint8_t>(code << (j * bits_ % 8));
     e[at] -= (2.0f * level - top) * (largest / top);
   }
