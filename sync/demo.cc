@@ -112,8 +112,8 @@ DeMoSynchronizer::DeMoSynchronizer(const SyncContext& c)
     t.offset = s.offset;
     t.matrix = s.shape.size() > 1;
     t.rows = t.matrix ? static_cast<size_t>(s.shape[0]) : 1;
-    t.cols = t.matrix ? s.size / t.rows : s.size;
     if (s.size == 0) continue;
+    t.cols = t.matrix ? s.size / t.rows : s.size;
     t.n1 = t.matrix ? LargestDivisorUpTo(t.rows, chunk) : 1;
     t.n2 = LargestDivisorUpTo(t.cols, chunk);
     t.k = std::min(topk, t.n1 * t.n2);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 
 #include "sync/byte_codec.h"
@@ -16,23 +17,37 @@
 namespace ringlab::sync {
 namespace {
 
+// The largest |g|, in eight running maxima (exact in any order); NaN where a
+// gradient is NaN or infinite, as torch's abs().max() propagates a NaN (the
+// bucket then goes out as zeros under a NaN scale, on both sides).
+float LargestMagnitude(const float* grads, size_t count) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  float largest[8] = {};
+  int finite = 1;  // not a bool: & keeps the loop free of branches
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const float m = std::fabs(grads[i + j]);
+      largest[j] = std::max(largest[j], m);
+      finite &= m <= kMax;
+    }
+  }
+  for (; i < count; ++i) {
+    const float m = std::fabs(grads[i]);
+    largest[0] = std::max(largest[0], m);
+    finite &= m <= kMax;
+  }
+  return finite ? *std::max_element(largest, largest + 8)
+                : std::numeric_limits<float>::quiet_NaN();
+}
+
 class Int8Compressor : public Compressor {
  public:
   Collective collective() const override { return Collective::kAllGather; }
   comm::DataType wire_type() const override { return comm::DataType::kFloat32; }
   size_t WireCount(size_t count) const override { return ByteWireCount(count); }
   void Encode(const float* grads, size_t count, int, void* wire) override {
-    // The largest magnitude in eight running maxima (exact in any order).
-    float largest[8] = {};
-    size_t i = 0;
-    for (; i + 8 <= count; i += 8) {
-      for (int j = 0; j < 8; ++j) {
-        largest[j] = std::max(largest[j], std::fabs(grads[i + j]));
-      }
-    }
-    for (; i < count; ++i)
-      largest[0] = std::max(largest[0], std::fabs(grads[i]));
-    const float scale = *std::max_element(largest, largest + 8) / 127.0f;
+    const float scale = LargestMagnitude(grads, count) / 127.0f;
     PutHeader(scale, wire);
     int8_t* values = WireBytes(wire);
     if (!(scale > 0.0f)) {

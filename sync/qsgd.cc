@@ -41,8 +41,10 @@ class QsgdCompressor : public Compressor {
     const float per_unit = norm > 0.0f ? top / norm : 0.0f;
     for (size_t i = 0; i < count; ++i) {
       const float u = generator.UnitUniform();
-      const float exact = per_unit * std::fabs(grads[i]);
-      // floor: exact is in [0, s] (up to rounding), where truncation is it.
+      // In [0, s] but for rounding, a norm so small that s / norm is
+      // infinite, or a NaN (then 0): clamped, so that truncation is floor.
+      const float scaled = per_unit * std::fabs(grads[i]);
+      const float exact = scaled >= 0.0f ? (scaled < top ? scaled : top) : 0.0f;
       const auto lower = static_cast<float>(static_cast<int>(exact));
       const float level =
           std::min(lower + (u < exact - lower ? 1.0f : 0.0f), top);

@@ -94,7 +94,7 @@ class Qsgd(Compressor):
         u = torch.rand(x.numel(), generator=g)
         norm = x.double().pow(2).sum().sqrt().float().reshape(1)
         per_unit = levels / norm if norm.item() > 0 else torch.tensor(0.0)
-        exact = per_unit * x.abs()
+        exact = torch.nan_to_num(per_unit * x.abs(), nan=0.0).clamp(0, levels.item())
         lower = exact.floor()
         level = torch.minimum(lower + (u < exact - lower).float(), levels)
         signed = torch.where(x < 0, -level, level).to(torch.int8)
@@ -153,7 +153,16 @@ def parse_options(name, pairs):
             values[option] = text.lower() in ("true", "1")
         else:
             values[option] = kind(text)
+        low, high = RANGES.get(option.rsplit("_", 1)[-1], (None, None))
+        if low is not None and not low <= values[option] <= high:
+            raise ValueError(f"--{option} must be in [{low}, {high}], not {text}")
+    if any(values[o] <= 0 for o in values if o.endswith("_ratio")):
+        raise ValueError(f"{name}'s ratio must be in (0, 1]")
     return values
+
+
+# ringlab's ranges, by the last word of an option's name.
+RANGES = {"ratio": (0, 1), "seed": (0, 2**32 - 1), "levels": (1, 127)}
 
 
 class Hook:
