@@ -132,11 +132,7 @@ std::unique_ptr<Synchronizer> CreateCompressorSync(
   // The wire is in the communicator's memory kind: host here (a device
   // communicator stages nothing, so it would reduce the model's own memory,
   // on the device, which the codecs cannot read).
-  if (c.comm.memory() != comm::MemoryKind::kHost) {
-    throw std::invalid_argument(std::string("a compressing --sync encodes in "
-                                            "host memory: --comm=") +
-                                c.comm.backend() + " reduces device memory");
-  }
+  RequireHostMemory(c.comm, "a compressing --sync encodes");
   return std::make_unique<DdpSynchronizer>(
       c.comm, c.model, c.options, c.tracer,
       MakeCompressorHook(c.comm, std::move(compressor), error_feedback,

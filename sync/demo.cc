@@ -281,11 +281,7 @@ SyncDescription DescribeDeMo() {
                IntOption("demo_topk", 32, 1, 65536,
                          "coefficients each chunk sends (compression_topk)")};
   d.create = [](const SyncContext& c) -> std::unique_ptr<Synchronizer> {
-    if (c.comm.memory() != comm::MemoryKind::kHost) {
-      throw std::invalid_argument(
-          std::string("--sync=demo gathers in host memory: --comm=") +
-          c.comm.backend() + " reduces device memory");
-    }
+    RequireHostMemory(c.comm, "--sync=demo gathers");
     return std::make_unique<DeMoSynchronizer>(c);
   };
   return d;

@@ -92,11 +92,7 @@ class DiLoCoSynchronizer : public Synchronizer {
 };
 
 std::unique_ptr<Synchronizer> CreateDiLoCo(const SyncContext& c) {
-  if (c.comm.memory() != comm::MemoryKind::kHost) {
-    throw std::invalid_argument(
-        std::string("--sync=diloco averages in host memory: --comm=") +
-        c.comm.backend() + " reduces device memory");
-  }
+  RequireHostMemory(c.comm, "--sync=diloco averages");
   return std::make_unique<DiLoCoSynchronizer>(c);
 }
 

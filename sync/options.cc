@@ -1,5 +1,6 @@
 #include "sync/options.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -181,6 +182,12 @@ std::string OptionValues::Text(const std::string& name) const {
   if (const auto* v = std::get_if<double>(&value)) return ShortestText(*v);
   if (const auto* v = std::get_if<bool>(&value)) return *v ? "true" : "false";
   return std::get<std::string>(value);
+}
+
+size_t CountOfShare(double share, size_t count) {
+  if (count == 0) return 0;
+  const auto k = static_cast<size_t>(std::ceil(share * count));
+  return std::clamp<size_t>(k, 1, count);
 }
 
 }  // namespace ringlab::sync

@@ -6,6 +6,7 @@
 #ifndef RINGLAB_SYNC_OPTIONS_H_
 #define RINGLAB_SYNC_OPTIONS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -42,6 +43,10 @@ OptionSpec FloatOption(std::string name, double default_value, double min,
 OptionSpec BoolOption(std::string name, bool default_value, std::string help);
 OptionSpec ChoiceOption(std::string name, std::string default_value,
                         std::vector<std::string> choices, std::string help);
+
+// The elements a share option (in (0, 1]: topk_ratio, sparta_p, ...) keeps
+// of `count`: rounded up, at least one of a non-empty count.
+size_t CountOfShare(double share, size_t count);
 
 // Two declarations of one name (synchronisers sharing an option, as
 // param_avg and post_local_sgd share avg_period) must be the same but for the

@@ -5,7 +5,6 @@
 // stay in the memory for the next step. The positions are the first k of
 // torch.randperm(count), in the model's order of the bucket's tensors.
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -43,11 +42,7 @@ class RandomKCompressor : public Compressor {
   void Restored() override { seeds_.Restored(); }
 
  private:
-  size_t K(size_t count) const {
-    if (count == 0) return 0;
-    const auto k = static_cast<size_t>(std::ceil(ratio_ * count));
-    return std::clamp<size_t>(k, 1, count);
-  }
+  size_t K(size_t count) const { return CountOfShare(ratio_, count); }
   void Choose(size_t count) {
     torch_compat::TorchGenerator generator(seeds_.Next());
     const std::vector<int64_t> chosen = generator.RandPermPrefix(

@@ -222,11 +222,7 @@ SyncDescription DescribeSparseLoCo() {
                  {"sparseloco_chunk", "16"},
                  {"sparseloco_topk", "4"}};
   d.create = [](const SyncContext& c) -> std::unique_ptr<Synchronizer> {
-    if (c.comm.memory() != comm::MemoryKind::kHost) {
-      throw std::invalid_argument(
-          std::string("--sync=sparseloco gathers in host memory: --comm=") +
-          c.comm.backend() + " reduces device memory");
-    }
+    RequireHostMemory(c.comm, "--sync=sparseloco gathers");
     return std::make_unique<SparseLoCoSynchronizer>(c);
   };
   return d;

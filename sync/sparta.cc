@@ -5,8 +5,6 @@
 // positions need not travel, and a resumed run draws as the uninterrupted
 // one): torch.randperm(n)[:k] over the model's flat parameters. Each value is
 // divided by the world size before the sum, as DiLoCo's change is.
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,9 +24,7 @@ class SpartaSynchronizer : public Synchronizer {
         tracer_(c.tracer),
         seed_(static_cast<uint64_t>(c.options.Int("sparta_seed"))),
         count_(c.model.layout().num_params()),
-        k_(std::clamp<size_t>(static_cast<size_t>(std::ceil(
-                                  c.options.Float("sparta_p") * count_)),
-                              count_ > 0 ? 1 : 0, count_)),
+        k_(CountOfShare(c.options.Float("sparta_p"), count_)),
         values_(c.comm.Allocate(k_)) {}
 
   void AfterBackward(ModelBuffers&, int64_t) override {}
@@ -82,11 +78,7 @@ SyncDescription DescribeSparta() {
                IntOption("sparta_seed", 0, 0, 0xffffffffLL,
                          "the seed of the positions' generator")};
   d.create = [](const SyncContext& c) -> std::unique_ptr<Synchronizer> {
-    if (c.comm.memory() != comm::MemoryKind::kHost) {
-      throw std::invalid_argument(
-          std::string("--sync=sparta averages in host memory: --comm=") +
-          c.comm.backend() + " reduces device memory");
-    }
+    RequireHostMemory(c.comm, "--sync=sparta averages");
     return std::make_unique<SpartaSynchronizer>(c);
   };
   return d;

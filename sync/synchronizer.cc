@@ -133,4 +133,12 @@ void BroadcastParams(comm::Communicator& comm, ModelBuffers& model, int root) {
   model.SetParams(host.data());
 }
 
+void RequireHostMemory(const comm::Communicator& comm,
+                       const std::string& what) {
+  if (comm.memory() != comm::MemoryKind::kHost) {
+    throw std::invalid_argument(what + " in host memory: --comm=" +
+                                comm.backend() + " reduces device memory");
+  }
+}
+
 }  // namespace ringlab::sync

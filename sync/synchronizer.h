@@ -125,6 +125,11 @@ OptionValues ParseSyncOptions(const std::string& name,
 std::unique_ptr<Synchronizer> CreateSync(const std::string& name,
                                          const SyncContext& context);
 
+// Refuses a communicator that reduces device memory, for a synchroniser that
+// computes on the host: std::invalid_argument "<what> in host memory:
+// --comm=<backend> reduces device memory" (what: "--sync=diloco averages").
+void RequireHostMemory(const comm::Communicator& comm, const std::string& what);
+
 // Rank root's parameters to every rank, as DDP's constructor does.
 void BroadcastParams(comm::Communicator& comm, ModelBuffers& model, int root);
 

@@ -55,11 +55,7 @@ class TopKCompressor : public Compressor {
   }
 
  private:
-  size_t K(size_t count) const {
-    if (count == 0) return 0;
-    const auto k = static_cast<size_t>(std::ceil(ratio_ * count));
-    return std::clamp<size_t>(k, 1, count);
-  }
+  size_t K(size_t count) const { return CountOfShare(ratio_, count); }
   const double ratio_;
   std::vector<uint32_t> order_;
 };
