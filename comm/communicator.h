@@ -11,6 +11,7 @@
 #ifndef RINGLAB_COMM_COMMUNICATOR_H_
 #define RINGLAB_COMM_COMMUNICATOR_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -169,7 +170,8 @@ class Communicator final {
   // nccl-tests counts them (AllReduceBusBytes, ...): what each rank moves in
   // a bandwidth-optimal algorithm, whatever algorithm the backend chose, so
   // reports compare across backends.
-  uint64_t bytes_sent() const { return bytes_sent_; }
+  // Read safely from any thread (a synchroniser may reduce on its own).
+  uint64_t bytes_sent() const { return bytes_sent_.load(); }
 
   // Memory for count floats that the peers can reach directly (the idea of
   // NCCL's user-buffer registration and PyTorch's symmetric memory): a
@@ -239,7 +241,7 @@ class Communicator final {
   int64_t calls_ = 0;
   int64_t announced_ = 0;  // the number of the last call announced
   std::deque<Announcement> announcements_;  // announced, not yet run
-  uint64_t bytes_sent_ = 0;
+  std::atomic<uint64_t> bytes_sent_{0};
   std::string broken_;  // the failure that ended this communicator
   std::vector<std::unique_ptr<float[]>> allocations_;
 };

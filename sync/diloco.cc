@@ -31,6 +31,16 @@ OptionSpec InnerStepsOption() {
                    "inner SGD steps per outer step (H)");
 }
 
+OptionSpec OuterLrOption() {
+  return FloatOption("outer_lr", 0.7, 0, false, 1e30, false,
+                     "the outer SGD's learning rate");
+}
+
+OptionSpec OuterMomentumOption() {
+  return FloatOption("outer_momentum", 0.9, 0, false, 1, true,
+                     "the outer SGD's Nesterov momentum");
+}
+
 namespace {
 
 class DiLoCoSynchronizer : public Synchronizer {
@@ -106,11 +116,7 @@ SyncDescription DescribeDiLoCo() {
       "every inner_steps-th step: the parameters' change (4 bytes per "
       "parameter)";
   d.pytorch = "none (a PyTorch loop: experiments/fashion_mnist/pytorch_ddp.py)";
-  d.options = {InnerStepsOption(),
-               FloatOption("outer_lr", 0.7, 0, false, 1e30, false,
-                           "the outer SGD's learning rate"),
-               FloatOption("outer_momentum", 0.9, 0, false, 1, true,
-                           "the outer SGD's Nesterov momentum")};
+  d.options = {InnerStepsOption(), OuterLrOption(), OuterMomentumOption()};
   d.short_run = {{"inner_steps", "5"}};
   d.create = CreateDiLoCo;
   return d;

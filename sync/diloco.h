@@ -26,8 +26,11 @@ namespace ringlab::sync {
 void OuterNesterovStep(const float* delta, float* momentum, bool first,
                        float lr, float mu, float* outer, size_t n);
 
-// --inner_steps (H), declared once for DiLoCo and the methods built on it.
+// --inner_steps (H), --outer_lr and --outer_momentum, declared once for
+// DiLoCo and the methods built on it.
 OptionSpec InnerStepsOption();
+OptionSpec OuterLrOption();
+OptionSpec OuterMomentumOption();
 
 }  // namespace ringlab::sync
 

@@ -107,10 +107,17 @@ OptionValues ParseSyncOptions(const std::string& name,
   return values;
 }
 
+void CheckSyncModel(const std::string& name, const OptionValues& options,
+                    const ParamLayout& layout) {
+  const SyncDescription& description = FindSync(name);
+  if (description.check_model) description.check_model(options, layout);
+}
+
 std::unique_ptr<Synchronizer> CreateSync(const std::string& name,
                                          const SyncContext& context) {
   const SyncDescription& description = FindSync(name);
   if (description.check) description.check(context.options);
+  CheckSyncModel(name, context.options, context.model.layout());
   if (description.needs_host_comm &&
       description.needs_host_comm(context.options) &&
       context.host_comm == nullptr) {

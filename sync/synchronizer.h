@@ -42,6 +42,11 @@ class Synchronizer {
   virtual void AfterBackward(ModelBuffers& model, int64_t step) = 0;
   // After the local optimiser's step: parameter averaging, outer steps.
   virtual void AfterStep(ModelBuffers& model, int64_t step) = 0;
+  // Waits for communication still in flight (Streaming DiLoCo's overlapped
+  // reductions), keeping its result for the step that applies it; rethrows
+  // what failed there. Called before anything else uses the communicator
+  // (the run's end); state() waits by itself.
+  virtual void Finish() {}
   // Its state for checkpoints (pointers into this object; sizes fixed at
   // construction); empty for the stateless ones.
   virtual std::vector<SyncTensor> state() { return {}; }
@@ -93,6 +98,9 @@ struct SyncDescription {
   std::function<bool(const OptionValues&)> needs_host_comm;
   // Checks across options, beyond each one's range (std::invalid_argument).
   std::function<void(const OptionValues&)> check;
+  // Checks against the model (Streaming DiLoCo's fragments, at most one per
+  // tensor): std::invalid_argument. Null: any model.
+  std::function<void(const OptionValues&, const ParamLayout&)> check_model;
   std::function<std::unique_ptr<Synchronizer>(const SyncContext&)> create;
 };
 
@@ -120,6 +128,11 @@ std::string SyncsWithOption(const std::string& option);
 // value out of range or options that disagree (the description's check).
 OptionValues ParseSyncOptions(const std::string& name,
                               const std::map<std::string, std::string>& given);
+
+// The description's check_model, where a front knows the model before any
+// rank starts (the trainer's --model).
+void CheckSyncModel(const std::string& name, const OptionValues& options,
+                    const ParamLayout& layout);
 
 // The synchroniser `name` with validated options.
 std::unique_ptr<Synchronizer> CreateSync(const std::string& name,

@@ -51,6 +51,7 @@ TorchSynchronizer::TorchSynchronizer(
                     "memory; the group's backend ") +
         comm_->backend() + " reduces device memory");
   }
+  sync::CheckSyncModel(name_, options_, layout_);  // before any collective
   // DDP's constructor compares the ranks' parameter shapes: so does this,
   // and the synchroniser and its options, listing both where they differ.
   std::string job = layout_.ToString() + "; --sync=" + name_;

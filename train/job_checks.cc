@@ -22,6 +22,7 @@
 #include "train/checkpoint.h"
 #include "train/idx_dataset.h"
 #include "train/memory_check.h"
+#include "train/mlp_buffers.h"
 #include "train/outputs.h"
 #include "train/training_data.h"
 
@@ -307,7 +308,9 @@ void CheckSyncOptions(const TrainConfig& c) {
   for (const auto& [name, value] : c.sync_options.values()) {
     given[name] = c.sync_options.Text(name);
   }
-  sync::ParseSyncOptions(c.sync, given);
+  const sync::OptionValues options = sync::ParseSyncOptions(c.sync, given);
+  sync::CheckSyncModel(c.sync, options,
+                       SyncLayoutOf(nn::MlpLayout::Parse(c.model)));
 }
 
 void CheckDataFlags(const TrainConfig& c) {

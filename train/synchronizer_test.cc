@@ -232,6 +232,72 @@ TEST(SynchronizerTest, DiLoCoAppliesTheAveragedChangeWithNesterov) {
   EXPECT_EQ(*sync->state()[1].values, (std::vector<float>{1.25f, 1.25f}));
 }
 
+// Fragment 0 (the weight) sends at 2 inner steps, fragment 1 (the bias) at
+// 4; each is applied one step later and merged half and half.
+TEST(SynchronizerTest, StreamingDiLoCoAppliesEachFragmentTauStepsLater) {
+  const nn::MlpLayout layout({1, 1});  // a weight and a bias: 2 tensors
+  auto model = nn::CreateMlp(nn::Device::kCpu, layout);
+  std::vector<float> params = {1.0f, 1.0f};
+  model->SetParams(params.data());
+  PeerCommunicator comm(std::vector<float>(1, 0.75f));  // a fragment's peer
+  MlpSync sync("streaming_diloco", *comm.comm, *model,
+               {{"inner_steps", "4"},
+                {"num_fragments", "2"},
+                {"fragment_sync_delay", "1"},
+                {"fragment_update_alpha", "0.5"},
+                {"quantize_bits", "32"},
+                {"outer_lr", "0.5"},
+                {"outer_momentum", "0.5"}});
+  sync.Start(*model, /*resumed=*/false);
+  const std::vector<float> local = {0.5f, 0.5f};  // each step's inner update
+  for (int64_t step = 0; step < 2; ++step) {
+    model->SetParams(local.data());
+    sync.AfterStep(*model, step);  // step 1: the weight's change sent
+  }
+  model->SetParams(local.data());
+  sync.AfterStep(*model, 2);  // ... and applied: delta = 0.25 + 0.75
+  EXPECT_EQ(comm.backend->allreduce_calls, 1);
+  // As DiLoCo's first outer step: outer 0.25; merged: 0.5 * 0.5 + 0.125.
+  model->GetParams(params.data());
+  EXPECT_EQ(params, (std::vector<float>{0.375f, 0.5f}));
+  EXPECT_EQ(*sync.evaluated_params(), (std::vector<float>{0.25f, 1.0f}));
+  model->SetParams(local.data());
+  sync.AfterStep(*model, 3);           // the bias's sent
+  EXPECT_EQ(sync.state().size(), 3u);  // waits for it
+  EXPECT_EQ(comm.backend->allreduce_calls, 2);
+  model->GetParams(params.data());
+  EXPECT_EQ(params, local);  // not yet applied
+}
+
+// One fragment, no delay, no merge and float32: DiLoCo, bit for bit.
+TEST(SynchronizerTest, StreamingDiLoCoWithOneFragmentIsDiLoCo) {
+  const nn::MlpLayout layout({3, 2});
+  std::vector<std::vector<float>> params(2);
+  for (const std::string name : {"diloco", "streaming_diloco"}) {
+    auto model = nn::CreateMlp(nn::Device::kCpu, layout);
+    std::vector<float> p = {1, -2, 3, 0.5f, 0.25f, -1, 2, 7};
+    model->SetParams(p.data());
+    PeerCommunicator comm(std::vector<float>(p.size(), 0.3f));
+    std::map<std::string, std::string> given = {{"inner_steps", "3"}};
+    if (name != "diloco") {
+      given.insert({{"num_fragments", "1"},
+                    {"fragment_sync_delay", "0"},
+                    {"fragment_update_alpha", "0"},
+                    {"quantize_bits", "32"}});
+    }
+    MlpSync sync(name, *comm.comm, *model, given);
+    sync.Start(*model, /*resumed=*/false);
+    for (int64_t step = 0; step < 9; ++step) {
+      for (float& x : p) x = x * 0.9f + 0.01f * static_cast<float>(step);
+      model->SetParams(p.data());
+      sync.AfterStep(*model, step);
+      model->GetParams(p.data());
+    }
+    params[name == "diloco" ? 0 : 1] = p;
+  }
+  EXPECT_EQ(params[0], params[1]);
+}
+
 TEST(SynchronizerTest, RejectsBadNamesAndOptions) {
   using Given = std::map<std::string, std::string>;
   EXPECT_THROW(sync::FindSync("ddp"), std::invalid_argument);
@@ -249,6 +315,20 @@ TEST(SynchronizerTest, RejectsBadNamesAndOptions) {
                std::invalid_argument);
   EXPECT_THROW(sync::ParseSyncOptions("diloco", Given{{"outer_lr", "-0.1"}}),
                std::invalid_argument);
+  // Streaming DiLoCo's schedule: tau below H / P, P at most H.
+  EXPECT_THROW(sync::ParseSyncOptions("streaming_diloco",
+                                      Given{{"inner_steps", "8"},
+                                            {"num_fragments", "4"},
+                                            {"fragment_sync_delay", "2"}}),
+               std::invalid_argument);
+  EXPECT_THROW(sync::ParseSyncOptions("streaming_diloco",
+                                      Given{{"inner_steps", "2"},
+                                            {"num_fragments", "3"},
+                                            {"fragment_sync_delay", "0"}}),
+               std::invalid_argument);
+  EXPECT_THROW(
+      sync::ParseSyncOptions("streaming_diloco", Given{{"quantize_bits", "2"}}),
+      std::invalid_argument);
   // Another synchroniser's option, and one of none.
   EXPECT_THROW(sync::ParseSyncOptions("allreduce", Given{{"inner_steps", "7"}}),
                std::invalid_argument);

@@ -371,6 +371,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
     }
   }
 
+  synchronizer->Finish();  // nothing in flight once the ranks part
   const std::optional<Counters> link_after = HostLinkCounters(config);
   if (link_before && link_after) {
     result.link =

@@ -327,13 +327,15 @@ def run_ranks(args, scratch):
 def summary(args, wall, torch_version):
     """summary.json: the configuration, torch's version and the total wall time."""
     flags = lambda *names: {name: getattr(args, name) for name in names}  # noqa: E731
-    ddp = (args.world_size > 1 and args.sync not in ("diloco", "demo", "sparseloco", "sparta")
+    ddp = (args.world_size > 1
+           and args.sync not in ("diloco", "streaming_diloco", "demo", "sparseloco", "sparta")
            and args.front == "pytorch")
     return {"framework": "pytorch", "torch_version": torch_version,
             "world_size": args.world_size, "ddp": ddp,
             "front": args.front,
             **flags("sync", "avg_period", "avg_warmup", "post_local_subgroup", "inner_steps",
-                    "outer_lr", "outer_momentum", "demo_decay", "demo_chunk", "demo_topk",
+                    "outer_lr", "outer_momentum", "num_fragments", "fragment_sync_delay",
+                    "fragment_update_alpha", "quantize_bits", "demo_decay", "demo_chunk", "demo_topk",
                     "sparseloco_outer_lr", "sparseloco_beta",
                     "sparseloco_chunk", "sparseloco_topk", "sparseloco_bits", "sparta_p",
                     "sparta_seed"),
@@ -371,8 +373,8 @@ def write_outputs(args, scratch, wall, torch_version):
 
 # The synchronisers this program runs as PyTorch does, and the compressors it runs as hooks
 # written here (pytorch_compressors.py).
-PYTORCH_SYNCS = ("ddp", "fp16", "powersgd", "post_local_sgd", "diloco", "demo", "sparseloco",
-                 "sparta") + tuple(COMPRESSORS)
+PYTORCH_SYNCS = ("ddp", "fp16", "powersgd", "post_local_sgd", "diloco", "streaming_diloco",
+                 "demo", "sparseloco", "sparta") + tuple(COMPRESSORS)
 
 
 def parser():
@@ -413,6 +415,13 @@ def parser():
     parser.add_argument("--inner_steps", type=int, default=16, help="diloco: H")
     parser.add_argument("--outer_lr", type=float, default=0.7, help="diloco")
     parser.add_argument("--outer_momentum", type=float, default=0.9, help="diloco (Nesterov)")
+    parser.add_argument("--num_fragments", type=int, default=2, help="streaming_diloco: P")
+    parser.add_argument("--fragment_sync_delay", type=int, default=1,
+                        help="streaming_diloco: tau")
+    parser.add_argument("--fragment_update_alpha", type=float, default=0.5,
+                        help="streaming_diloco: alpha")
+    parser.add_argument("--quantize_bits", type=int, choices=(4, 8, 32), default=4,
+                        help="streaming_diloco")
     parser.add_argument("--demo_decay", type=float, default=0.999, help="demo")
     parser.add_argument("--demo_chunk", type=int, default=64, help="demo: largest chunk side")
     parser.add_argument("--demo_topk", type=int, default=32, help="demo: coefficients per chunk")
@@ -502,6 +511,13 @@ def parse_args(argv):
                          "1 <= topk <= chunk <= 65536")
     if not 0 <= args.sparseloco_beta <= 1 or not 0 <= args.sparseloco_outer_lr < math.inf:
         raise UsageError("--sparseloco_beta must be in [0, 1] and --sparseloco_outer_lr >= 0")
+    if args.sync == "streaming_diloco" and not (
+            1 <= args.num_fragments <= min(args.inner_steps, 1024)
+            and 0 <= args.fragment_sync_delay < args.inner_steps // args.num_fragments
+            and 0 <= args.fragment_update_alpha <= 1):
+        raise UsageError("--num_fragments must be in [1, --inner_steps], --fragment_sync_delay "
+                         "below --inner_steps / --num_fragments and --fragment_update_alpha in "
+                         "[0, 1]")
     if not 0 < args.sparta_p <= 1 or not 0 <= args.sparta_seed < 2**32:
         raise UsageError("--sparta_p must be in (0, 1] and --sparta_seed in [0, 2^32)")
     if not (0 <= args.outer_lr < math.inf) or not (0 <= args.outer_momentum < 1):

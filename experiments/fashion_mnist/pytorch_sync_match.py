@@ -31,6 +31,10 @@ import cli_errors  # noqa: E402
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 COMMON = ["--model=784,1024,1024,10", "--lr=0.1", "--batch_size=64", "--seed=0",
           "--sampler_seed=0", "--set_epoch=true", "--eval_every=1", "--epochs=1", "--quiet"]
+STREAMING = ["--sync=streaming_diloco", "--inner_steps=8", "--num_fragments=2",
+             "--fragment_sync_delay=2", "--fragment_update_alpha=0.5", "--outer_lr=0.7"]
+STREAMING_FLOAT = ["--sync=streaming_diloco", "--inner_steps=9", "--num_fragments=3",
+                   "--fragment_sync_delay=1", "--fragment_update_alpha=0.3"]
 # name: (ringlab's flags, PyTorch's flags). The warm-up, PowerSGD's start and H are short so that
 # the few steps of a subset cross several averages, compressed steps and outer steps.
 PAIRS = {
@@ -69,6 +73,10 @@ PAIRS = {
                     "--sparseloco_topk=8", "--sparseloco_outer_lr=0.8"],
                    ["--sync=sparseloco", "--inner_steps=4", "--sparseloco_chunk=256",
                     "--sparseloco_topk=8", "--sparseloco_outer_lr=0.8"]),
+    # Streaming DiLoCo: 4-bit changes gathered, and float32 ones by allreduce over 3 fragments.
+    "streaming_diloco": (STREAMING + ["--quantize_bits=4"], STREAMING + ["--quantize_bits=4"]),
+    "streaming_diloco_float": (
+        STREAMING_FLOAT + ["--quantize_bits=32"], STREAMING_FLOAT + ["--quantize_bits=32"]),
     "sparta": (["--sync=sparta", "--sparta_p=0.05", "--sparta_seed=7"],
                ["--sync=sparta", "--sparta_p=0.05", "--sparta_seed=7"]),
     # 4 ranks: a ring's sums now depend on where each gradient sits in its bucket (DDP's order,
@@ -90,9 +98,10 @@ JOBS = {
     "post_local_sgd_host": (["--comm=gloo", "--nprocs=4", "--hosts=2"],
                             ["--world_size=4", "--ranks_per_host=2"]),
 }
-# Each compressor (and SPARTA, SparseLoCo and DeMo) at 4 ranks too: gathered wires are decoded in rank order on both
+# Each compressor (and SPARTA, SparseLoCo, DeMo and Streaming DiLoCo) at 4 ranks too: gathered wires are decoded in rank order on both
 # sides, and gloo sums alike on both.
-COMPRESSORS = ("topk", "randomk", "ef_signsgd", "qsgd", "int8", "sparta", "sparseloco", "demo")
+COMPRESSORS = ("topk", "randomk", "ef_signsgd", "qsgd", "int8", "sparta", "sparseloco", "demo",
+               "streaming_diloco")
 PAIRS.update({f"{name}_4_ranks": PAIRS[name] for name in COMPRESSORS})
 JOBS.update({f"{name}_4_ranks": JOBS["allreduce_4_ranks"] for name in COMPRESSORS})
 DEFAULT_JOB = (["--comm=shm_ring", "--nprocs=2"], ["--world_size=2"])

@@ -104,6 +104,88 @@ class SparseLoCo(DiLoCo):
         return parts
 
 
+class StreamingDiLoCo(DiLoCo):
+    """Streaming DiLoCo over a plain model (sync/streaming_diloco.cc says what it does). The
+    reduction is computed when a fragment sends and applied fragment_sync_delay steps later: the
+    same values as ringlab's overlapped one, which only moves the wait."""
+
+    def __init__(self, torch, dist, model, args, world):
+        super().__init__(torch, dist, model, args, world)
+        self.delay, self.alpha, self.bits = (args.fragment_sync_delay, args.fragment_update_alpha,
+                                             args.quantize_bits)
+        self.fragments = cut_fragments([p.numel() for p in self.outer], args.num_fragments)
+        count = len(self.fragments)
+        self.offsets = [self.inner_steps * (f + 1) // count for f in range(count)]
+        self.reduced = {}  # fragment -> its averaged change, per tensor
+
+    def after_step(self, step):
+        taken = step + 1
+        for f, offset in enumerate(self.offsets):
+            if taken >= offset and (taken - offset) % self.inner_steps == 0:
+                self.reduced[f] = self.reduce(self.fragments[f])
+        for f, offset in enumerate(self.offsets):
+            since = taken - self.delay - offset
+            if since >= 0 and since % self.inner_steps == 0:
+                self.apply(self.fragments[f], self.reduced.pop(f))
+
+    def reduce(self, tensors):
+        torch, local = self.torch, list(self.model.parameters())
+        with torch.no_grad():
+            deltas = [self.outer[t] - local[t] for t in tensors]
+            if self.bits == 32:
+                flat = torch.cat([d.reshape(-1) for d in deltas]).div_(self.world)
+                self.dist.all_reduce(flat)
+            else:  # the reference gathers the dequantised values: only the arithmetic compared
+                mine = torch.cat([self.dequantise(d).reshape(-1) for d in deltas])
+                parts = [torch.empty_like(mine) for _ in range(self.world)]
+                self.dist.all_gather(parts, mine)
+                flat = torch.zeros_like(mine)
+                for part in parts:
+                    flat += part
+                flat = flat / self.world
+            return list(torch.split(flat, [d.numel() for d in deltas]))
+
+    def dequantise(self, delta):
+        torch = self.torch
+        levels = float(2 ** (self.bits - 1) - 1)
+        largest = delta.abs().max()
+        if not torch.isfinite(delta).all():
+            return torch.full_like(delta, math.nan)
+        if largest.item() == 0:
+            return torch.zeros_like(delta)
+        q = torch.round(delta / largest * levels).clamp(-levels, levels)
+        return q * (largest / levels)
+
+    def apply(self, tensors, reduced):
+        torch = self.torch
+        for o in self.outer:
+            o.grad = None  # only this fragment steps (SGD skips the rest)
+        for t, change in zip(tensors, reduced):
+            self.outer[t].grad = change.view_as(self.outer[t]).clone()
+        self.optimizer.step()
+        with torch.no_grad():
+            local = list(self.model.parameters())
+            for t in tensors:
+                local[t].mul_(self.alpha).add_(self.outer[t] * (1 - self.alpha))
+
+
+def cut_fragments(sizes, parts):
+    """Tensor indices of each fragment: consecutive tensors, each cut after the tensor whose end
+    is nearest total * (f + 1) / parts (ties to the earlier), each fragment at least one."""
+    total, ends, cuts, first = sum(sizes), [], [], 0
+    for size in sizes:
+        ends.append((ends[-1] if ends else 0) + size)
+    for f in range(parts):
+        target = total * (f + 1) / parts
+        last_allowed = len(sizes) - (parts - f)
+        best = min(range(first, last_allowed + 1), key=lambda i: (abs(ends[i] - target), i))
+        if f + 1 == parts:
+            best = len(sizes) - 1
+        cuts.append(list(range(first, best + 1)))
+        first = best + 1
+    return cuts
+
+
 class DeMo:
     """DeMo over a plain model (sync/demo.cc says what it does and where it departs from the
     authors' code): before each optimiser step, the gradients become the sign of the gathered
@@ -236,6 +318,9 @@ def synchronise(torch, dist, model, args, rank, world):
     if args.sync == "diloco":
         diloco = DiLoCo(torch, dist, model, args, world)
         return model, diloco.after_step, diloco
+    if args.sync == "streaming_diloco":
+        streaming = StreamingDiLoCo(torch, dist, model, args, world)
+        return model, streaming.after_step, streaming
     if args.sync == "demo":
         return model, None, DeMo(torch, dist, model, args, world)
     if args.sync == "sparseloco":
