@@ -16,7 +16,9 @@ run.json) stay under <out_dir>/runs/<run>/. What each mode runs is MODES below:
              allreduce, DiLoCo H=16, post-local SGD K=16, PowerSGD rank 4 and fp16; on an
              unlimited one PyTorch DDP, allreduce and DiLoCo (--links: every one on each);
   --quick    the 1gbit link: PyTorch DDP, allreduce and DiLoCo H=16, 150 steps;
-  --full     links unlimited, 10gbit, 1gbit and 100mbit, every synchroniser above, 600 steps.
+  --full     links unlimited, 10gbit, 1gbit and 100mbit, every synchroniser above and the
+             field's (top-k, random-k, EF-SignSGD, QSGD, int8, SPARTA, SparseLoCo, DeMo,
+             Streaming DiLoCo) at their defaults, 600 steps.
 
 --report_only rewrites the report from the runs in --out_dir; --dry_run prints the commands.
 Exit status 0 when every run finished, 1 when one failed (the report says which), 2 for bad
@@ -61,6 +63,21 @@ SYNCS = (
     ("fp16", "fp16", "ringlab fp16 compress", {}),
 )
 ALL = tuple(key for key, *_ in SYNCS)
+# The synchronisers the field argues about, at their defaults, in the full run only (each is a
+# run per link): compressors with error feedback, SPARTA, SparseLoCo, DeMo, Streaming DiLoCo.
+FIELD = (
+    ("topk", "topk", "ringlab top-k 1%", {}),
+    ("randomk", "randomk", "ringlab random-k 1%", {}),
+    ("ef_signsgd", "ef_signsgd", "ringlab EF-SignSGD", {}),
+    ("qsgd", "qsgd", "ringlab QSGD", {}),
+    ("int8", "int8", "ringlab int8", {}),
+    ("sparta", "sparta", "ringlab SPARTA 0.5%", {}),
+    ("sparseloco", "sparseloco", "ringlab SparseLoCo H=16", {}),
+    ("demo", "demo", "ringlab DeMo", {}),
+    ("streaming_diloco", "streaming_diloco", "ringlab Streaming DiLoCo H=16", {}),
+)
+SYNCS += FIELD
+EVERY = tuple(key for key, *_ in SYNCS)
 MODES = {
     # 150 steps reach about 2.1: the target is 2.2 there.
     "quick": dict(steps=150, links=("1gbit",), syncs=("pytorch_ddp", "allreduce", "diloco_h16"),
@@ -70,7 +87,7 @@ MODES = {
     "standard": dict(steps=400, links=("unlimited", "1gbit"),
                      syncs={"unlimited": ("pytorch_ddp", "allreduce", "diloco_h16"),
                             "1gbit": ALL}),
-    "full": dict(steps=600, links=("unlimited", "10gbit", "1gbit", "100mbit"), syncs=ALL),
+    "full": dict(steps=600, links=("unlimited", "10gbit", "1gbit", "100mbit"), syncs=EVERY),
 }
 EVAL_EVERY = 25
 

@@ -153,6 +153,9 @@ class DriverTest(unittest.TestCase):
         standard = char_lm.plan("standard")
         self.assertEqual(len(standard), 9)
         self.assertEqual(len(char_lm.plan("standard", ["10gbit"])), 6)
+        full = char_lm.plan("full")
+        self.assertEqual(len(full), 4 * 15)  # every synchroniser on each of 4 links
+        self.assertIn("streaming_diloco", {r["sync"] for r in full})
         self.assertEqual(char_lm.plan("standard", ["2.5gbit"], 7)[0]["name"],
                          "2_5gbit_pytorch_ddp")
 

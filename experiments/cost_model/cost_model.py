@@ -133,6 +133,12 @@ def allreduce_s(size, ranks, hosts, alpha, b_eff, hierarchical, b_intra):
     return intra + 2 * (hosts - 1) * alpha + 2 * (hosts - 1) / hosts * size / b_eff
 
 
+# The synchronisers step_ms has a formula for (none: compute alone). The compressors, SPARTA,
+# SparseLoCo, DeMo and Streaming DiLoCo send other collectives and sizes: not modelled yet.
+MODELLED_SYNCS = ("allreduce", "fp16", "bf16", "param_avg", "post_local_sgd", "diloco", "none",
+                  "barrier")
+
+
 def step_ms(sync, compute_ms, comm_s, k=16, hidden_share=BACKWARD_SHARE):
     """A step of `sync`: compute, plus the allreduce's time beyond what hides behind
     hidden_share of compute (backward, where communication has resources of its own: a NIC's

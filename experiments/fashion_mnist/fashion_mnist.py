@@ -19,7 +19,9 @@ plots; each run's own files (losses.csv, eval.csv, trace.json, log.txt, run.json
               first, 2): which synchroniser reaches 85% first on each link;
   --full      on one host PyTorch DDP, ringlab allreduce, none and barrier over shm_ring and
               both compute floors; on links unlimited, 10gbit and 1gbit PyTorch DDP and ringlab's
-              allreduce, fp16 compression, param_avg K=16, DiLoCo H=16 and none;
+              allreduce, fp16 compression, param_avg K=16, DiLoCo H=16, none, and the
+              compressors, SPARTA, SparseLoCo, DeMo (lr 0.002) and Streaming DiLoCo at their
+              defaults;
   --quick     1 epoch: PyTorch DDP and ringlab allreduce on one host, allreduce and DiLoCo
               H=16 on a 1gbit link;
   --one_host  every synchroniser over shm_ring, mpi and gloo on one host, both floors.
@@ -58,6 +60,8 @@ DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 MAX_EPOCHS, MAX_TIMEOUT_S = 1000, 86400
 MODEL, LR, BATCH, SEED = "784,1024,1024,10", 0.1, 64, 0
+# DeMo applies signs (each parameter moves by the learning rate): it trains at its own.
+SYNC_LR = {"demo": 0.002}
 # post_local_sgd's steps of DDP allreduce before local SGD, and PowerSGD's before it compresses
 # (PyTorch's examples start both after 100 iterations; PowerSGD's own default, 1000, is past
 # this run's second epoch).
@@ -89,6 +93,7 @@ SYNCS = (("allreduce_overlap", "allreduce", None, True, {"overlap": "true"}),
 # synchronisers, 2 ranks on 2
 # emulated hosts (one each) over gloo, whose ranks bind their host's address.
 ALL_SYNCS = "every synchroniser"  # SYNCS and every other one train lists
+UNLISTED = "every synchroniser without a row"  # train lists it, SYNCS has no row for it
 MODES = {
     # Under 3 minutes: the headline on one host, and allreduce against param_avg on a slow link.
     "quick": dict(epochs=1, pytorch_ddp=True, one_host=(("shm_ring", ("allreduce_overlap",)),),
@@ -103,14 +108,15 @@ MODES = {
     # On one host PyTorch DDP, ringlab's allreduce, none and barrier over shm_ring (what
     # synchronising costs ringlab, and how much of it is the ranks meeting rather than the
     # bytes) and both compute floors (1 epoch: they measure a step); on three links
-    # every synchroniser but bf16 (fp16's cost) and post_local_sgd (param_avg's once its
-    # warm-up is over).
+    # every synchroniser but bf16 (fp16's cost), post_local_sgd (param_avg's once its
+    # warm-up is over), PowerSGD and the other periods of param_avg: the compressors, SPARTA,
+    # SparseLoCo, DeMo and Streaming DiLoCo at their defaults.
     "full": dict(epochs=3, pytorch_ddp=True,
                  one_host=(("shm_ring", ("allreduce_overlap", "none", "barrier")),),
                  floors=True, floor_epochs=1, links=("unlimited", "10gbit", "1gbit"),
                  link_pytorch="every link",
                  link_syncs=("allreduce_overlap", "fp16", "param_avg_k16", "diloco_h16",
-                             "none")),
+                             "none", UNLISTED)),
     # The one-host matrix of the earlier rounds: every synchroniser over every communicator.
     "one_host": dict(epochs=3, pytorch_ddp=True,
                      one_host=tuple((comm, ALL_SYNCS) for comm in ("shm_ring", "mpi", "gloo")),
@@ -179,8 +185,9 @@ def over_ringlab(run, name, label):
                 variant="pytorch_ddp_ringlab" if run.get("link") else None)
 
 
-def link_runs(links, mode, epochs):
-    """The runs across links: per link, PyTorch DDP, then each of the mode's link_syncs."""
+def link_runs(links, mode, epochs, registered=()):
+    """The runs across links: per link, PyTorch DDP, then each of the mode's link_syncs (with
+    UNLISTED among them, every synchroniser train lists that SYNCS has no row for)."""
     runs = []
     for link in links:
         tag = link.replace(".", "_")
@@ -192,9 +199,10 @@ def link_runs(links, mode, epochs):
             runs.append(over_ringlab(runs[-1], f"link_{tag}_pytorch_ddp_ringlab",
                                      f"PyTorch DDP (ringlab, {RINGLAB_TORCH_STEPS} steps) "
                                      f"@ {link}"))
-        for key, sync, k, overlap, options in SYNCS:
-            if key not in mode["link_syncs"]:
-                continue
+        unlisted = (registered_rows(registered)[len(SYNCS):]
+                    if UNLISTED in mode["link_syncs"] else ())
+        chosen = tuple(row for row in SYNCS if row[0] in mode["link_syncs"]) + unlisted
+        for key, sync, k, overlap, options in chosen:
             runs.append(dict(name=f"link_{tag}_{key}",
                              label=f"ringlab {detail(sync, k, overlap)} (gloo) @ {link}",
                              framework="ringlab", sync=sync, avg_period=k, overlap=overlap,
@@ -240,7 +248,7 @@ def plan(mode_name, links=None, epochs=None, registered=()):
                            or run["sync"] == "barrier")
         if not run.get("max_steps"):
             run["epochs"] = mode.get("floor_epochs", epochs) if measures_a_step else epochs
-    runs += link_runs(mode["links"] if links is None else links, mode, epochs)
+    runs += link_runs(mode["links"] if links is None else links, mode, epochs, registered)
     for order, run in enumerate(runs):
         run["order"] = order
     return runs
@@ -262,7 +270,8 @@ def command(run, args, run_dir):
                     "--"] + argv
         return argv
     argv = [args.train, "--dataset=fashion_mnist", f"--model={MODEL}", f"--sync={run['sync']}",
-            f"--comm={run['comm']}", f"--epochs={run['epochs']}", f"--lr={LR}",
+            f"--comm={run['comm']}", f"--epochs={run['epochs']}",
+            f"--lr={SYNC_LR.get(run['sync'], LR)}",
             f"--batch_size={BATCH}", f"--seed={SEED}", "--sampler_seed=0", "--set_epoch=true",
             "--eval_every=1", f"--trace={run_dir}/trace.json", f"--out_dir={run_dir}", "--quiet",
             f"--timeout={args.timeout}"]

@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import analysis  # noqa: E402
+import links  # noqa: E402
 import pytorch_ddp  # noqa: E402
 
 DRIVER = os.path.join(HERE, "fashion_mnist.py")
@@ -396,7 +397,8 @@ class PlanTest(unittest.TestCase):
         try:
             lines = self.plan("--one_host")
             self.assertEqual(sum("--sync=topk" in l for l in lines), 3)
-            self.assertFalse(any("--sync=topk" in l for l in self.plan("--full")))
+            # ... and on each of the full run's 3 links.
+            self.assertEqual(sum("--sync=topk" in l for l in self.plan("--full")), 3)
             syncs["diloco"] = []
             with open(self.train, "w") as f:
                 f.write(fake_train(syncs))
@@ -557,9 +559,18 @@ class LinksTest(unittest.TestCase):
         self.assertIn("| 4.0 / 0.3 / 0.5 | 9.2 (1.77) |", text)
         self.assertIn("| 1gbit | param_avg_k16 @ 1gbit | 20.0 |", text)
         self.assertIn("3.00 MB", text)  # the hosts' mean
-        for png in ("accuracy_vs_time_per_link.png", "step_vs_link.png"):
+        for png in links.PLOTS:
             with open(os.path.join(out, png), "rb") as f:
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+
+class FrontierTest(unittest.TestCase):
+    def test_the_frontier_keeps_what_no_run_beats_on_both(self):
+        # (MB, accuracy): (3, 84) sends more than (2, 85.5) for less; (2, 85) ties its bytes
+        # for less accuracy.
+        points = [(1, 80), (2, 85), (3, 84), (2, 85.5), (0.5, 70), (5, 86), (5, 86)]
+        self.assertEqual(links.frontier(points),
+                         [(0.5, 70), (1, 80), (2, 85.5), (5, 86), (5, 86)])
 
 
 class IdxTest(unittest.TestCase):

@@ -2,8 +2,9 @@
 test accuracy (or its best accuracy), its step time split into compute, exposed communication
 and optimiser (from its trace), the step the cost model predicts (experiments/cost_model,
 fitted to the allreduce bench the driver ran on that link), and the bytes that crossed each
-host's link per step; which synchroniser reached 85% first on each link; and two plots, test
-accuracy against wall-clock per link and step time against the link per synchroniser.
+host's link per step; which synchroniser reached 85% first on each link; and three plots, test
+accuracy against wall-clock per link, step time against the link per synchroniser, and the
+frontier of bytes sent against accuracy reached per link.
 """
 
 import os
@@ -22,6 +23,15 @@ LINK_STYLE = {
     "param_avg_k16": ("C3", "ringlab param_avg K=16"),
     "diloco_h16": ("C6", "ringlab DiLoCo H=16"),
     "none": ("C5", "ringlab none"),
+    "topk": ("olive", "ringlab top-k 1%"),
+    "randomk": ("darkkhaki", "ringlab random-k 1%"),
+    "ef_signsgd": ("teal", "ringlab EF-SignSGD"),
+    "qsgd": ("slateblue", "ringlab QSGD"),
+    "int8": ("orchid", "ringlab int8"),
+    "sparta": ("sienna", "ringlab SPARTA 0.5%"),
+    "sparseloco": ("darkred", "ringlab SparseLoCo H=16"),
+    "demo": ("navy", "ringlab DeMo (lr 0.002)"),
+    "streaming_diloco": ("magenta", "ringlab Streaming DiLoCo H=16"),
 }
 
 
@@ -94,6 +104,8 @@ def _prediction(run, fit, runs):
     ringlab's allreduce run on the same link (torch writes no trace)."""
     if isinstance(fit, str) or not run.get("stats"):
         return "n/a"
+    if run["sync"] not in _cost_model().MODELLED_SYNCS:
+        return "n/a (not modelled)"
     compute = _compute_ms(run)
     note = ""
     if compute is None:
@@ -233,15 +245,62 @@ def _step_vs_link(plt, links, path):
     plt.close(fig)
 
 
+def frontier(points):
+    """The points (bytes, accuracy, ...) no other beats on both: none sends fewer or as many
+    bytes and reaches a higher or equal accuracy, better on one; by bytes."""
+    return sorted(p for p in points if not any(
+        q[0] <= p[0] and q[1] >= p[1] and (q[0] < p[0] or q[1] > p[1]) for q in points))
+
+
+def _frontier_plot(plt, links, path):
+    """Per link: each run's MB sent by rank 0 to its last evaluation against the accuracy there
+    (log x; a run sending nothing sits at the axis' left edge), the frontier joined."""
+    fig, axes = plt.subplots(1, len(links), figsize=(5.6 * len(links), 4.8), sharey=True,
+                             squeeze=False)
+    handles = {}
+    for ax, (link, runs) in zip(axes[0], links.items()):
+        points = []
+        for run in runs:
+            if not run.get("stats") or run.get("max_steps"):
+                continue
+            last = run["stats"]["evals"][-1]
+            if last.get("bytes_sent") is None or last["bytes_sent"] != last["bytes_sent"]:
+                continue  # PyTorch DDP reports no bytes
+            points.append((max(last["bytes_sent"] / 1e6, 1e-3), 100 * last["test_accuracy"],
+                           run.get("variant")))
+        for mb, accuracy, variant in points:
+            color, label = LINK_STYLE.get(variant, ("grey", variant))
+            handles[label] = ax.scatter([mb], [accuracy], color=color, s=36, label=label,
+                                        zorder=3)
+        best = frontier(points)
+        ax.plot([p[0] for p in best], [p[1] for p in best], color="black", lw=0.8, ls="--",
+                zorder=2)
+        ax.axhline(100 * analysis.TARGET_ACCURACY, color="grey", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_title(f"link {link}: dashed, the frontier")
+        ax.set_xlabel("MB sent by rank 0 to the last evaluation (log scale)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test accuracy at the last evaluation (%)")
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=4, fontsize=7,
+               frameon=False)
+    rows = -(-len(handles) // 4)
+    fig.tight_layout(rect=(0, 0.05 * rows, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+PLOTS = ("accuracy_vs_time_per_link.png", "step_vs_link.png", "frontier_per_link.png")
+
+
 def write_plots(out_dir, runs, pyplot):
-    """The two PNGs across links; {name: why missing}; nothing when no run had a link."""
+    """The PNGs across links; {name: why missing}; nothing when no run had a link."""
     links = {k: v for k, v in by_link(runs).items() if any(r.get("stats") for r in v)}
     if not by_link(runs):
         return {}
     if not links:
-        return {name: "no run across links finished" for name in (
-            "accuracy_vs_time_per_link.png", "step_vs_link.png")}
+        return {name: "no run across links finished" for name in PLOTS}
     plt = pyplot()
-    _accuracy_vs_time(plt, links, os.path.join(out_dir, "accuracy_vs_time_per_link.png"))
-    _step_vs_link(plt, links, os.path.join(out_dir, "step_vs_link.png"))
+    _accuracy_vs_time(plt, links, os.path.join(out_dir, PLOTS[0]))
+    _step_vs_link(plt, links, os.path.join(out_dir, PLOTS[1]))
+    _frontier_plot(plt, links, os.path.join(out_dir, PLOTS[2]))
     return {}

@@ -387,7 +387,9 @@ def write_markdown(path, invocation, runs, rows, plot_notes):
     if links.by_link(runs):
         figures += [("Test accuracy against wall-clock time, per link",
                      "accuracy_vs_time_per_link.png"),
-                    ("Step time against the link, per synchroniser", "step_vs_link.png")]
+                    ("Step time against the link, per synchroniser", "step_vs_link.png"),
+                    ("Bytes sent against accuracy reached, per link: the frontier",
+                     "frontier_per_link.png")]
     for title, name in figures:
         note = plot_notes.get(name)
         lines += [f"{title}: {note}" if note else f"![{title}]({name})", ""]
@@ -406,7 +408,6 @@ def build(out_dir):
     try:
         plot_notes.update(links.write_plots(out_dir, runs, plots._pyplot))
     except ImportError:
-        plot_notes.update({n: "matplotlib is not installed: no plot" for n in (
-            "accuracy_vs_time_per_link.png", "step_vs_link.png")})
+        plot_notes.update({n: "matplotlib is not installed: no plot" for n in links.PLOTS})
     write_markdown(os.path.join(out_dir, "report.md"), invocation, runs, rows, plot_notes)
     return runs
