@@ -27,8 +27,8 @@ LINK_STYLE = {
     "randomk": ("darkkhaki", "ringlab random-k 1%"),
     "ef_signsgd": ("teal", "ringlab EF-SignSGD"),
     "qsgd": ("slateblue", "ringlab QSGD"),
-    "int8": ("orchid", "ringlab int8"),
-    "sparta": ("sienna", "ringlab SPARTA 0.5%"),
+    "int8": ("limegreen", "ringlab int8"),
+    "sparta": ("gold", "ringlab SPARTA 0.5%"),
     "sparseloco": ("darkred", "ringlab SparseLoCo H=16"),
     "demo": ("navy", "ringlab DeMo (lr 0.002)"),
     "streaming_diloco": ("magenta", "ringlab Streaming DiLoCo H=16"),
@@ -282,9 +282,11 @@ def _frontier_plot(plt, links, path):
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("test accuracy at the last evaluation (%)")
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=4, fontsize=7,
-               frameon=False)
+               frameon=False, bbox_to_anchor=(0.5, 0.04))
+    fig.text(0.01, 0.01, "Each run at its own last epoch (the report's table says which); PyTorch "
+             "DDP reports no bytes.", fontsize=7, alpha=0.8)
     rows = -(-len(handles) // 4)
-    fig.tight_layout(rect=(0, 0.05 * rows, 1, 1))
+    fig.tight_layout(rect=(0, 0.04 + 0.05 * rows, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
