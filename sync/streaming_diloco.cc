@@ -36,10 +36,10 @@ namespace ringlab::sync {
 namespace {
 
 struct Fragment {
-  size_t begin = 0, end = 0;           // in floats, of the flat buffer
+  size_t begin = 0, end = 0;             // in floats, of the flat buffer
   size_t first_tensor = 0, tensors = 0;  // of the layout's tensors
-  int64_t offset = 0;                  // steps to its first send
-  size_t wire_bytes = 0;               // its wire from one rank
+  int64_t offset = 0;                    // steps to its first send
+  size_t wire_bytes = 0;                 // its wire from one rank
 };
 
 // The last tensor of each fragment: the cut after tensor i nearest
@@ -58,7 +58,8 @@ std::vector<Fragment> CutFragments(const ParamLayout& layout, int parts,
     size_t best = next;
     double best_gap = std::numeric_limits<double>::infinity();
     for (size_t i = next; i <= last_allowed; ++i) {
-      const double end = static_cast<double>(tensors[i].offset + tensors[i].size);
+      const double end =
+          static_cast<double>(tensors[i].offset + tensors[i].size);
       const double gap = std::fabs(end - target);
       if (gap < best_gap) best = i, best_gap = gap;
     }
@@ -164,8 +165,7 @@ StreamingDiLoCoSynchronizer::StreamingDiLoCoSynchronizer(const SyncContext& c)
   wire_ = comm_.Allocate(std::max<size_t>(1, floats));
 }
 
-void StreamingDiLoCoSynchronizer::AfterStep(ModelBuffers& model,
-                                            int64_t step) {
+void StreamingDiLoCoSynchronizer::AfterStep(ModelBuffers& model, int64_t step) {
   const int64_t taken = step + 1;
   // Sends before syncs, as torchft: with tau = 0 a fragment waits at once.
   for (const Fragment& fragment : fragments_) {
@@ -205,27 +205,26 @@ void StreamingDiLoCoSynchronizer::Send(ModelBuffers& model,
       wire += sizeof(float) + (tensor.size * bits_ + 7) / 8;
     }
   }
-  in_flight_ = std::async(std::launch::async,
-                          [this, &fragment] { Reduce(fragment); });
+  in_flight_ =
+      std::async(std::launch::async, [this, &fragment] { Reduce(fragment); });
 }
 
 void StreamingDiLoCoSynchronizer::Reduce(const Fragment& fragment) {
   const size_t n = fragment.end - fragment.begin;
   if (!Quantized()) {
-    trace::ScopedSpan reduce(
-        tracer_, trace::Track::kComm, "allreduce fragment change", "comm",
-        static_cast<int64_t>(
-            comm::AllReduceBusBytes(n * sizeof(float), comm_.world_size())));
+    trace::ScopedSpan reduce(tracer_, trace::Track::kComm,
+                             "allreduce fragment change", "comm",
+                             static_cast<int64_t>(comm::AllReduceBusBytes(
+                                 n * sizeof(float), comm_.world_size())));
     comm_.AllReduce(wire_, n, comm::ReduceOp::kSum);
     std::copy(wire_, wire_ + n, reduced_.begin() + fragment.begin);
     return;
   }
   {
-    trace::ScopedSpan gather(
-        tracer_, trace::Track::kComm, "allgather quantised fragment change",
-        "comm",
-        static_cast<int64_t>(comm::AllGatherBusBytes(fragment.wire_bytes,
-                                                     comm_.world_size())));
+    trace::ScopedSpan gather(tracer_, trace::Track::kComm,
+                             "allgather quantised fragment change", "comm",
+                             static_cast<int64_t>(comm::AllGatherBusBytes(
+                                 fragment.wire_bytes, comm_.world_size())));
     comm_.AllGather(wire_, gathered_.data(), fragment.wire_bytes / 4,
                     comm::DataType::kFloat32);
   }
@@ -275,14 +274,16 @@ void StreamingDiLoCoSynchronizer::Encode(const TensorSlot& tensor,
     finite = finite && std::isfinite(delta[i]);
     largest = std::max(largest, std::fabs(delta[i]));
   }
-  const float scale = finite ? largest : std::numeric_limits<float>::quiet_NaN();
+  const float scale =
+      finite ? largest : std::numeric_limits<float>::quiet_NaN();
   PutHeader(scale, wire);
   if (!finite || largest == 0.0f) return;  // codes stay 0
   auto* codes = reinterpret_cast<uint8_t*>(wire + sizeof(float));
   const int levels = (1 << (bits_ - 1)) - 1;
   const float top = static_cast<float>(levels);
   for (size_t i = 0; i < tensor.size; ++i) {
-    const float q = std::clamp(RoundHalfEven(delta[i] / largest * top), -top, top);
+    const float q =
+        std::clamp(RoundHalfEven(delta[i] / largest * top), -top, top);
     const auto code = static_cast<uint32_t>(static_cast<int>(q) + levels);
     codes[i * bits_ / 8] |= static_cast<uint8_t>(code << (i * bits_ % 8));
   }
@@ -299,8 +300,8 @@ void StreamingDiLoCoSynchronizer::Decode(const TensorSlot& tensor,
   for (size_t i = 0; i < tensor.size; ++i) {
     const int code = (codes[i * bits_ / 8] >> (i * bits_ % 8)) & mask;
     // A NaN scale makes every value NaN, a zero one every value 0.
-    const float q = std::isfinite(scale) ? static_cast<float>(code - levels)
-                                         : 1.0f;
+    const float q =
+        std::isfinite(scale) ? static_cast<float>(code - levels) : 1.0f;
     sum[i] += q * unit;
   }
 }
@@ -317,17 +318,18 @@ SyncDescription DescribeStreamingDiLoCo() {
       "quantize_bits bits per parameter (32: by allreduce; 8 or 4: to every "
       "rank, with a float32 scale per tensor)";
   d.pytorch = "none (a PyTorch loop: experiments/fashion_mnist/pytorch_ddp.py)";
-  d.options = {
-      InnerStepsOption(), OuterLrOption(), OuterMomentumOption(),
-      IntOption("num_fragments", 2, 1, 1024,
-                "fragments of the model, each synchronised on its own "
-                "schedule (P)"),
-      IntOption("fragment_sync_delay", 1, 0, kMaxSteps,
-                "inner steps a fragment's reduction overlaps (tau)"),
-      FloatOption("fragment_update_alpha", 0.5, 0, false, 1, false,
-                  "the local parameters' share in the merge (alpha)"),
-      ChoiceOption("quantize_bits", "4", {"4", "8", "32"},
-                   "bits per value of the change sent")};
+  d.options = {InnerStepsOption(),
+               OuterLrOption(),
+               OuterMomentumOption(),
+               IntOption("num_fragments", 2, 1, 1024,
+                         "fragments of the model, each synchronised on its own "
+                         "schedule (P)"),
+               IntOption("fragment_sync_delay", 1, 0, kMaxSteps,
+                         "inner steps a fragment's reduction overlaps (tau)"),
+               FloatOption("fragment_update_alpha", 0.5, 0, false, 1, false,
+                           "the local parameters' share in the merge (alpha)"),
+               ChoiceOption("quantize_bits", "4", {"4", "8", "32"},
+                            "bits per value of the change sent")};
   d.check = [](const OptionValues& o) {
     const int64_t h = o.Int("inner_steps"), p = o.Int("num_fragments");
     if (p > h) {
@@ -338,8 +340,8 @@ SyncDescription DescribeStreamingDiLoCo() {
     if (o.Int("fragment_sync_delay") >= h / p) {
       throw std::invalid_argument(
           "--fragment_sync_delay must be below --inner_steps / "
-          "--num_fragments (" + std::to_string(h / p) + "), not " +
-          o.Text("fragment_sync_delay"));
+          "--num_fragments (" +
+          std::to_string(h / p) + "), not " + o.Text("fragment_sync_delay"));
     }
   };
   d.check_model = [](const OptionValues& o, const ParamLayout& layout) {
