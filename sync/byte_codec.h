@@ -1,14 +1,17 @@
 // What the compressors share: the wire of those that send one signed byte per
 // gradient (QSGD's levels, int8's quantised values) after one float32 header
 // (a norm, a scale), the bytes packed four to a float32 word of the
-// collective, which only moves them; and a sum over a bucket in double.
+// collective, which only moves them; a sum over a bucket in double; and the
+// largest magnitude a scale is made from (int8's, Streaming DiLoCo's).
 #ifndef RINGLAB_SYNC_BYTE_CODEC_H_
 #define RINGLAB_SYNC_BYTE_CODEC_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace ringlab::sync {
 
@@ -56,6 +59,31 @@ double SumInDouble(const float* x, size_t n, Term term) {
 inline float RoundHalfEven(float v) {
   constexpr float kShift = 12582912.0f;
   return (v + kShift) - kShift;
+}
+
+// The largest |x|, in eight running maxima (exact in any order); NaN where a
+// value is NaN or infinite, as torch's abs().max() propagates a NaN (int8's
+// bucket, Streaming DiLoCo's tensor then goes out as zeros under a NaN scale,
+// on both sides).
+inline float LargestMagnitude(const float* grads, size_t count) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  float largest[8] = {};
+  int finite = 1;  // not a bool: & keeps the loop free of branches
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const float m = std::fabs(grads[i + j]);
+      largest[j] = std::max(largest[j], m);
+      finite &= m <= kMax;
+    }
+  }
+  for (; i < count; ++i) {
+    const float m = std::fabs(grads[i]);
+    largest[0] = std::max(largest[0], m);
+    finite &= m <= kMax;
+  }
+  return finite ? *std::max_element(largest, largest + 8)
+                : std::numeric_limits<float>::quiet_NaN();
 }
 
 }  // namespace ringlab::sync

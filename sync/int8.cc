@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <memory>
 
 #include "sync/byte_codec.h"
@@ -16,30 +15,6 @@
 
 namespace ringlab::sync {
 namespace {
-
-// The largest |g|, in eight running maxima (exact in any order); NaN where a
-// gradient is NaN or infinite, as torch's abs().max() propagates a NaN (the
-// bucket then goes out as zeros under a NaN scale, on both sides).
-float LargestMagnitude(const float* grads, size_t count) {
-  constexpr float kMax = std::numeric_limits<float>::max();
-  float largest[8] = {};
-  int finite = 1;  // not a bool: & keeps the loop free of branches
-  size_t i = 0;
-  for (; i + 8 <= count; i += 8) {
-    for (int j = 0; j < 8; ++j) {
-      const float m = std::fabs(grads[i + j]);
-      largest[j] = std::max(largest[j], m);
-      finite &= m <= kMax;
-    }
-  }
-  for (; i < count; ++i) {
-    const float m = std::fabs(grads[i]);
-    largest[0] = std::max(largest[0], m);
-    finite &= m <= kMax;
-  }
-  return finite ? *std::max_element(largest, largest + 8)
-                : std::numeric_limits<float>::quiet_NaN();
-}
 
 class Int8Compressor : public Compressor {
  public:

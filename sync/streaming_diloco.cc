@@ -104,6 +104,10 @@ class StreamingDiLoCoSynchronizer : public Synchronizer {
 
  private:
   bool Quantized() const { return bits_ < 32; }
+  // A tensor's wire: its float32 scale and its codes.
+  size_t TensorWireBytes(size_t size) const {
+    return sizeof(float) + (size * bits_ + 7) / 8;
+  }
   void Send(ModelBuffers& model, const Fragment& fragment);
   void Reduce(const Fragment& fragment);
   void Apply(ModelBuffers& model, const Fragment& fragment, bool first);
@@ -152,7 +156,7 @@ StreamingDiLoCoSynchronizer::StreamingDiLoCoSynchronizer(const SyncContext& c)
   for (Fragment& fragment : fragments_) {
     for (size_t t = 0; t < fragment.tensors; ++t) {
       const size_t size = layout_.tensors()[fragment.first_tensor + t].size;
-      fragment.wire_bytes += sizeof(float) + (size * bits_ + 7) / 8;
+      fragment.wire_bytes += TensorWireBytes(size);
     }
     fragment.wire_bytes = (fragment.wire_bytes + 3) / 4 * 4;  // whole words
     floats = std::max(floats, fragment.end - fragment.begin);
@@ -202,7 +206,7 @@ void StreamingDiLoCoSynchronizer::Send(ModelBuffers& model,
     for (size_t t = 0; t < fragment.tensors; ++t) {
       const TensorSlot& tensor = layout_.tensors()[fragment.first_tensor + t];
       Encode(tensor, wire);
-      wire += sizeof(float) + (tensor.size * bits_ + 7) / 8;
+      wire += TensorWireBytes(tensor.size);
     }
   }
   in_flight_ =
@@ -235,7 +239,7 @@ void StreamingDiLoCoSynchronizer::Reduce(const Fragment& fragment) {
     for (size_t t = 0; t < fragment.tensors; ++t) {
       const TensorSlot& tensor = layout_.tensors()[fragment.first_tensor + t];
       Decode(tensor, wire, sum);
-      wire += sizeof(float) + (tensor.size * bits_ + 7) / 8;
+      wire += TensorWireBytes(tensor.size);
     }
   }
   const float world = static_cast<float>(comm_.world_size());
@@ -268,16 +272,9 @@ void StreamingDiLoCoSynchronizer::Apply(ModelBuffers& model,
 void StreamingDiLoCoSynchronizer::Encode(const TensorSlot& tensor,
                                          char* wire) const {
   const float* delta = local_.data() + tensor.offset;
-  float largest = 0.0f;
-  bool finite = true;
-  for (size_t i = 0; i < tensor.size; ++i) {
-    finite = finite && std::isfinite(delta[i]);
-    largest = std::max(largest, std::fabs(delta[i]));
-  }
-  const float scale =
-      finite ? largest : std::numeric_limits<float>::quiet_NaN();
-  PutHeader(scale, wire);
-  if (!finite || largest == 0.0f) return;  // codes stay 0
+  const float largest = LargestMagnitude(delta, tensor.size);
+  PutHeader(largest, wire);
+  if (!(largest > 0.0f)) return;  // zero or NaN: codes stay 0
   auto* codes = reinterpret_cast<uint8_t*>(wire + sizeof(float));
   const int levels = (1 << (bits_ - 1)) - 1;
   const float top = static_cast<float>(levels);
