@@ -87,6 +87,15 @@ struct SentBytes {
   uint64_t operator()() const {
     return job.bytes_sent() + (host != nullptr ? host->bytes_sent() : 0);
   }
+  // The bytes counted since the last call: a reduction that completes on a
+  // synchroniser's own thread between two steps counts in the next.
+  uint64_t Unrecorded() {
+    const uint64_t now = (*this)();
+    const uint64_t since = now - recorded;
+    recorded = now;
+    return since;
+  }
+  uint64_t recorded = 0;
 };
 
 // One step: forward and backward (the synchroniser's observer reducing
@@ -94,11 +103,10 @@ struct SentBytes {
 // of it (comm_ms: the time this thread spent on communication, the part of
 // it that backward did not hide).
 StepRecord TakeStep(nn::Mlp& model, MlpBuffers& buffers,
-                    sync::Synchronizer& synchronizer, const SentBytes& sent,
+                    sync::Synchronizer& synchronizer, SentBytes& sent,
                     const Batch& batch, int64_t count,
                     const nn::SgdOptions& sgd, int64_t epoch, int64_t step,
                     Tracer& tracer) {
-  const uint64_t bytes_before = sent();
   const auto start = Clock::now();
   sync::GradObserver* reducer = synchronizer.backward_observer(step);
   std::optional<LayerToTensorObserver> adapted;
@@ -118,9 +126,8 @@ StepRecord TakeStep(nn::Mlp& model, MlpBuffers& buffers,
   const auto average_start = Clock::now();
   synchronizer.AfterStep(buffers, step);
   comm_ms += MillisecondsSince(average_start);
-  return {epoch,   step,
-          loss,    MillisecondsSince(start),
-          comm_ms, sent() - bytes_before};
+  return {
+      epoch, step, loss, MillisecondsSince(start), comm_ms, sent.Unrecorded()};
 }
 // A CPU model over a host-memory communicator keeps the buffer its
 // synchroniser reduces (the gradients for allreduce, the parameters for
@@ -321,7 +328,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   MlpBuffers buffers(*model);
   auto synchronizer = sync::CreateSync(
       config.sync, {comm, buffers, config.sync_options, tracer, host_comm});
-  const SentBytes sent{comm, host_comm};
+  SentBytes sent{comm, host_comm};
   TrainResult result;
   const int64_t first_step =
       StartingPoint(config, layout, params, job, comm, *model,
@@ -341,6 +348,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   bool staged = !config.resume;  // a fresh run's first checkpoint is staged
   Batch batch;
   const std::optional<Counters> link_before = HostLinkCounters(config);
+  sent.recorded = sent();  // the start-up's broadcast is no step's
   for (int64_t step = first_step; step < schedule.total_steps; ++step) {
     const int64_t epoch = step / schedule.steps_per_epoch;
     const int64_t index = step % schedule.steps_per_epoch;
@@ -372,6 +380,8 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   }
 
   synchronizer->Finish();  // nothing in flight once the ranks part
+  if (!result.history.empty())
+    result.history.back().bytes_sent += sent.Unrecorded();
   const std::optional<Counters> link_after = HostLinkCounters(config);
   if (link_before && link_after) {
     result.link =
