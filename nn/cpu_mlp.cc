@@ -85,6 +85,17 @@ void CpuMlp::SgdStep(const SgdOptions& options) {
             n_);
 }
 
+bool CpuMlp::GetMomentum(float* host) const {
+  if (!have_momentum_) return false;
+  std::memcpy(host, momentum_.data(), n_ * sizeof(float));
+  return true;
+}
+
+void CpuMlp::SetMomentum(const float* host) {
+  momentum_.assign(host, host + n_);
+  have_momentum_ = true;
+}
+
 std::unique_ptr<CpuMlp> CreateCpuMlp(const MlpLayout& layout,
                                      CpuMlpOptions options) {
   return std::make_unique<CpuMlp>(layout, options);

@@ -52,6 +52,8 @@ class CpuMlp : public Mlp {
                         BackwardObserver* observer) override;
   void Forward(const float* x, int batch, float* logits) override;
   void SgdStep(const SgdOptions& options) override;
+  bool GetMomentum(float* host) const override;
+  void SetMomentum(const float* host) override;
 
   GemmMode gemm_mode() const { return options_.gemm; }
   void set_gemm_mode(GemmMode mode) { options_.gemm = mode; }

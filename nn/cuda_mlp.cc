@@ -89,6 +89,20 @@ class CudaMlp : public Mlp {
                                        cudaMemcpyDeviceToHost, stream_));
     RINGLAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  bool GetMomentum(float* host) const override {
+    if (!have_momentum_) return false;
+    RINGLAB_CUDA_CHECK(cudaMemcpyAsync(host, momentum_.get(), Bytes(),
+                                       cudaMemcpyDeviceToHost, stream_));
+    RINGLAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return true;
+  }
+  void SetMomentum(const float* host) override {
+    momentum_.Reserve(layout().num_params());
+    RINGLAB_CUDA_CHECK(cudaMemcpyAsync(momentum_.get(), host, Bytes(),
+                                       cudaMemcpyHostToDevice, stream_));
+    RINGLAB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    have_momentum_ = true;
+  }
   void SetGrads(const float* host) override {
     RINGLAB_CUDA_CHECK(cudaMemcpyAsync(grads_.get(), host, Bytes(),
                                        cudaMemcpyHostToDevice, stream_));

@@ -121,6 +121,12 @@ class Mlp {
   virtual void Forward(const float* x, int batch, float* logits) = 0;
   // One optimiser step on params() from grads().
   virtual void SgdStep(const SgdOptions& options) = 0;
+  // The optimiser's momentum buffers (num_params floats, host copies), which
+  // a resumed run needs to take the step it would have taken. Get returns
+  // false, leaving host untouched, before any step with momentum; after Set,
+  // the next step continues from them instead of starting them afresh.
+  virtual bool GetMomentum(float* host) const = 0;
+  virtual void SetMomentum(const float* host) = 0;
   // Makes the calling thread's work go where this model lives: a thread that
   // reduces its gradients (the CUDA backend selects its device; the CPU one
   // has nothing to do).

@@ -1,16 +1,16 @@
 // Checkpoints that make a killed run resumable bit for bit, taken
 // collectively: each rank writes its part (its parameters, one .npy per
 // state_dict tensor, its synchroniser's state, one sync.<name>.npy per
-// tensor, its per-step history, the step it reached, its rank and its job's
-// description, so that a part is resumed only by its own rank of its own
-// job) into
-// <dir>/step_<N>/rank<r>/ through a temporary directory renamed into place,
-// with the SHA-256 of every file (SHA256SUMS, io/checksums.h, checked when
-// it is read back), every file and directory fsynced before the rename; once
-// every rank's part is on disk (the trainer's barrier), rank 0 moves
-// <dir>/latest to N, fsynced, and only then removes the steps before N. A rank
-// writes step N's part only after the barrier of the checkpoint before it, so
-// while latest is N no rank is still writing or reading a step before N, and
+// tensor, with SGD's momentum buffers as sync.sgd_momentum_buffer.npy when
+// the run has momentum, its per-step history, the step it reached, its rank and
+// its job's description, so that a part is resumed only by its own rank of its
+// own job) into <dir>/step_<N>/rank<r>/ through a temporary directory renamed
+// into place, with the SHA-256 of every file (SHA256SUMS, io/checksums.h,
+// checked when it is read back), every file and directory fsynced before the
+// rename; once every rank's part is on disk (the trainer's barrier), rank 0
+// moves <dir>/latest to N, fsynced, and only then removes the steps before N. A
+// rank writes step N's part only after the barrier of the checkpoint before it,
+// so while latest is N no rank is still writing or reading a step before N, and
 // pruning never touches one that any rank may use. A crash at any point leaves
 // latest at a complete checkpoint; a resumed run first removes what the crash
 // left beyond it.

@@ -25,9 +25,12 @@ using namespace ringlab::train::testing;  // NOLINT: the CLI test helpers
 
 // diloco's outer steps (every 5th step) fall between checkpoints (every 1,
 // 2, 3 or 5): a resumed run needs its outer parameters and momentum;
-// powersgd's errors, Q matrices, step and seed generator likewise.
+// powersgd's errors, Q matrices, step and seed generator likewise; SGD with
+// momentum its buffers.
 const char* const kSyncs[] = {
     "--sync=allreduce",
+    "--sync=allreduce --momentum=0.9 --nesterov --weight_decay=0.001",
+    "--sync=diloco --inner_steps=5 --momentum=0.5",
     "--sync=param_avg",
     "--sync=none",
     "--sync=post_local_sgd --avg_warmup=6",

@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "sync/synchronizer.h"
 #include "train/job_checks.h"
@@ -45,6 +47,24 @@ void PrepareCheckpoints(const TrainConfig& config, const std::string& job) {
   }
 }
 
+namespace {
+
+// The optimiser's momentum buffers, when the run has momentum, travel as one
+// more state tensor (sync.sgd_momentum_buffer.npy) beside the synchroniser's:
+// the state a resumed run reads is the same list the checkpoint wrote.
+std::vector<sync::SyncTensor> StateWithMomentum(
+    const TrainConfig& config, const std::vector<sync::SyncTensor>& sync_state,
+    size_t num_params, std::vector<float>* momentum) {
+  std::vector<sync::SyncTensor> state = sync_state;
+  if (config.sgd.momentum != 0.0f) {
+    momentum->assign(num_params, 0.0f);
+    state.push_back({"sgd_momentum_buffer", momentum});
+  }
+  return state;
+}
+
+}  // namespace
+
 // Collective: every rank's part of the checkpoint after `step` goes to disk,
 // then rank 0 moves latest to it, then removes the steps before it.
 void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
@@ -60,7 +80,14 @@ void TakeCheckpoint(const TrainConfig& config, const FaultInjection& faults,
   checkpoint.next_step = step + 1;
   checkpoint.params.resize(layout.num_params());
   model.GetParams(checkpoint.params.data());
-  checkpoint.sync_state = sync_state;
+  std::vector<float> momentum;
+  checkpoint.sync_state =
+      StateWithMomentum(config, sync_state, layout.num_params(), &momentum);
+  // Every step before a checkpoint took an SGD step, which made the buffers.
+  if (!momentum.empty() && !model.GetMomentum(momentum.data())) {
+    throw std::logic_error(
+        "a checkpoint of a run with momentum before any step");
+  }
   checkpoint.history = history;
   checkpoint.job = job;
   WriteRankCheckpoint(dir, rank, layout, checkpoint,
@@ -100,9 +127,12 @@ int64_t StartingPoint(const TrainConfig& config, const nn::MlpLayout& layout,
     sync::BroadcastParams(comm, buffers, /*root=*/0);
     return 0;
   }
-  RankCheckpoint checkpoint =
-      ReadRankCheckpoint(dir, comm.rank(), layout, *latest, job, sync_state);
+  std::vector<float> momentum;
+  RankCheckpoint checkpoint = ReadRankCheckpoint(
+      dir, comm.rank(), layout, *latest, job,
+      StateWithMomentum(config, sync_state, layout.num_params(), &momentum));
   model.SetParams(checkpoint.params.data());
+  if (!momentum.empty()) model.SetMomentum(momentum.data());
   *history = std::move(checkpoint.history);
   return *latest;
 }

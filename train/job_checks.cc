@@ -50,7 +50,10 @@ Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
       {"--comm", c.comm},
       {"--device", nn::DeviceName(c.device)},
       {"--epochs", std::to_string(c.epochs)},
-      {"--lr", FloatText(c.lr)},
+      {"--lr", FloatText(c.sgd.lr)},
+      {"--momentum", FloatText(c.sgd.momentum)},
+      {"--nesterov", std::to_string(c.sgd.nesterov)},
+      {"--weight_decay", FloatText(c.sgd.weight_decay)},
       {"--batch_size", std::to_string(c.batch_size)},
       {"--sampler_seed", std::to_string(c.sampler_seed)},
       {"--shuffle", std::to_string(c.shuffle)},
@@ -301,6 +304,25 @@ void CheckBounds(const TrainConfig& c, int world_size) {
   }
 }
 
+// torch.optim.SGD's own rules (nn::ValidateSgdOptions), each said by flag,
+// and finite bounds: a momentum of 1 or more makes the buffer grow without
+// limit, which torch accepts but no run wants.
+void CheckOptimizer(const nn::SgdOptions& sgd) {
+  if (!(sgd.lr >= 0.0f) || sgd.lr > 1e6f) {
+    throw std::invalid_argument("--lr must be a number in [0, 1e6]");
+  }
+  if (!(sgd.momentum >= 0.0f) || sgd.momentum >= 1.0f) {
+    throw std::invalid_argument("--momentum must be a number in [0, 1)");
+  }
+  if (!(sgd.weight_decay >= 0.0f) || sgd.weight_decay > 1e6f) {
+    throw std::invalid_argument("--weight_decay must be a number in [0, 1e6]");
+  }
+  if (sgd.nesterov && sgd.momentum == 0.0f) {
+    throw std::invalid_argument("--nesterov needs --momentum above 0");
+  }
+  nn::ValidateSgdOptions(sgd);
+}
+
 // The synchroniser exists and the options are its own, each in range: a
 // config made in code is held to what the flags are.
 void CheckSyncOptions(const TrainConfig& c) {
@@ -394,9 +416,7 @@ void ValidateConfig(const TrainConfig& config, int world_size,
                     ValidationScope scope) {
   const nn::MlpLayout layout = ParseModelFlag(config.model);
   CheckBounds(config, world_size);
-  if (!(config.lr >= 0.0f) || config.lr > 1e6f) {
-    throw std::invalid_argument("--lr must be a number in [0, 1e6]");
-  }
+  CheckOptimizer(config.sgd);
   if ((config.checkpoint_every > 0 || config.resume) &&
       config.out_dir.empty()) {
     throw std::invalid_argument(

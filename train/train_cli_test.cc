@@ -218,6 +218,25 @@ TEST(TrainCliTest, TheDocumentsRunWritesItsOutputs) {
             std::string::npos);
 }
 
+// The optimiser's settings go to config.json, and a run with momentum trains
+// something else than one without (the flags reach the SGD step).
+TEST(TrainCliTest, MomentumNesterovAndWeightDecayReachTheStepAndConfig) {
+  const std::string plain = TempDir("plain"), nesterov = TempDir("nesterov");
+  const std::string job = " --quiet --epochs=3 --lr=0.1 --out_dir=";
+  ASSERT_EQ(RunTrain(job + plain).status, 0);
+  const CommandResult run = RunTrain(
+      job + nesterov + " --momentum=0.9 --nesterov --weight_decay=0.0001");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::string config = ReadText(nesterov + "/config.json");
+  // Each float as the double nearest it, as "lr" is written.
+  for (const char* field : {"\"momentum\": 0.899999976", "\"nesterov\": true",
+                            "\"weight_decay\": 9.99999975e-05"}) {
+    EXPECT_NE(config.find(field), std::string::npos) << field << config;
+  }
+  EXPECT_NE(ReadText(plain + "/final/fc1.weight.npy"),
+            ReadText(nesterov + "/final/fc1.weight.npy"));
+}
+
 // On one host the host's ranks are the job's: post_local_sgd averaging the
 // gradients among them after its warm-up is DDP's allreduce over the same
 // backend, and averaging parameters that are already equal keeps them (four

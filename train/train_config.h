@@ -30,7 +30,9 @@ struct TrainConfig {
   // LOCAL_RANK modulo the machine's GPUs (rank_device.h).
   int cuda_device = -1;
   int64_t epochs = 10;
-  float lr = 0.01f;
+  // torch.optim.SGD's settings (dampening stays 0): lr 0.01 without
+  // momentum, as the seed example's.
+  nn::SgdOptions sgd;
   int64_t batch_size = 64;
   int64_t samples = 100;
   uint64_t seed = 0;  // parameters and synthetic data (torch.manual_seed)

@@ -69,6 +69,12 @@ DEFINE_string(device, "cpu",
               "cpu | cuda (each rank: LOCAL_RANK modulo the GPUs) | cuda:N");
 DEFINE_int64(epochs, 10, "passes over each rank's share of the data");
 DEFINE_double(lr, 0.01, "SGD learning rate");
+DEFINE_double(momentum, 0.0,
+              "SGD momentum (torch.optim.SGD's; 0: plain SGD, as DDP's "
+              "examples)");
+DEFINE_bool(nesterov, false, "SGD with Nesterov momentum (needs --momentum)");
+DEFINE_double(weight_decay, 0.0,
+              "SGD weight decay (L2, added to the gradient)");
 DEFINE_int64(batch_size, 64,
              "samples per batch per rank (DataLoader batch_size)");
 DEFINE_int64(
@@ -228,7 +234,10 @@ TrainConfig ConfigFromFlags() {
   c.comm = FLAGS_comm;
   ParseDevice(FLAGS_device, &c);
   c.epochs = FLAGS_epochs;
-  c.lr = static_cast<float>(FLAGS_lr);
+  c.sgd.lr = static_cast<float>(FLAGS_lr);
+  c.sgd.momentum = static_cast<float>(FLAGS_momentum);
+  c.sgd.nesterov = FLAGS_nesterov;
+  c.sgd.weight_decay = static_cast<float>(FLAGS_weight_decay);
   c.batch_size = FLAGS_batch_size;
   c.samples = FLAGS_samples;
   c.seed = FLAGS_seed;

@@ -343,7 +343,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
     PrintJobLine(config, layout, comm, schedule, first_step);
   }
 
-  const nn::SgdOptions sgd{config.lr};
+  const nn::SgdOptions& sgd = config.sgd;
   Evaluator evaluator(config, data.test, rank);
   bool staged = !config.resume;  // a fresh run's first checkpoint is staged
   Batch batch;

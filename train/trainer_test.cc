@@ -392,7 +392,7 @@ TEST(TrainerTest, RanksThatDisagreeFailTogether) {
   config.data_dir.clear();
   config.init_dir.clear();
   const TrainRun run = Train(2, config, [](int rank, TrainConfig* c) {
-    if (rank == 1) c->lr = 0.02f;
+    if (rank == 1) c->sgd.lr = 0.02f;
   });
   for (const auto& r : run.ranks) {
     EXPECT_EQ(r.exit_code, 1) << r.output;

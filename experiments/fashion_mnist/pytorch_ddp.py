@@ -5,7 +5,8 @@ Debian's torch 1.13 (CPU), gloo, DistributedDataParallel with its default bucket
 rank; the MLP built as ringlab builds it (torch.manual_seed(seed), then nn.Linear layers fc1,
 fc2, ... in order with ReLU between, so ringlab's InitLikeTorch draws the same numbers);
 DistributedSampler(seed=--sampler_seed, shuffle=True) with set_epoch(epoch); DataLoader of
---batch_size per rank; SGD without momentum; CrossEntropyLoss (mean over the batch). The data
+--batch_size per rank; torch.optim.SGD (--momentum, --nesterov, --weight_decay; plain by
+default); CrossEntropyLoss (mean over the batch). The data
 are Debian's dataset-fashion-mnist IDX files, read with gzip and numpy (no torchvision), pixels
 x / 255 as float32.
 
@@ -155,6 +156,13 @@ def build_model(torch, widths):
     return Mlp()
 
 
+def sgd(torch, net, args):
+    """torch.optim.SGD with the run's settings (ringlab's --lr, --momentum, --nesterov and
+    --weight_decay)."""
+    return torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum,
+                           nesterov=args.nesterov, weight_decay=args.weight_decay)
+
+
 def evaluate(torch, model, test_x, test_y):
     """(mean cross-entropy, accuracy) of model over the whole test set."""
     total_loss, correct = 0.0, 0
@@ -196,11 +204,11 @@ def prepare_rank(torch, dist, rank, args):
     sync = None
     if args.front == "ringlab":
         net, after_step, diloco = model, None, None
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+        optimizer = sgd(torch, model, args)
         sync = ringlab_synchronizer(model, optimizer, args)
     else:
         net, after_step, diloco = synchronise(torch, dist, model, args, rank, args.world_size)
-        optimizer = torch.optim.SGD(net.parameters(), lr=args.lr)
+        optimizer = sgd(torch, net, args)
     dataset = TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y))
     sampler = DistributedSampler(dataset, num_replicas=args.world_size, rank=rank,
                                  shuffle=True, seed=args.sampler_seed)
@@ -341,7 +349,7 @@ def summary(args, wall, torch_version):
                     "sparta_seed"),
             "backend": args.backend if args.world_size > 1 else None,
             "max_steps": args.max_steps or None, "threads_per_rank": 1,
-            **flags("model", "epochs", "lr", "batch_size", "seed", "sampler_seed", "set_epoch",
+            **flags("model", "epochs", "lr", "momentum", "nesterov", "weight_decay", "batch_size", "seed", "sampler_seed", "set_epoch",
                     "train_subset", "data_dir"),
             "wall_seconds_total": wall,
             "step_ms_note": "perf_counter around zero_grad+forward+loss+backward+step"}
@@ -385,6 +393,9 @@ def parser():
     parser.add_argument("--world_size", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--momentum", type=float, default=0.0, help="torch.optim.SGD's")
+    parser.add_argument("--nesterov", action="store_true", help="torch.optim.SGD's")
+    parser.add_argument("--weight_decay", type=float, default=0.0, help="torch.optim.SGD's")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed before the model")
     parser.add_argument("--sampler_seed", type=int, default=0, help="DistributedSampler's seed")
@@ -524,6 +535,10 @@ def parse_args(argv):
         raise UsageError("--outer_lr must be finite and >= 0 and --outer_momentum in [0, 1)")
     if not (0 <= args.lr < math.inf) or not (0 < args.timeout <= 86400):
         raise UsageError("--lr must be finite and >= 0 and --timeout in (0, 86400]")
+    if not 0 <= args.momentum < 1 or not 0 <= args.weight_decay < math.inf:
+        raise UsageError("--momentum must be in [0, 1) and --weight_decay finite and >= 0")
+    if args.nesterov and args.momentum == 0:
+        raise UsageError("--nesterov needs --momentum above 0")
     args.out_dir = cli_errors.output_dir("--out_dir", args.out_dir)
     cli_errors.input_dir("--data_dir", args.data_dir, FILES["train"] + FILES["test"])
     return args

@@ -35,10 +35,13 @@ STREAMING = ["--sync=streaming_diloco", "--inner_steps=8", "--num_fragments=2",
              "--fragment_sync_delay=2", "--fragment_update_alpha=0.5", "--outer_lr=0.7"]
 STREAMING_FLOAT = ["--sync=streaming_diloco", "--inner_steps=9", "--num_fragments=3",
                    "--fragment_sync_delay=1", "--fragment_update_alpha=0.3"]
+NESTEROV = ["--momentum=0.9", "--nesterov", "--weight_decay=0.0005"]
 # name: (ringlab's flags, PyTorch's flags). The warm-up, PowerSGD's start and H are short so that
 # the few steps of a subset cross several averages, compressed steps and outer steps.
 PAIRS = {
     "allreduce": (["--sync=allreduce"], ["--sync=ddp"]),
+    # The fair baseline of the sync map: DDP with Nesterov momentum and weight decay.
+    "allreduce_nesterov": (["--sync=allreduce"] + NESTEROV, ["--sync=ddp"] + NESTEROV),
     "fp16": (["--sync=fp16"], ["--sync=fp16"]),
     "powersgd_r1": (["--sync=powersgd", "--powersgd_rank=1", "--powersgd_start_iter=10"],
                     ["--sync=powersgd", "--powersgd_rank=1", "--powersgd_start_iter=10"]),
