@@ -131,6 +131,44 @@ __attribute__((target("avx2,fma"))) void PlainSgdFma(float neg_lr,
   for (; i < n; ++i) params[i] = __builtin_fmaf(grads[i], neg_lr, params[i]);
 }
 
+// SGD with momentum (and weight decay, Nesterov) as the scalar loop in
+// SgdUpdate computes it, 8 lanes at a time: each fmaf one fused instruction
+// and buf·momentum one rounded multiply, so the result is the same bit for
+// bit, without a libm call per fmaf.
+__attribute__((target("avx2,fma"))) void MomentumSgdFma(const SgdOptions& o,
+                                                        float keep, bool first,
+                                                        float* params,
+                                                        const float* grads,
+                                                        float* buf, size_t n) {
+  const __m256 neg_lr = _mm256_set1_ps(-o.lr),
+               wd = _mm256_set1_ps(o.weight_decay);
+  const __m256 momentum = _mm256_set1_ps(o.momentum),
+               keep8 = _mm256_set1_ps(keep);
+  const bool decay = o.weight_decay != 0.0f;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 p = _mm256_loadu_ps(params + i);
+    __m256 d = _mm256_loadu_ps(grads + i);
+    if (decay) d = _mm256_fmadd_ps(p, wd, d);
+    const __m256 b =
+        first
+            ? d
+            : _mm256_fmadd_ps(
+                  d, keep8, _mm256_mul_ps(_mm256_loadu_ps(buf + i), momentum));
+    _mm256_storeu_ps(buf + i, b);
+    d = o.nesterov ? _mm256_fmadd_ps(b, momentum, d) : b;
+    _mm256_storeu_ps(params + i, _mm256_fmadd_ps(d, neg_lr, p));
+  }
+  _mm256_zeroupper();  // as in PlainSgdFma
+  for (; i < n; ++i) {
+    float d = grads[i];
+    if (decay) d = __builtin_fmaf(params[i], o.weight_decay, d);
+    buf[i] = first ? d : __builtin_fmaf(d, keep, buf[i] * o.momentum);
+    d = o.nesterov ? __builtin_fmaf(buf[i], o.momentum, d) : buf[i];
+    params[i] = __builtin_fmaf(d, -o.lr, params[i]);
+  }
+}
+
 bool CpuHasFma() {
   static const bool has =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -163,6 +201,11 @@ void SgdUpdate(const SgdOptions& o, float* params, const float* grads,
   // Python computes 1 - dampening in double; the kernel takes it as float.
   const float keep = static_cast<float>(1.0 - o.dampening);
   const bool first = !*have_buf;
+  if (CpuHasFma()) {
+    MomentumSgdFma(o, keep, first, params, grads, buf, n);
+    *have_buf = true;
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     float d = grads[i];
     if (o.weight_decay != 0.0f) d = std::fmaf(params[i], o.weight_decay, d);

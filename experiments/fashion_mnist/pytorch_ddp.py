@@ -2,13 +2,12 @@
 """PyTorch DDP itself on Fashion-MNIST: the run ringlab's fashion_mnist experiment compares to.
 
 Debian's torch 1.13 (CPU), gloo, DistributedDataParallel with its default buckets, one thread per
-rank; the MLP built as ringlab builds it (torch.manual_seed(seed), then nn.Linear layers fc1,
-fc2, ... in order with ReLU between, so ringlab's InitLikeTorch draws the same numbers);
+rank; the MLP built as ringlab builds it (torch.manual_seed(seed), then nn.Linear layers fc1, fc2,
+... in order with ReLU between, so ringlab's InitLikeTorch draws the same numbers);
 DistributedSampler(seed=--sampler_seed, shuffle=True) with set_epoch(epoch); DataLoader of
---batch_size per rank; torch.optim.SGD (--momentum, --nesterov, --weight_decay; plain by
-default); CrossEntropyLoss (mean over the batch). The data
-are Debian's dataset-fashion-mnist IDX files, read with gzip and numpy (no torchvision), pixels
-x / 255 as float32.
+--batch_size per rank; torch.optim.SGD (--momentum, --nesterov, --weight_decay; plain by default);
+CrossEntropyLoss (mean over the batch). The data are Debian's dataset-fashion-mnist IDX files, read
+with gzip and numpy (no torchvision), pixels x / 255 as float32.
 
 It writes what ringlab's trainer writes into --out_dir, so one parser reads both:
   losses.csv   rank,epoch,step,loss,step_ms,comm_ms,bytes_sent for every rank's steps; step_ms
@@ -25,15 +24,15 @@ It writes what ringlab's trainer writes into --out_dir, so one parser reads both
 --sync picks how the ranks synchronise, each the way PyTorch itself does it: ddp (DDP's bucketed
 allreduce, the default), fp16 (DDP with fp16_compress_hook; 1.13 refuses bf16_compress_hook without
 CUDA and NCCL), powersgd (DDP with powerSGD_hook, error feedback and warm start, each bucket's
-future waited for in the hook: 1.13's own order of collectives races on gloo), post_local_sgd (DDP with post_localSGD_hook, start_localSGD_iter =
---avg_warmup, over one-rank subgroups made with new_group, since 1.13's new_subgroups needs CUDA,
-or with --post_local_subgroup=host over those of each host's ranks, --ranks_per_host of them,
-and PeriodicModelAverager(--avg_period, --avg_warmup) after each optimiser step) or diloco (no DDP:
-each rank takes --inner_steps SGD steps on its own, then the change of its parameters from the
-outer ones, divided by the world size, is allreduced and applied to the outer parameters by
-torch.optim.SGD(--outer_lr, momentum=--outer_momentum, nesterov=True), which every rank then
-continues from; evaluation uses the outer parameters). ringlab's trainer takes the same --sync
-names (ddp is its allreduce).
+future waited for in the hook: 1.13's own order of collectives races on gloo), post_local_sgd (DDP
+with post_localSGD_hook, start_localSGD_iter = --avg_warmup, over one-rank subgroups made with
+new_group, since 1.13's new_subgroups needs CUDA, or with --post_local_subgroup=host over those of
+each host's ranks, --ranks_per_host of them, and PeriodicModelAverager(--avg_period, --avg_warmup)
+after each optimiser step) or diloco (no DDP: each rank takes --inner_steps SGD steps on its own,
+then the change of its parameters from the outer ones, divided by the world size, is allreduced and
+applied to the outer parameters by torch.optim.SGD(--outer_lr, momentum=--outer_momentum,
+nesterov=True), which every rank then continues from; evaluation uses the outer parameters).
+ringlab's trainer takes the same --sync names (ddp is its allreduce).
 
 --world_size 1 runs one process without DDP or a process group: the compute floor. Under a
 torchrun-style launcher (RANK and WORLD_SIZE set: torchrun, or ringlab's on_hosts, which starts
@@ -90,9 +89,6 @@ class UsageError(Exception):
     """Bad input: reported as one `error: ...` line and exit status 2."""
 
 
-# ---- data ------------------------------------------------------------------------------------
-
-
 def read_idx(path, ndim):
     """An IDX file of unsigned bytes (gzip'd when its name ends in .gz) as a numpy array."""
     try:
@@ -131,9 +127,6 @@ def load_split(data_dir, split, features, classes):
     return x, labels.astype(np.int64)
 
 
-# ---- the model and one rank's training -------------------------------------------------------
-
-
 def build_model(torch, widths):
     """nn.Linear layers fc1..fcN in construction order with ReLU between (none after the last),
     as ringlab's MLP names and initialises them."""
@@ -157,8 +150,7 @@ def build_model(torch, widths):
 
 
 def sgd(torch, net, args):
-    """torch.optim.SGD with the run's settings (ringlab's --lr, --momentum, --nesterov and
-    --weight_decay)."""
+    """torch.optim.SGD with the run's --lr, --momentum, --nesterov and --weight_decay."""
     return torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum,
                            nesterov=args.nesterov, weight_decay=args.weight_decay)
 
@@ -304,9 +296,6 @@ def train_rank(rank, args, scratch):
         faulthandler.cancel_dump_traceback_later()
 
 
-# ---- the parent ------------------------------------------------------------------------------
-
-
 def _free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -393,9 +382,9 @@ def parser():
     parser.add_argument("--world_size", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--momentum", type=float, default=0.0, help="torch.optim.SGD's")
+    for name in ("momentum", "weight_decay"):
+        parser.add_argument(f"--{name}", type=float, default=0.0, help="torch.optim.SGD's")
     parser.add_argument("--nesterov", action="store_true", help="torch.optim.SGD's")
-    parser.add_argument("--weight_decay", type=float, default=0.0, help="torch.optim.SGD's")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed before the model")
     parser.add_argument("--sampler_seed", type=int, default=0, help="DistributedSampler's seed")
@@ -535,10 +524,10 @@ def parse_args(argv):
         raise UsageError("--outer_lr must be finite and >= 0 and --outer_momentum in [0, 1)")
     if not (0 <= args.lr < math.inf) or not (0 < args.timeout <= 86400):
         raise UsageError("--lr must be finite and >= 0 and --timeout in (0, 86400]")
-    if not 0 <= args.momentum < 1 or not 0 <= args.weight_decay < math.inf:
-        raise UsageError("--momentum must be in [0, 1) and --weight_decay finite and >= 0")
-    if args.nesterov and args.momentum == 0:
-        raise UsageError("--nesterov needs --momentum above 0")
+    if not (0 <= args.momentum < 1 and 0 <= args.weight_decay < math.inf) or (
+            args.nesterov and args.momentum == 0):
+        raise UsageError("--momentum must be in [0, 1), --weight_decay finite and >= 0, and "
+                         "--nesterov needs --momentum above 0")
     args.out_dir = cli_errors.output_dir("--out_dir", args.out_dir)
     cli_errors.input_dir("--data_dir", args.data_dir, FILES["train"] + FILES["test"])
     return args

@@ -1,0 +1,148 @@
+"""The sync map's cost model: a synchroniser's time to a target accuracy at any link rate and
+rank count, from what its runs measured here.
+
+    time to target (sync, link, N) = epochs to target (sync, N) x steps per epoch (N)
+                                     x step (sync, link, N)
+    step (sync, link, N)           = compute (sync, N) + comm (sync, link, N)
+    comm (sync, link, N)           = events x 2(N-1) alpha + link bytes (sync, N) / B_eff (link)
+
+- Epochs to target: the first evaluated epoch at or past the target, measured at each rank
+  count run here. It does not depend on the link: ringlab's arithmetic is the same bit for bit
+  on every link. Beyond the largest N measured, that N's (an assumption: a point using it is
+  marked extrapolated).
+- Compute: the run's wall-clock per step on the unlimited link (data loading, encoding and
+  local steps included), less its predicted communication there; at an N not run here, the
+  smallest N's (each rank then has a core of its own, as at 2 ranks here).
+- Link bytes: the bytes one rank sends per step, averaged over its steps (losses.csv), scaled
+  from 2 ranks by its collective's law: a ring allreduce sends 2(N-1)/N S, a ring allgather
+  (N-1) w. The law is the one whose ratio between 4 and 2 ranks (1.5 against 3) is nearer the
+  measured ratio; allreduce's where only 2 ranks ran. Ranks sit contiguously on hosts, so one
+  rank per host sends across its host's link: the link carries one rank's bytes.
+- Events: the share of steps that send anything (1 for DDP; 1/H for DiLoCo).
+- alpha and B_eff: the gloo allreduce's fit to allreduce_bench across that link
+  (experiments/cost_model). A rate not swept takes its nominal rate times the efficiency of
+  the nearest swept shaped link, and that link's alpha.
+- Nothing hides behind compute: each rank here has one core, which its communication shares.
+"""
+
+import math
+import re
+
+DATASET_SIZE = 60000  # Fashion-MNIST's training images
+BATCH = 64
+RING_RATIO, GATHER_RATIO = 1.5, 3.0  # bytes a rank sends at 4 ranks over at 2
+
+
+def link_bits(link):
+    """A link's nominal rate in bit/s ('2.5gbit' -> 2.5e9), None for 'unlimited'."""
+    if link == "unlimited":
+        return None
+    m = re.fullmatch(r"([0-9.]+)([kmgt])bit", link)
+    return float(m.group(1)) * {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
+
+
+def steps_per_epoch(ranks):
+    """DistributedSampler's share per rank (padded), in batches of BATCH."""
+    return math.ceil(math.ceil(DATASET_SIZE / ranks) / BATCH)
+
+
+def link_fit(fits, link):
+    """(alpha s, B_eff bytes/s) across `link`: its own fit, or the nominal rate times the
+    efficiency of the swept shaped link nearest in rate (with its alpha); None without one."""
+    if link in fits:
+        return fits[link]
+    bits = link_bits(link)
+    shaped = [(abs(math.log(link_bits(name) / bits)), name) for name in fits
+              if name != "unlimited"]
+    if bits is None or not shaped:
+        return None
+    name = min(shaped)[1]
+    alpha, b_eff = fits[name]
+    return alpha, bits / 8 * (b_eff * 8 / link_bits(name))
+
+
+def bytes_law(bytes_by_ranks):
+    """'allgather' when the bytes at 4 ranks over those at 2 are nearer 3 than 1.5, else
+    'allreduce'."""
+    two, four = bytes_by_ranks.get(2), bytes_by_ranks.get(4)
+    if not two or not four:
+        return "allreduce"
+    ratio = four / two
+    return "allgather" if abs(ratio - GATHER_RATIO) < abs(ratio - RING_RATIO) else "allreduce"
+
+
+def link_bytes(profile, ranks):
+    """Bytes one rank sends per step at `ranks`: measured there, else scaled from 2 ranks."""
+    if ranks in profile["bytes"]:
+        return profile["bytes"][ranks]
+    two = profile["bytes"][2]
+    if profile["law"] == "allgather":
+        return two * (ranks - 1)
+    return two * (ranks - 1) / (ranks / 2)
+
+
+def comm_s(profile, fit, ranks):
+    alpha, b_eff = fit
+    return (profile["events"] * 2 * (ranks - 1) * alpha + link_bytes(profile, ranks) / b_eff)
+
+
+def first_reach(evals, target):
+    """(epoch, wall seconds) of the first evaluation at or past target, or None."""
+    for e in evals:
+        if e["test_accuracy"] >= target:
+            return e["epoch"], e["wall_s"]
+    return None
+
+
+def profiles(points, fits, target):
+    """{sync: profile} from one model's measured points (dicts with sync, link, ranks, evals,
+    bytes_per_step, events): bytes and epochs to target per N, the bytes' law, and compute
+    per N from the unlimited link's runs."""
+    out = {}
+    for p in points:
+        prof = out.setdefault(p["sync"], {"bytes": {}, "epochs": {}, "compute_ms": {},
+                                          "events": p["events"]})
+        prof["bytes"].setdefault(p["ranks"], p["bytes_per_step"])
+        reach = first_reach(p["evals"], target)
+        prof["epochs"].setdefault(p["ranks"], reach[0] if reach else None)
+    for sync, prof in out.items():
+        prof["law"] = bytes_law(prof["bytes"])
+        for p in points:
+            if p["sync"] != sync or p["link"] != "unlimited" or "unlimited" not in fits:
+                continue
+            last = p["evals"][-1]
+            step_s = last["wall_s"] / (last["epoch"] * steps_per_epoch(p["ranks"]))
+            compute = step_s - comm_s(prof, fits["unlimited"], p["ranks"])
+            prof["compute_ms"][p["ranks"]] = max(compute, 0.0) * 1e3
+    return out
+
+
+def predict(profile, fits, link, ranks):
+    """(seconds to target, extrapolated?) or None when unreachable or unmodelled here (no
+    compute measured, no fit for the link, the target not reached within the budget)."""
+    fit = link_fit(fits, link)
+    if fit is None or not profile["compute_ms"] or 2 not in profile["bytes"]:
+        return None
+    measured_n = sorted(n for n, e in profile["epochs"].items())
+    epochs_n = ranks if ranks in profile["epochs"] else measured_n[-1]
+    epochs = profile["epochs"][epochs_n]
+    if epochs is None:
+        return None
+    compute_n = ranks if ranks in profile["compute_ms"] else min(profile["compute_ms"])
+    step_s = profile["compute_ms"][compute_n] / 1e3 + comm_s(profile, fit, ranks)
+    extrapolated = ranks not in profile["epochs"] or ranks not in profile["compute_ms"]
+    return epochs * steps_per_epoch(ranks) * step_s, extrapolated
+
+
+def utilisation_gbit(profile, fits, ranks, share):
+    """The link rate (Gbit/s) at which compute is `share` of the step, in Douillard's form:
+    bandwidth alone (latency left out, as his simulator leaves it), at the efficiency of the
+    fastest shaped link swept; None without a profile or a swept shaped link."""
+    shaped = sorted((link_bits(n), n) for n in fits if n != "unlimited")
+    if not shaped or not profile["compute_ms"]:
+        return None
+    bits, name = shaped[-1]
+    efficiency = fits[name][1] * 8 / bits
+    compute_s = profile["compute_ms"][min(profile["compute_ms"])] / 1e3
+    budget = compute_s * (1 - share) / share
+    return link_bytes(profile, ranks) * 8 / budget / efficiency / 1e9

@@ -1,0 +1,332 @@
+"""The sync map's report from the points its runs left (point.json): the tuning tables, every
+measured point beside the cost model's prediction, a winner heatmap per model, the compute
+utilisation table in Douillard's form, and the pick-when table docs/synchronizers.md includes.
+
+A heatmap cell is validated when at least one measured point lies within one row and one column
+of it and every such point is within VALIDATED_ERROR of its prediction; others are hatched
+(unvalidated: extrapolated past what ran here).
+"""
+
+import glob
+import json
+import math
+import os
+
+import map_model
+
+MAP_LINKS = ("100mbit", "1gbit", "10gbit", "25gbit", "100gbit", "400gbit")
+MAP_RANKS = (2, 4, 8, 16, 64, 256, 1024)
+VALIDATED_ERROR = 0.20
+CLEAR_MARGIN = 0.20  # top two apart by more: the measured winner must be the predicted one
+UTILISATION = (0.5, 0.9, 0.99)
+UTILISATION_RANKS = (2, 1024)
+COLOURS = {"allreduce": "C0", "allreduce_nesterov": "navy", "fp16": "C1", "topk": "olive",
+           "int8": "limegreen", "ef_signsgd": "teal", "sparta": "gold", "demo": "slateblue",
+           "diloco": "C6", "streaming_diloco": "darkorange", "sparseloco": "darkred"}
+
+
+def bench_fit(path, hosts):
+    """(alpha, B_eff) of the gloo allreduce in an allreduce_bench output, None if unusable."""
+    import cost_model
+    try:
+        with open(path) as f:
+            rows, ranks, _ = cost_model.parse_bench(f.read())
+        return cost_model.fit(rows["allreduce/gloo"], ranks, hosts, False)
+    except (OSError, KeyError, cost_model.ModelError):
+        return None
+
+
+def read_points(out, model, kind):
+    """The points under <out>/runs/<model>/<kind>/, in a fixed order."""
+    points = []
+    for path in sorted(glob.glob(os.path.join(out, "runs", model, kind, "*", "*",
+                                              "point.json"))):
+        with open(path) as f:
+            points.append(json.load(f))
+    return points
+
+
+def seconds(predicted):
+    return "n/a" if predicted is None else short_s(predicted[0])
+
+
+def short_s(value):
+    return f"{value:.0f} s" if value >= 10 else f"{value:.2g} s"
+
+
+def _fits(out):
+    """{link: (alpha, B_eff)} the driver fitted (fits.json), {} before any."""
+    path = os.path.join(out, "fits.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return {link: tuple(fit) for link, fit in json.load(f).items()}
+
+
+def at_edge(sync, flags):
+    """True when the kept learning rate is the smallest or largest of its grid."""
+    import sync_map
+    lrs = sync_map.SYNCS[sync][2] if sync in sync_map.SYNCS else ()
+    return flags.get("lr") in (min(lrs, default=None), max(lrs, default=None))
+
+
+def tuning_lines(out, model, tuned):
+    """A table per synchroniser: each grid point's accuracy after each tuning epoch."""
+    lines = []
+    by_sync = {}
+    for p in read_points(out, model, "tune"):
+        by_sync.setdefault(p["sync"], []).append(p)
+    for sync, points in by_sync.items():
+        epochs = [e["epoch"] for e in points[0]["evals"]]
+        lines += [f"**{sync}**", "", "| setting | " + " | ".join(f"epoch {e}" for e in epochs)
+                  + " |", "|---|" + "---|" * len(epochs)]
+        for p in sorted(points, key=lambda p: sorted(p["flags"].items())):
+            mark = ""
+            if p["flags"] == tuned.get(sync):
+                mark = " (kept, at the grid's edge)" if at_edge(sync, p["flags"]) else " (kept)"
+            name = ", ".join(f"{k} {v}" for k, v in p["flags"].items())
+            lines.append(f"| {name}{mark} | " + " | ".join(
+                f"{100 * e['test_accuracy']:.2f}%" for e in p["evals"]) + " |")
+        lines.append("")
+    return lines
+
+
+def checks(points, profiles, fits, target):
+    """[(point, measured s or None, (predicted s, extrapolated) or None, error)]."""
+    rows = []
+    for p in points:
+        reach = map_model.first_reach(p["evals"], target)
+        predicted = map_model.predict(profiles[p["sync"]], fits, p["link"], p["ranks"])
+        error = (predicted[0] / reach[1] - 1 if reach and predicted else None)
+        rows.append((p, reach[1] if reach else None, predicted, error))
+    return rows
+
+
+def winner_checks(rows):
+    """[(link, ranks, measured winner, predicted winner, margin)] where the measured top two
+    differ by more than CLEAR_MARGIN."""
+    cells = {}
+    for p, measured, predicted, _ in rows:
+        if measured is not None and predicted is not None:
+            cells.setdefault((p["link"], p["ranks"]), []).append(
+                (measured, predicted[0], p["sync"]))
+    out = []
+    for (link, ranks), entries in sorted(cells.items()):
+        if len(entries) < 2:
+            continue
+        by_measured = sorted(entries)
+        margin = by_measured[1][0] / by_measured[0][0] - 1
+        if margin > CLEAR_MARGIN:
+            out.append((link, ranks, by_measured[0][2], min(entries, key=lambda e: e[1])[2],
+                        margin))
+    return out
+
+
+def grid(profiles, fits):
+    """{(link, ranks): [(seconds, sync)] sorted}, the predicted times over the map."""
+    cells = {}
+    for link in MAP_LINKS:
+        for ranks in MAP_RANKS:
+            times = []
+            for sync, prof in profiles.items():
+                predicted = map_model.predict(prof, fits, link, ranks)
+                if predicted is not None:
+                    times.append((predicted[0], sync))
+            cells[(link, ranks)] = sorted(times)
+    return cells
+
+
+def map_row(link, fits):
+    """The map's row nearest a measured link: its nominal rate, or for the unlimited link the
+    rate its fit reached; None when it has neither."""
+    if link in MAP_LINKS:
+        return MAP_LINKS.index(link)
+    bits = map_model.link_bits(link)
+    if bits is None:
+        fit = fits.get(link)
+        if fit is None:
+            return None
+        bits = fit[1] * 8
+    return min(range(len(MAP_LINKS)),
+               key=lambda i: abs(math.log(map_model.link_bits(MAP_LINKS[i]) / bits)))
+
+
+def validated(rows, link, ranks, fits=None):
+    """True when measured points neighbour the cell (within a row and a column) and each is
+    within VALIDATED_ERROR of its prediction."""
+    li, ri = MAP_LINKS.index(link), MAP_RANKS.index(ranks)
+    near = [r for r in rows if r[3] is not None and r[0]["ranks"] in MAP_RANKS
+            and map_row(r[0]["link"], fits or {}) is not None
+            and abs(map_row(r[0]["link"], fits or {}) - li) <= 1
+            and abs(MAP_RANKS.index(r[0]["ranks"]) - ri) <= 1]
+    return bool(near) and all(abs(r[3]) <= VALIDATED_ERROR for r in near)
+
+
+def heatmap(model, cells, rows, fits, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+    fig, ax = plt.subplots(figsize=(1.3 * len(MAP_RANKS) + 3, 0.8 * len(MAP_LINKS) + 1.6))
+    winners = set()
+    for (link, ranks), times in cells.items():
+        x, y = MAP_RANKS.index(ranks), MAP_LINKS.index(link)
+        if not times:
+            ax.text(x, y, "n/a", ha="center", va="center", fontsize=8)
+            continue
+        winners.add(times[0][1])
+        ok = validated(rows, link, ranks, fits)
+        ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, color=COLOURS.get(times[0][1], "grey"),
+                               alpha=0.85 if ok else 0.45, hatch=None if ok else "//",
+                               ec="white"))
+        margin = f"+{100 * (times[1][0] / times[0][0] - 1):.0f}%" if len(times) > 1 else ""
+        ax.text(x, y, f"{short_s(times[0][0])}\n{margin}", ha="center", va="center",
+                fontsize=8)
+    for p, measured, _, _ in rows:
+        row = map_row(p["link"], fits)
+        if measured is not None and row is not None and p["ranks"] in MAP_RANKS:
+            ax.plot(MAP_RANKS.index(p["ranks"]) + 0.38, row - 0.38, "k^", ms=4)
+    ax.set_xlim(-0.5, len(MAP_RANKS) - 0.5)
+    ax.set_ylim(-0.5, len(MAP_LINKS) - 0.5)
+    ax.set_xticks(range(len(MAP_RANKS)), [str(r) for r in MAP_RANKS])
+    ax.set_yticks(range(len(MAP_LINKS)), [link_label(l) for l in MAP_LINKS])
+    ax.set_xlabel("ranks (2 hosts up to 4 ranks, then 8 ranks per host)")
+    ax.set_ylabel("each host's link")
+    ax.set_title(f"{model}: the fastest to target, its predicted seconds, and +x%: how much "
+                 f"longer the runner-up takes\nhatched: unvalidated (no measured neighbour, or "
+                 f"one off by over 20%); triangle: measured here", fontsize=9)
+    ax.legend(handles=[Patch(color=COLOURS.get(s, "grey"), label=s) for s in sorted(winners)],
+              loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def link_label(link):
+    bits = map_model.link_bits(link)
+    return "unlimited" if bits is None else (f"{bits / 1e9:g} Gbit/s" if bits >= 1e9
+                                              else f"{bits / 1e6:g} Mbit/s")
+
+
+def utilisation_lines(model, profiles, fits):
+    header = " | ".join(f"{int(100 * u)}% at {n} ranks" for n in UTILISATION_RANKS
+                        for u in UTILISATION)
+    lines = [f"| {model} | {header} |", "|---|" + "---|" * len(UTILISATION_RANKS)
+             * len(UTILISATION)]
+    for sync, prof in profiles.items():
+        cells = []
+        for ranks in UTILISATION_RANKS:
+            for share in UTILISATION:
+                g = map_model.utilisation_gbit(prof, fits, ranks, share)
+                cells.append("n/a" if g is None else f"{g:.3g}")
+        lines.append(f"| {sync} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def pick_when_rows(model, cells, rows, fits):
+    """[(model, sync, links, ranks, cells won, median lead, validated)] per winner."""
+    won = {}
+    for (link, ranks), times in cells.items():
+        if times:
+            lead = times[1][0] / times[0][0] - 1 if len(times) > 1 else math.inf
+            won.setdefault(times[0][1], []).append((link, ranks, lead,
+                                                    validated(rows, link, ranks, fits)))
+    out = []
+    for sync, where in sorted(won.items(), key=lambda kv: -len(kv[1])):
+        links = sorted({w[0] for w in where}, key=MAP_LINKS.index)
+        ranks = sorted({w[1] for w in where})
+        leads = sorted(w[2] for w in where)
+        out.append((model, sync, links, ranks, len(where), leads[len(leads) // 2],
+                    sum(w[3] for w in where)))
+    return out
+
+
+def pick_when_table(rows):
+    lines = ["| model | pick | fastest to target at (link; ranks) | cells | median lead over the "
+             "runner-up | validated cells |", "|---|---|---|---|---|---|"]
+    for model, sync, links, ranks, n, lead, ok in rows:
+        span = (f"{link_label(links[0])}–{link_label(links[-1])}" if len(links) > 1
+                else link_label(links[0]))
+        lines.append(f"| {model} | {sync} | {span}; {ranks[0]}–{ranks[-1]} ranks | {n} of "
+                     f"{len(MAP_LINKS) * len(MAP_RANKS)} | "
+                     f"{'alone' if math.isinf(lead) else f'{100 * lead:.0f}%'} | {ok} |")
+    return lines + [""]
+
+
+def point_lines(rows):
+    lines = ["| synchroniser | link | ranks | measured to target | predicted | error |",
+             "|---|---|---|---|---|---|"]
+    for p, measured, predicted, error in rows:
+        lines.append(f"| {p['sync']} | {p['link']} | {p['ranks']} | "
+                     f"{'not reached' if measured is None else f'{measured:.1f} s'} | "
+                     f"{seconds(predicted)} | "
+                     f"{'n/a' if error is None else f'{100 * error:+.0f}%'} |")
+    within = [r for r in rows if r[3] is not None]
+    good = sum(abs(r[3]) <= VALIDATED_ERROR for r in within)
+    return lines + ["", f"Within 20%: {good} of {len(within)} measured points that reached the "
+                        f"target.", ""]
+
+
+def model_section(out, model, target, tuned, fits):
+    points = read_points(out, model, "map")
+    lines = [f"## {model} (target {100 * target:.0f}% test accuracy)", "",
+             "### Tuning (2 ranks, one host; the setting kept is the best test accuracy "
+             "after the last epoch)", ""]
+    lines += tuning_lines(out, model, tuned.get(model, {}))
+    if not points:
+        return lines + ["No map point ran.", ""], []
+    profiles = map_model.profiles(points, fits, target)
+    rows = checks(points, profiles, fits, target)
+    lines += ["### Measured points beside the cost model", ""] + point_lines(rows)
+    wins = winner_checks(rows)
+    right = sum(w[2] == w[3] for w in wins)
+    lines += [f"Where the measured top two differ by more than 20% ({len(wins)} settings), the "
+              f"predicted fastest is the measured one at {right}."]
+    lines += [f"- {link}, {ranks} ranks: measured {m}, predicted {p} (lead {100 * g:.0f}%)"
+              for link, ranks, m, p, g in wins] + [""]
+    cells = grid(profiles, fits)
+    heatmap(model, cells, rows, fits, os.path.join(out, f"map_{model}.png"))
+    lines += [f"![{model}](map_{model}.png)", "", "### Gbit/s for compute utilisation", "",
+              "Douillard's form: the link rate at which compute is that share of a step, "
+              "bandwidth alone (latency left out, as his simulator leaves it), at the "
+              "efficiency the fastest shaped link reached here.", ""]
+    lines += utilisation_lines(model, profiles, fits)
+    return lines, pick_when_rows(model, cells, rows, fits)
+
+
+def build(out):
+    """Writes <out>/report.md, pick_when.md and map_<model>.png; returns the failed runs."""
+    import sync_map
+    with open(os.path.join(out, "tuned.json")) as f:
+        tuned = json.load(f)
+    invocation = {}
+    if os.path.isfile(os.path.join(out, "invocation.json")):
+        with open(os.path.join(out, "invocation.json")) as f:
+            invocation = json.load(f)
+    fits = _fits(out)
+    lines = ["# The sync map", "",
+             f"`{invocation.get('command', 'sync_map.py')}` on {invocation.get('date', '?')}, "
+             f"{invocation.get('cpu', '?')} ({invocation.get('cores', '?')} cores), "
+             f"{invocation.get('duration_s', 0) / 60:.0f} min, load "
+             f"{invocation.get('load_before', '?')} before, "
+             f"{invocation.get('load_after', '?')} after.", "",
+             "Links fitted (gloo allreduce, 2 ranks): " + ", ".join(
+                 f"{link} alpha {1e6 * a:.0f} us, B_eff {8 * b / 1e9:.2f} Gbit/s"
+                 for link, (a, b) in fits.items()), ""]
+    picks = []
+    for model in tuned:
+        section, model_picks = model_section(out, model, sync_map.MODELS[model][1], tuned,
+                                             fits)
+        lines += section
+        picks += model_picks
+    table = pick_when_table(picks)
+    lines += ["## Pick when", ""] + table
+    failed = sorted(os.path.relpath(os.path.dirname(p), out)
+                    for p in glob.glob(os.path.join(out, "runs", "**", "failed.txt"),
+                                       recursive=True))
+    lines += [f"Failed runs: {', '.join(failed) if failed else 'none'}.", ""]
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write("\n".join(lines))
+    with open(os.path.join(out, "pick_when.md"), "w") as f:
+        f.write("\n".join(table))
+    return failed

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# `bazel run -c opt //experiments:sync_map`: sync_map.py with Debian's python3 on the trainer,
+# allreduce_bench and on_hosts from the runfiles.
+set -euo pipefail
+runfiles="${RUNFILES_DIR:-$0.runfiles}"
+if [[ -d "$runfiles/ringlab" ]]; then cd "$runfiles/ringlab"; fi
+exec /usr/bin/python3 experiments/sync_map/sync_map.py --train="$PWD/train/train" \
+  --on_hosts="$PWD/comm/job/on_hosts" --bench="$PWD/bench/allreduce_bench" "$@"

@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""The sync map's model and report on hand-made points (no training): the cost model's laws, its
+prediction against figures worked by hand, the report's checks, and the driver's flags."""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import map_model  # noqa: E402
+import map_report  # noqa: E402
+import sync_map  # noqa: E402
+
+FITS = {"unlimited": (1e-4, 1e9), "1gbit": (1e-4, 1e8)}  # alpha s, B_eff bytes/s
+
+
+def point(sync, link, ranks, bytes_per_step, walls, accuracies, events=1.0):
+    return dict(sync=sync, link=link, ranks=ranks, bytes_per_step=bytes_per_step,
+                events=events, flags={"lr": 0.1},
+                evals=[dict(epoch=e + 1, test_accuracy=a, wall_s=w)
+                       for e, (a, w) in enumerate(zip(accuracies, walls))])
+
+
+class ModelTest(unittest.TestCase):
+    def test_link_rates_and_steps(self):
+        self.assertEqual(map_model.link_bits("2.5gbit"), 2.5e9)
+        self.assertEqual(map_model.link_bits("100mbit"), 1e8)
+        self.assertIsNone(map_model.link_bits("unlimited"))
+        self.assertEqual(map_model.steps_per_epoch(2), 469)  # ceil(30000 / 64)
+        self.assertEqual(map_model.steps_per_epoch(1024), 1)
+
+    def test_the_law_follows_the_ratio_of_bytes(self):
+        self.assertEqual(map_model.bytes_law({2: 100, 4: 150}), "allreduce")
+        self.assertEqual(map_model.bytes_law({2: 100, 4: 290}), "allgather")
+        self.assertEqual(map_model.bytes_law({2: 100}), "allreduce")
+        ring = {"bytes": {2: 100.0}, "law": "allreduce"}
+        gather = {"bytes": {2: 100.0}, "law": "allgather"}
+        self.assertAlmostEqual(map_model.link_bytes(ring, 1024), 100 * 2 * 1023 / 1024)
+        self.assertAlmostEqual(map_model.link_bytes(gather, 8), 700)
+
+    def test_an_unswept_rate_takes_the_nearest_efficiency(self):
+        alpha, b_eff = map_model.link_fit(FITS, "10gbit")
+        self.assertEqual(alpha, 1e-4)
+        self.assertAlmostEqual(b_eff, 1e9)  # 1gbit ran at 80%: 10 Gbit/s at 80% is 1e9 B/s
+        self.assertIsNone(map_model.link_fit({"unlimited": (1e-4, 1e9)}, "10gbit"))
+
+    def test_prediction_worked_by_hand(self):
+        # 1 MB a step; on the unlimited link 2 epochs of 469 steps took 469 * 2 * 11.2 ms:
+        # compute 11.2 ms - (2 alpha = 0.2 ms + 1 ms) = 10 ms. At 1gbit: 0.2 + 10 ms comm.
+        walls = [469 * 0.0112, 469 * 2 * 0.0112]
+        points = [point("allreduce", "unlimited", 2, 1e6, walls, [0.80, 0.86])]
+        profiles = map_model.profiles(points, FITS, 0.85)
+        self.assertAlmostEqual(profiles["allreduce"]["compute_ms"][2], 10.0)
+        seconds, extrapolated = map_model.predict(profiles["allreduce"], FITS, "1gbit", 2)
+        self.assertAlmostEqual(seconds, 2 * 469 * (0.010 + 0.0002 + 0.01))
+        self.assertFalse(extrapolated)
+        seconds, extrapolated = map_model.predict(profiles["allreduce"], FITS, "1gbit", 8)
+        self.assertTrue(extrapolated)
+        self.assertAlmostEqual(seconds, 2 * 118 * (0.010 + 14 * 1e-4 + 1.75e6 / 1e8))
+
+    def test_an_unreached_target_predicts_nothing(self):
+        points = [point("topk", "unlimited", 2, 1e4, [5, 10], [0.80, 0.84])]
+        profiles = map_model.profiles(points, FITS, 0.85)
+        self.assertIsNone(map_model.predict(profiles["topk"], FITS, "1gbit", 2))
+
+    def test_utilisation_worked_by_hand(self):
+        profile = {"bytes": {2: 1e6}, "law": "allreduce", "events": 1.0,
+                   "compute_ms": {2: 10.0}}
+        # 50%: 1e6 B may take 10 ms at 80% efficiency; 99% at 1024 ranks: 2 * 1023 / 1024 MB
+        # in 10 ms / 99.
+        gbit = map_model.utilisation_gbit(profile, FITS, 2, 0.5)
+        self.assertAlmostEqual(gbit, 1e6 * 8 / 0.010 / 0.8 / 1e9)
+        gbit = map_model.utilisation_gbit(profile, FITS, 1024, 0.99)
+        self.assertAlmostEqual(gbit, 2e6 * 1023 / 1024 * 8 / (0.010 / 99) / 0.8 / 1e9)
+
+
+class ReportTest(unittest.TestCase):
+    def test_winner_checks_and_validation(self):
+        rows = [(point("a", "1gbit", 2, 1, [1], [1]), 10.0, (11.0, False), 0.1),
+                (point("b", "1gbit", 2, 1, [1], [1]), 20.0, (9.0, False), -0.55)]
+        self.assertEqual(map_report.winner_checks(rows), [("1gbit", 2, "a", "b", 1.0)])
+        self.assertFalse(map_report.validated(rows, "1gbit", 4))  # b is 55% off
+        self.assertFalse(map_report.validated(rows[:1], "100gbit", 1024))  # nothing near
+        self.assertTrue(map_report.validated(rows[:1], "10gbit", 4))
+
+    def test_a_report_from_points(self):
+        with tempfile.TemporaryDirectory() as out:
+            for sync, walls, wire in (("allreduce", [4.0, 8.0], 8e5), ("diloco", [3.0, 6.0],
+                                                                         5e4)):
+                for link, scale in (("unlimited", 1.0), ("1gbit", 1.5)):
+                    run = os.path.join(out, "runs", "mlp_narrow", "map", sync, f"{link}_n2")
+                    os.makedirs(run)
+                    with open(os.path.join(run, "point.json"), "w") as f:
+                        json.dump(point(sync, link, 2, wire, [w * scale for w in walls],
+                                        [0.84, 0.86], 1.0 if sync == "allreduce" else 1 / 16),
+                                  f)
+            with open(os.path.join(out, "tuned.json"), "w") as f:
+                json.dump({"mlp_narrow": {"allreduce": {"lr": 0.1}, "diloco": {"lr": 0.1}}}, f)
+            with open(os.path.join(out, "fits.json"), "w") as f:
+                json.dump(FITS, f)
+            failed = map_report.build(out)
+            self.assertEqual(failed, [])
+            with open(os.path.join(out, "report.md")) as f:
+                report = f.read()
+            with open(os.path.join(out, "pick_when.md")) as f:
+                self.assertIn("| mlp_narrow |", f.read())
+            self.assertIn("## mlp_narrow (target 85% test accuracy)", report)
+            self.assertTrue(os.path.isfile(os.path.join(out, "map_mlp_narrow.png")))
+
+
+class FlagsTest(unittest.TestCase):
+    def test_bad_input_is_one_error_line(self):
+        for argv in (["--timeout=0"], ["--report_only", "--out_dir=/nonexistent/x"],
+                     ["--train=/nonexistent"]):
+            with self.assertRaises(SystemExit) as e:
+                sync_map.parse_args(argv)
+            self.assertEqual(e.exception.code, 2, argv)
+
+    def test_every_grid_point_is_named_once(self):
+        names = [(m, s, sync_map.point_name(f)) for m, s, f in sync_map.tune_runs("default")]
+        self.assertEqual(len(names), len(set(names)))
+        self.assertEqual(len(sync_map.tune_runs("quick")), 4 + 4 + 8 + 8)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Runs sync_map_test.py with Debian's python3 (numpy, matplotlib).
+set -euo pipefail
+export PYTHONPATH="experiments:experiments/fashion_mnist:experiments/cost_model"
+exec /usr/bin/python3 experiments/sync_map/sync_map_test.py
