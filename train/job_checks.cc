@@ -54,6 +54,8 @@ Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
       {"--momentum", FloatText(c.sgd.momentum)},
       {"--nesterov", std::to_string(c.sgd.nesterov)},
       {"--weight_decay", FloatText(c.sgd.weight_decay)},
+      {"--straggler_rank", std::to_string(c.straggler_rank)},
+      {"--straggler_factor", std::to_string(c.straggler_factor)},
       {"--batch_size", std::to_string(c.batch_size)},
       {"--sampler_seed", std::to_string(c.sampler_seed)},
       {"--shuffle", std::to_string(c.shuffle)},
@@ -323,6 +325,19 @@ void CheckOptimizer(const nn::SgdOptions& sgd) {
   nn::ValidateSgdOptions(sgd);
 }
 
+void CheckStraggler(const TrainConfig& c, int world_size) {
+  if (c.straggler_rank < -1 || c.straggler_rank >= std::max(world_size, 1)) {
+    throw std::invalid_argument(
+        "--straggler_rank must be -1 or a rank of the job (0 to " +
+        std::to_string(std::max(world_size, 1) - 1) + "), not " +
+        std::to_string(c.straggler_rank));
+  }
+  if (!(c.straggler_factor >= 1.0) || c.straggler_factor > 100.0) {
+    throw std::invalid_argument(
+        "--straggler_factor must be a number in [1, 100]");
+  }
+}
+
 // The synchroniser exists and the options are its own, each in range: a
 // config made in code is held to what the flags are.
 void CheckSyncOptions(const TrainConfig& c) {
@@ -417,6 +432,7 @@ void ValidateConfig(const TrainConfig& config, int world_size,
   const nn::MlpLayout layout = ParseModelFlag(config.model);
   CheckBounds(config, world_size);
   CheckOptimizer(config.sgd);
+  CheckStraggler(config, world_size);
   if ((config.checkpoint_every > 0 || config.resume) &&
       config.out_dir.empty()) {
     throw std::invalid_argument(

@@ -24,6 +24,20 @@ namespace {
 namespace fs = std::filesystem;
 using namespace ringlab::train::testing;  // NOLINT: the CLI test helpers
 
+// losses.csv's rank, step and loss columns (the times differ run to run).
+std::string LossColumn(const std::string& csv) {
+  std::string out;
+  size_t start = 0;
+  for (size_t end; (end = csv.find('\n', start)) != std::string::npos;
+       start = end + 1) {
+    const std::string line = csv.substr(start, end - start);
+    size_t c1 = line.find(','), c2 = line.find(',', c1 + 1),
+           c3 = line.find(',', c2 + 1), c4 = line.find(',', c3 + 1);
+    out += line.substr(0, c1) + line.substr(c2, c4 - c2) + "\n";
+  }
+  return out;
+}
+
 TEST(TrainCliTest, BadFlagsAreOneErrorLineAndStatusTwo) {
   ExpectUsageError(RunTrain("--no_such_flag=1"), "unknown flag --no_such_flag");
   ExpectUsageError(RunTrain("--lr=abc"), "invalid value 'abc' for --lr");
@@ -235,6 +249,23 @@ TEST(TrainCliTest, MomentumNesterovAndWeightDecayReachTheStepAndConfig) {
   }
   EXPECT_NE(ReadText(plain + "/final/fc1.weight.npy"),
             ReadText(nesterov + "/final/fc1.weight.npy"));
+}
+
+// A straggler waits, it does not compute anything else: every loss and the
+// final parameters are the run's without one, and config.json names it.
+TEST(TrainCliTest, AStragglerTrainsTheSameBits) {
+  const std::string plain = TempDir("plain"), slow = TempDir("straggler");
+  const std::string job = " --quiet --epochs=3 --out_dir=";
+  ASSERT_EQ(RunTrain(job + plain).status, 0);
+  const CommandResult run =
+      RunTrain(job + slow + " --straggler_rank=1 --straggler_factor=3");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(ReadText(slow + "/config.json").find("\"straggler_rank\": 1"),
+            std::string::npos);
+  EXPECT_EQ(LossColumn(ReadText(plain + "/losses.csv")),
+            LossColumn(ReadText(slow + "/losses.csv")));
+  EXPECT_EQ(ReadText(plain + "/final/fc1.weight.npy"),
+            ReadText(slow + "/final/fc1.weight.npy"));
 }
 
 // On one host the host's ranks are the job's: post_local_sgd averaging the

@@ -72,6 +72,12 @@ DEFINE_double(lr, 0.01, "SGD learning rate");
 DEFINE_double(momentum, 0.0,
               "SGD momentum (torch.optim.SGD's; 0: plain SGD, as DDP's "
               "examples)");
+DEFINE_int32(
+    straggler_rank, -1,
+    "a rank whose forward and backward take --straggler_factor times as "
+    "long (it waits the difference); -1: none");
+DEFINE_double(straggler_factor, 1.5,
+              "how much slower --straggler_rank computes, in [1, 100]");
 DEFINE_bool(nesterov, false, "SGD with Nesterov momentum (needs --momentum)");
 DEFINE_double(weight_decay, 0.0,
               "SGD weight decay (L2, added to the gradient)");
@@ -234,6 +240,8 @@ TrainConfig ConfigFromFlags() {
   c.comm = FLAGS_comm;
   ParseDevice(FLAGS_device, &c);
   c.epochs = FLAGS_epochs;
+  c.straggler_rank = FLAGS_straggler_rank;
+  c.straggler_factor = FLAGS_straggler_factor;
   c.sgd.lr = static_cast<float>(FLAGS_lr);
   c.sgd.momentum = static_cast<float>(FLAGS_momentum);
   c.sgd.nesterov = FLAGS_nesterov;

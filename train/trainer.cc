@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "comm/cluster/emulated_cluster.h"
@@ -105,8 +106,8 @@ struct SentBytes {
 StepRecord TakeStep(nn::Mlp& model, MlpBuffers& buffers,
                     sync::Synchronizer& synchronizer, SentBytes& sent,
                     const Batch& batch, int64_t count,
-                    const nn::SgdOptions& sgd, int64_t epoch, int64_t step,
-                    Tracer& tracer) {
+                    const nn::SgdOptions& sgd, double stretch, int64_t epoch,
+                    int64_t step, Tracer& tracer) {
   const auto start = Clock::now();
   sync::GradObserver* reducer = synchronizer.backward_observer(step);
   std::optional<LayerToTensorObserver> adapted;
@@ -116,6 +117,11 @@ StepRecord TakeStep(nn::Mlp& model, MlpBuffers& buffers,
   const float loss = model.ForwardBackward(
       batch.x.data(), batch.y.data(), static_cast<int>(count),
       tracer.enabled() ? &traced : observer);
+  if (stretch > 0.0) {  // a straggler computes (1 + stretch) times as long
+    ScopedSpan span(tracer, Track::kCompute, "straggler wait", "compute");
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(
+        stretch * MillisecondsSince(start)));
+  }
   const auto sync_start = Clock::now();
   synchronizer.AfterBackward(buffers, step);
   double comm_ms = MillisecondsSince(sync_start);
@@ -344,6 +350,8 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   }
 
   const nn::SgdOptions& sgd = config.sgd;
+  const double stretch =
+      rank == config.straggler_rank ? config.straggler_factor - 1.0 : 0.0;
   Evaluator evaluator(config, data.test, rank);
   bool staged = !config.resume;  // a fresh run's first checkpoint is staged
   Batch batch;
@@ -359,8 +367,8 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
       batch.Load(data.train, sampler, config.set_epoch ? epoch : 0, begin, end);
     }
     result.history.push_back(TakeStep(*model, buffers, *synchronizer, sent,
-                                      batch, end - begin, sgd, epoch, step,
-                                      tracer));
+                                      batch, end - begin, sgd, stretch, epoch,
+                                      step, tracer));
 
     if (config.checkpoint_every > 0 &&
         (step + 1) % config.checkpoint_every == 0 &&

@@ -117,9 +117,11 @@ def profiles(points, fits, target):
     return out
 
 
-def predict(profile, fits, link, ranks):
+def predict(profile, fits, link, ranks, stretch=1.0):
     """(seconds to target, extrapolated?) or None when unreachable or unmodelled here (no
-    compute measured, no fit for the link, the target not reached within the budget)."""
+    compute measured, no fit for the link, the target not reached within the budget). With
+    stretch, one rank computes stretch times as long, and every synchroniser here waits for
+    it: none is asynchronous."""
     fit = link_fit(fits, link)
     if fit is None or not profile["compute_ms"] or 2 not in profile["bytes"]:
         return None
@@ -129,7 +131,7 @@ def predict(profile, fits, link, ranks):
     if epochs is None:
         return None
     compute_n = ranks if ranks in profile["compute_ms"] else min(profile["compute_ms"])
-    step_s = profile["compute_ms"][compute_n] / 1e3 + comm_s(profile, fit, ranks)
+    step_s = stretch * profile["compute_ms"][compute_n] / 1e3 + comm_s(profile, fit, ranks)
     extrapolated = ranks not in profile["epochs"] or ranks not in profile["compute_ms"]
     return epochs * steps_per_epoch(ranks) * step_s, extrapolated
 

@@ -267,6 +267,31 @@ def point_lines(rows):
                         f"target.", ""]
 
 
+def straggler_lines(out, model, rows, profiles, fits, target, factor):
+    """Each straggler point beside the same point without one, and the prediction."""
+    slow = read_points(out, model, "straggler")
+    if not slow:
+        return []
+    lines = [f"### A straggler (the last rank computes {factor}× as long)", "",
+             "| synchroniser | link | ranks | to target without | with | slower by | "
+             "predicted with | error |", "|---|---|---|---|---|---|---|---|"]
+    for p in slow:
+        reach = map_model.first_reach(p["evals"], target)
+        base = next((m for q, m, _, _ in rows if (q["sync"], q["link"], q["ranks"]) ==
+                     (p["sync"], p["link"], p["ranks"])), None)
+        predicted = map_model.predict(profiles[p["sync"]], fits, p["link"], p["ranks"], factor)
+        measured = reach[1] if reach else None
+        lines.append(
+            f"| {p['sync']} | {p['link']} | {p['ranks']} | "
+            f"{'n/a' if base is None else f'{base:.1f} s'} | "
+            f"{'not reached' if measured is None else f'{measured:.1f} s'} | "
+            f"{f'{100 * (measured / base - 1):.0f}%' if base and measured else 'n/a'} | "
+            f"{seconds(predicted)} | "
+            f"{f'{100 * (predicted[0] / measured - 1):+.0f}%' if predicted and measured else 'n/a'}"
+            f" |")
+    return lines + [""]
+
+
 def model_section(out, model, target, tuned, fits):
     points = read_points(out, model, "map")
     lines = [f"## {model} (target {100 * target:.0f}% test accuracy)", "",
@@ -284,6 +309,9 @@ def model_section(out, model, target, tuned, fits):
               f"predicted fastest is the measured one at {right}."]
     lines += [f"- {link}, {ranks} ranks: measured {m}, predicted {p} (lead {100 * g:.0f}%)"
               for link, ranks, m, p, g in wins] + [""]
+    import sync_map
+    lines += straggler_lines(out, model, rows, profiles, fits, target,
+                             sync_map.STRAGGLER_FACTOR)
     cells = grid(profiles, fits)
     heatmap(model, cells, rows, fits, os.path.join(out, f"map_{model}.png"))
     lines += [f"![{model}](map_{model}.png)", "", "### Gbit/s for compute utilisation", "",
@@ -294,8 +322,9 @@ def model_section(out, model, target, tuned, fits):
     return lines, pick_when_rows(model, cells, rows, fits)
 
 
-def build(out):
-    """Writes <out>/report.md, pick_when.md and map_<model>.png; returns the failed runs."""
+def build(out, other=None):
+    """Writes <out>/report.md, pick_when.md and map_<model>.png, with the agreement with the
+    sitting in `other` when given; returns the failed runs."""
     import sync_map
     with open(os.path.join(out, "tuned.json")) as f:
         tuned = json.load(f)
@@ -304,13 +333,14 @@ def build(out):
         with open(os.path.join(out, "invocation.json")) as f:
             invocation = json.load(f)
     fits = _fits(out)
-    lines = ["# The sync map", "",
-             f"`{invocation.get('command', 'sync_map.py')}` on {invocation.get('date', '?')}, "
-             f"{invocation.get('cpu', '?')} ({invocation.get('cores', '?')} cores), "
-             f"{invocation.get('duration_s', 0) / 60:.0f} min, load "
-             f"{invocation.get('load_before', '?')} before, "
-             f"{invocation.get('load_after', '?')} after.", "",
-             "Links fitted (gloo allreduce, 2 ranks): " + ", ".join(
+    lines = ["# The sync map", ""]
+    for sitting in invocation.get("earlier", []) + [invocation]:
+        lines += [f"- `{sitting.get('command', 'sync_map.py')}` on {sitting.get('date', '?')}, "
+                  f"{sitting.get('cpu', '?')} ({sitting.get('cores', '?')} cores), "
+                  f"{sitting.get('duration_s', 0) / 60:.1f} min, load "
+                  f"{sitting.get('load_before', '?')} before, "
+                  f"{sitting.get('load_after', '?')} after."]
+    lines += ["", "Links fitted (gloo allreduce, 2 ranks): " + ", ".join(
                  f"{link} alpha {1e6 * a:.0f} us, B_eff {8 * b / 1e9:.2f} Gbit/s"
                  for link, (a, b) in fits.items()), ""]
     picks = []
@@ -325,8 +355,65 @@ def build(out):
                     for p in glob.glob(os.path.join(out, "runs", "**", "failed.txt"),
                                        recursive=True))
     lines += [f"Failed runs: {', '.join(failed) if failed else 'none'}.", ""]
+    if other:
+        lines += agreement_lines(out, other)
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(lines))
     with open(os.path.join(out, "pick_when.md"), "w") as f:
         f.write("\n".join(table))
     return failed
+
+
+def _sitting(out):
+    """(tuned, {model: {(sync, link, ranks): seconds to target}}, {model: predicted winners})
+    of one sitting's folder."""
+    import sync_map
+    with open(os.path.join(out, "tuned.json")) as f:
+        tuned = json.load(f)
+    fits = _fits(out)
+    times, winners = {}, {}
+    for model in tuned:
+        target = sync_map.MODELS[model][1]
+        points = read_points(out, model, "map")
+        profiles = map_model.profiles(points, fits, target)
+        times[model] = {(p["sync"], p["link"], p["ranks"]): reach[1] for p in points
+                        if (reach := map_model.first_reach(p["evals"], target))}
+        winners[model] = {cell: t[0][1] for cell, t in grid(profiles, fits).items() if t}
+    return tuned, times, winners
+
+
+def agreement_lines(out, other):
+    """How far this sitting's claims reproduce in another's folder."""
+    tuned_a, times_a, winners_a = _sitting(out)
+    tuned_b, times_b, winners_b = _sitting(other)
+    lines = [f"## Agreement with the sitting in {os.path.basename(os.path.normpath(other))}",
+             ""]
+    for model in tuned_a:
+        same_tuning = [s for s in tuned_a[model] if tuned_b.get(model, {}).get(s) ==
+                       tuned_a[model][s]]
+        common = sorted(set(times_a.get(model, {})) & set(times_b.get(model, {})))
+        diffs = sorted(abs(times_b[model][k] / times_a[model][k] - 1) for k in common)
+        cells = set(winners_a.get(model, {})) & set(winners_b.get(model, {}))
+        same = sum(winners_a[model][c] == winners_b[model][c] for c in cells)
+        measured_a = _measured_winners(times_a.get(model, {}), common)
+        measured_b = _measured_winners(times_b.get(model, {}), common)
+        lines += [f"- {model}: the same setting kept for {len(same_tuning)} of "
+                  f"{len(tuned_a[model])} synchronisers.",
+                  f"- {model}: {len(common)} points measured in both; time to target differs "
+                  f"by a median of {100 * diffs[len(diffs) // 2]:.0f}% and at most "
+                  f"{100 * diffs[-1]:.0f}%." if diffs else f"- {model}: no point in both.",
+                  f"- {model}: the measured fastest is the same at "
+                  f"{sum(measured_a[c] == measured_b.get(c) for c in measured_a)} of "
+                  f"{len(measured_a)} settings run in both.",
+                  f"- {model}: the map's predicted fastest is the same in {same} of "
+                  f"{len(cells)} cells."]
+    return lines + [""]
+
+
+def _measured_winners(times, common):
+    """{(link, ranks): the fastest synchroniser} over the points in common."""
+    best = {}
+    for sync, link, ranks in common:
+        if (link, ranks) not in best or times[(sync, link, ranks)] < best[(link, ranks)][0]:
+            best[(link, ranks)] = (times[(sync, link, ranks)], sync)
+    return {cell: sync for cell, (_, sync) in best.items()}

@@ -14,7 +14,9 @@ count, each tuned by the same rule; measured where this machine reaches, predict
 3. The map. Each tuned synchroniser trains on 2 emulated hosts over gloo, at each link rate
    and rank count of the grid, until it reaches the model's target (at most MAP_EPOCHS). A
    point runs only when the cost model, fitted to what ran before it, says it ends within
-   the mode's point_cap_s; the others are predicted, and the report says which.
+   the mode's point_cap_s; the others are predicted, and the report says which. Then once
+   more at 2 ranks on 1gbit with a straggler: the last rank computes STRAGGLER_FACTOR times
+   as long.
 4. The report (map_report.py): the tuning tables, every measured point beside its
    prediction, a winner heatmap per model (link rate x ranks, up to 1024 ranks at 8 per host
    and 400 Gbit/s), the Gbit/s each synchroniser needs for 50/90/99% compute utilisation,
@@ -24,7 +26,8 @@ Each finished run leaves point.json in its own directory: an interrupted sweep, 
 with the same --out_dir, continues where it stopped. --quick: the narrow MLP, four
 synchronisers, links unlimited, 1gbit and 100mbit, 2 and 4 ranks (under 10 minutes here);
 the default: both MLP widths, eleven synchronisers, links unlimited, 10gbit, 1gbit and
-100mbit (under 60). Exit status 0 when every run finished, 1 when one failed, 2 for bad
+100mbit (under 60). --second_sitting=DIR adds to the report how far its claims reproduce in
+another sitting's folder (the quick grid run twice, say). Exit status 0 when every run finished, 1 when one failed, 2 for bad
 input (one error line, before anything runs).
 """
 
@@ -57,7 +60,7 @@ MAX_TIMEOUT_S = 86400
 # model: (--model, test accuracy to reach, tuning epochs, most epochs a map point trains at 2
 # ranks; at N ranks N/2 times as many, the same number of steps)
 MODELS = {"mlp_narrow": ("784,256,10", 0.85, 4, 6),
-          "mlp_wide": ("784,1024,1024,10", 0.85, 3, 4)}
+          "mlp_wide": ("784,1024,1024,10", 0.85, 3, 3)}
 LR = (0.05, 0.1, 0.2, 0.4)
 INNER_LR = (0.05, 0.1, 0.2, 0.4)
 # name: (--sync, fixed flags, learning rates, (outer flag, its values) or None). Nesterov's lr
@@ -79,12 +82,15 @@ SYNCS = {
 MODES = {
     "quick": dict(models=("mlp_narrow",),
                   syncs=("allreduce", "allreduce_nesterov", "diloco", "streaming_diloco"),
-                  links=("unlimited", "1gbit", "100mbit"), ranks=(2, 4), point_cap_s=40),
+                  links=("unlimited", "1gbit", "100mbit"), ranks=(2, 4), point_cap_s=40,
+                  straggler=("1gbit", 2)),
     "default": dict(models=("mlp_narrow", "mlp_wide"), syncs=tuple(SYNCS),
                     links=("unlimited", "10gbit", "1gbit", "100mbit"), ranks=(2, 4),
-                    point_cap_s=60),
+                    point_cap_s=40, straggler=("1gbit", 2)),
 }
 HOSTS = 2
+# The slow rank of the straggler points: the last one, computing this much slower.
+STRAGGLER_FACTOR = 1.5
 BENCH_MAX_BYTES = 4 << 20
 
 
@@ -213,11 +219,17 @@ def map_points(args, out, tuned, fits):
                 for link in mode["links"]:  # unlimited first: it gives the compute
                     map_point(args, out, model, sync, flags, link, ranks, fits, target,
                               max_epochs)
+            map_point(args, out, model, sync, flags, *mode["straggler"], fits, target,
+                      max_epochs, straggler=True)
 
 
-def map_point(args, out, model, sync, flags, link, ranks, fits, target, max_epochs):
-    run_dir = os.path.join(out, "runs", model, "map", sync, f"{link}_n{ranks}")
-    label = f"[map] {model} {sync} @ {link}, {ranks} ranks"
+def map_point(args, out, model, sync, flags, link, ranks, fits, target, max_epochs,
+              straggler=False):
+    """One point of the map (with straggler, its last rank STRAGGLER_FACTOR times slower, kept
+    apart under straggler/): run unless done, skipped or predicted past the cap."""
+    kind = "straggler" if straggler else "map"
+    run_dir = os.path.join(out, "runs", model, kind, sync, f"{link}_n{ranks}")
+    label = f"[{kind}] {model} {sync} @ {link}, {ranks} ranks"
     done = [p for p in map_report.read_points(out, model, "map") if p["sync"] == sync]
     profile = map_model.profiles(done, fits, target).get(sync)
     epochs = max_epochs * ranks // 2
@@ -227,13 +239,16 @@ def map_point(args, out, model, sync, flags, link, ranks, fits, target, max_epoc
         print(f"{label}: skipped (the target is not reached in {epochs} epochs)")
         return
     if read_point(run_dir) is None and link != "unlimited":
-        predicted = map_model.predict(profile, fits, link, ranks) if profile else None
+        stretch = STRAGGLER_FACTOR if straggler else 1.0
+        predicted = map_model.predict(profile, fits, link, ranks, stretch) if profile else None
         if predicted is None or predicted[0] * 1.2 > MODES[args.mode]["point_cap_s"]:
             print(f"{label}: predicted only ({map_report.seconds(predicted)} to target)")
             return
     argv = train_argv(args, model, sync, flags, epochs, run_dir, link, ranks)
+    if straggler:
+        argv += [f"--straggler_rank={ranks - 1}", f"--straggler_factor={STRAGGLER_FACTOR}"]
     run_one(args, argv, run_dir, dict(model=model, sync=sync, flags=flags, link=link,
-                                      ranks=ranks), label)
+                                      ranks=ranks, straggler=straggler), label)
 
 
 def run_all(args, out):
@@ -247,6 +262,11 @@ def run_all(args, out):
                       mode=args.mode, date=datetime.date.today().isoformat(),
                       cpu=machine()[0], cores=machine()[1],
                       load_before=" ".join(f"{x:.2f}" for x in os.getloadavg()))
+    path = os.path.join(out, "invocation.json")
+    if os.path.isfile(path):  # a continued sweep: the earlier sittings stay on record
+        with open(path) as f:
+            earlier = json.load(f)
+        invocation["earlier"] = earlier.pop("earlier", []) + [earlier]
     tuned = tune(args, out)
     with open(os.path.join(out, "tuned.json"), "w") as f:
         json.dump(tuned, f, indent=1)
@@ -272,6 +292,9 @@ def parser():
                    help=f"seconds any wait between ranks may take, in (0, {MAX_TIMEOUT_S}]")
     p.add_argument("--report_only", action="store_true",
                    help="rewrite the report from the runs already in --out_dir")
+    p.add_argument("--second_sitting",
+                   help="another sitting's --out_dir: the report says how far its claims "
+                        "reproduce there")
     return p
 
 
@@ -282,6 +305,9 @@ def parse_args(argv=None):
     cli_errors.positive_finite("--timeout", args.timeout, MAX_TIMEOUT_S)
     args.run_deadline_s = max(600.0, 4 * args.timeout)
     args.out_dir = cli_errors.output_dir("--out_dir", args.out_dir)
+    if args.second_sitting is not None and not os.path.isfile(
+            os.path.join(args.second_sitting, "tuned.json")):
+        fail(f"--second_sitting={args.second_sitting} holds no tuned.json (no sitting)")
     if args.report_only:
         if not os.path.isfile(os.path.join(args.out_dir, "tuned.json")):
             fail(f"--report_only: --out_dir={args.out_dir} holds no tuned.json (no runs)")
@@ -306,7 +332,7 @@ def main(argv=None):
     if not args.report_only:
         os.makedirs(out, exist_ok=True)
         run_all(args, out)
-    failed = map_report.build(out)
+    failed = map_report.build(out, args.second_sitting)
     print(f"wrote {out}/report.md and its figures")
     return 1 if failed else 0
 

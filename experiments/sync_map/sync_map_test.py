@@ -58,6 +58,8 @@ class ModelTest(unittest.TestCase):
         seconds, extrapolated = map_model.predict(profiles["allreduce"], FITS, "1gbit", 2)
         self.assertAlmostEqual(seconds, 2 * 469 * (0.010 + 0.0002 + 0.01))
         self.assertFalse(extrapolated)
+        slow, _ = map_model.predict(profiles["allreduce"], FITS, "1gbit", 2, stretch=1.5)
+        self.assertAlmostEqual(slow, 2 * 469 * (0.015 + 0.0002 + 0.01))
         seconds, extrapolated = map_model.predict(profiles["allreduce"], FITS, "1gbit", 8)
         self.assertTrue(extrapolated)
         self.assertAlmostEqual(seconds, 2 * 118 * (0.010 + 14 * 1e-4 + 1.75e6 / 1e8))
@@ -98,6 +100,10 @@ class ReportTest(unittest.TestCase):
                         json.dump(point(sync, link, 2, wire, [w * scale for w in walls],
                                         [0.84, 0.86], 1.0 if sync == "allreduce" else 1 / 16),
                                   f)
+            run = os.path.join(out, "runs", "mlp_narrow", "straggler", "allreduce", "1gbit_n2")
+            os.makedirs(run)
+            with open(os.path.join(run, "point.json"), "w") as f:
+                json.dump(point("allreduce", "1gbit", 2, 8e5, [9.0, 18.0], [0.84, 0.86]), f)
             with open(os.path.join(out, "tuned.json"), "w") as f:
                 json.dump({"mlp_narrow": {"allreduce": {"lr": 0.1}, "diloco": {"lr": 0.1}}}, f)
             with open(os.path.join(out, "fits.json"), "w") as f:
@@ -109,7 +115,15 @@ class ReportTest(unittest.TestCase):
             with open(os.path.join(out, "pick_when.md")) as f:
                 self.assertIn("| mlp_narrow |", f.read())
             self.assertIn("## mlp_narrow (target 85% test accuracy)", report)
+            # Without a straggler 12 s at 1gbit (8 s x 1.5), with one 18 s: 50% slower.
+            self.assertIn("| allreduce | 1gbit | 2 | 12.0 s | 18.0 s | 50% |", report)
             self.assertTrue(os.path.isfile(os.path.join(out, "map_mlp_narrow.png")))
+            map_report.build(out, other=out)  # a sitting agrees with itself
+            with open(os.path.join(out, "report.md")) as f:
+                report = f.read()
+            self.assertIn("the same setting kept for 2 of 2 synchronisers", report)
+            self.assertIn("differs by a median of 0% and at most 0%", report)
+            self.assertIn("the measured fastest is the same at 2 of 2 settings", report)
 
 
 class FlagsTest(unittest.TestCase):

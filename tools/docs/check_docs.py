@@ -21,6 +21,9 @@
   with --write_backends on a build with every backend).
 - The synchronisers page's generated block is exactly the table of what
   train --list_syncs=json describes (--syncs_page; --write_syncs makes it).
+- Every block between `<!-- begin included: PATH -->` and
+  `<!-- end included -->` is exactly the file PATH (a table an experiment
+  wrote into its results folder); --write_included copies them in.
 Prints each problem as FILE:LINE: what; exits 1 when there is one.
 """
 import argparse
@@ -396,6 +399,33 @@ def check_reachable(root, problems):
             problems.append(f"README.md: no link to {os.path.relpath(page, root)}")
 
 
+INCLUDED = re.compile(r"(<!-- begin included: (\S+) -->\n)(.*?)(<!-- end included -->)",
+                      re.S)
+
+
+def check_included(page, root, problems, write):
+    """Each included block of the page is its file's text (with write, made so)."""
+    with open(page) as f:
+        text = f.read()
+
+    def included(match):
+        path = os.path.join(root, match.group(2))
+        if not os.path.isfile(path):
+            problems.append(f"{page}: the included {match.group(2)} does not exist")
+            return match.group(0)
+        with open(path) as f:
+            wanted = f.read().strip() + "\n"
+        if match.group(3) != wanted and not write:
+            problems.append(f"{page}: the block included from {match.group(2)} differs from "
+                            f"the file (--write_included copies it)")
+        return match.group(1) + wanted + match.group(4)
+
+    remade = INCLUDED.sub(included, text)
+    if write and remade != text:
+        with open(page, "w") as f:
+            f.write(remade)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", required=True)
@@ -405,6 +435,8 @@ def main():
     parser.add_argument("--syncs_page", help="docs/synchronizers.md, checked against train")
     parser.add_argument("--write_syncs", action="store_true",
                         help="remake the synchronisers page's generated block instead")
+    parser.add_argument("--write_included", action="store_true",
+                        help="copy each included file into its block instead")
     parser.add_argument("--repository", action="store_true",
                         help="also check every tracked file (git ls-files) for what "
                              "none may name")
@@ -420,6 +452,7 @@ def main():
         glob.glob(os.path.join(root, "docs", "*.md")))
     for page in pages:
         check_page(page, root, helps, aliases, problems)
+        check_included(page, root, problems, args.write_included)
     check_reachable(root, problems)
     if args.repository:
         check_repository(root, problems)

@@ -9,7 +9,7 @@ commands=(//train:train //bench:allreduce_bench //bench:ddp_step_bench
   //bench:train_step_bench //bench:compressor_bench //comm/job:on_hosts
   //experiments/fashion_mnist:fashion_mnist //experiments/seed_ddp:seed_ddp
   //experiments/cost_model:cost_model //experiments/char_lm:char_lm
-  //experiments/compare:compare)
+  //experiments/compare:compare //experiments/sync_map:sync_map)
 # The CUDA bench where it can be built, and without it where not.
 log=$(mktemp)
 if ! bazel build "$@" "${commands[@]}" //bench:allreduce_threads_bench >"$log" 2>&1 &&

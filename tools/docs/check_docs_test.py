@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check_docs.py fails on what it guards: a planted broken link, a flag the
 command does not have, a path that does not exist, and a backend or variable
-missing from the backends page; and passes a tree without them."""
+missing from the backends page, an included block that is not its file; and passes a tree without them."""
 import os
 import subprocess
 import sys
@@ -106,6 +106,19 @@ class CheckDocsTest(unittest.TestCase):
                                                            "`//train:trainer`")))
         self.assertEqual(status, 1, out)
         self.assertIn("no target //train:trainer", out)
+
+    def test_an_included_block_must_be_its_file(self):
+        block = "<!-- begin included: train/table.md -->\n| a |\n<!-- end included -->\n"
+        root, train = self.tree(README + block)
+        with open(os.path.join(root, "train", "table.md"), "w") as f:
+            f.write("| a |\n")
+        status, out = self.check(root, train)
+        self.assertEqual(status, 0, out)
+        with open(os.path.join(root, "train", "table.md"), "w") as f:
+            f.write("| b |\n")
+        status, out = self.check(root, train)
+        self.assertEqual(status, 1, out)
+        self.assertIn("the block included from train/table.md differs", out)
 
     def test_a_backend_missing_from_the_page_fails(self):
         warp = textwrap.indent("warp: a new backend (host memory, spans hosts)\n"
