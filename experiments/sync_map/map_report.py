@@ -233,21 +233,43 @@ def pick_when_rows(model, cells, rows, fits):
                                                     validated(rows, link, ranks, fits)))
     out = []
     for sync, where in sorted(won.items(), key=lambda kv: -len(kv[1])):
-        links = sorted({w[0] for w in where}, key=MAP_LINKS.index)
-        ranks = sorted({w[1] for w in where})
         leads = sorted(w[2] for w in where)
-        out.append((model, sync, links, ranks, len(where), leads[len(leads) // 2],
-                    sum(w[3] for w in where)))
+        out.append((model, sync, region({(w[0], w[1]) for w in where}), len(where),
+                    leads[len(leads) // 2], sum(w[3] for w in where)))
     return out
 
 
+def _span(items, order, label=str):
+    """'a–b' for items contiguous in order, else 'a, c, d'."""
+    idx = sorted(order.index(i) for i in items)
+    if idx == list(range(idx[0], idx[-1] + 1)):
+        return label(order[idx[0]]) + ("" if len(idx) == 1 else "–" + label(order[idx[-1]]))
+    return ", ".join(label(order[i]) for i in idx)
+
+
+def region(cells):
+    """The cells a synchroniser wins, as link spans each with their ranks: consecutive links
+    that share a set of ranks are one span."""
+    groups = []
+    for link in MAP_LINKS:
+        ranks = tuple(sorted(r for l, r in cells if l == link))
+        if not ranks:
+            continue
+        if groups and groups[-1][1] == ranks and MAP_LINKS.index(groups[-1][0][-1]) + 1 == \
+                MAP_LINKS.index(link):
+            groups[-1][0].append(link)
+        else:
+            groups.append(([link], ranks))
+    return "; ".join(f"{_span(links, MAP_LINKS, link_label)} at {_span(ranks, MAP_RANKS)} ranks"
+                     for links, ranks in groups)
+
+
 def pick_when_table(rows):
-    lines = ["| model | pick | fastest to target at (link; ranks) | cells | median lead over the "
-             "runner-up | validated cells |", "|---|---|---|---|---|---|"]
-    for model, sync, links, ranks, n, lead, ok in rows:
-        span = (f"{link_label(links[0])}–{link_label(links[-1])}" if len(links) > 1
-                else link_label(links[0]))
-        lines.append(f"| {model} | {sync} | {span}; {ranks[0]}–{ranks[-1]} ranks | {n} of "
+    lines = ["| model | pick | where it is fastest to the target (each host's link, ranks) | "
+             "cells | median lead over the runner-up | validated cells |",
+             "|---|---|---|---|---|---|"]
+    for model, sync, where, n, lead, ok in rows:
+        lines.append(f"| {model} | {sync} | {where} | {n} of "
                      f"{len(MAP_LINKS) * len(MAP_RANKS)} | "
                      f"{'alone' if math.isinf(lead) else f'{100 * lead:.0f}%'} | {ok} |")
     return lines + [""]
@@ -302,6 +324,9 @@ def model_section(out, model, target, tuned, fits):
         return lines + ["No map point ran.", ""], []
     profiles = map_model.profiles(points, fits, target)
     rows = checks(points, profiles, fits, target)
+    missing = [s for s in tuned.get(model, {}) if s not in profiles]
+    if missing:
+        lines += [f"Tuned but not in the map (no point ran): {', '.join(missing)}.", ""]
     lines += ["### Measured points beside the cost model", ""] + point_lines(rows)
     wins = winner_checks(rows)
     right = sum(w[2] == w[3] for w in wins)
@@ -350,6 +375,12 @@ def build(out, other=None):
         lines += section
         picks += model_picks
     table = pick_when_table(picks)
+    for model in tuned:
+        ran = {p["sync"] for p in read_points(out, model, "map")}
+        if ran and set(tuned[model]) - ran:
+            table += [f"{model}: among {', '.join(sorted(ran))} only; "
+                      f"{', '.join(sorted(set(tuned[model]) - ran))} did not run in this "
+                      f"sitting.", ""]
     lines += ["## Pick when", ""] + table
     failed = sorted(os.path.relpath(os.path.dirname(p), out)
                     for p in glob.glob(os.path.join(out, "runs", "**", "failed.txt"),

@@ -47,6 +47,9 @@ class ModelTest(unittest.TestCase):
         self.assertEqual(alpha, 1e-4)
         self.assertAlmostEqual(b_eff, 1e9)  # 1gbit ran at 80%: 10 Gbit/s at 80% is 1e9 B/s
         self.assertIsNone(map_model.link_fit({"unlimited": (1e-4, 1e9)}, "10gbit"))
+        # alpha: the median over the links, each link its own B_eff.
+        fits = {"unlimited": (1e-3, 1e9), "10gbit": (2e-4, 9e8), "1gbit": (4e-4, 1e8)}
+        self.assertEqual(map_model.link_fit(fits, "10gbit"), (4e-4, 9e8))
 
     def test_prediction_worked_by_hand(self):
         # 1 MB a step; on the unlimited link 2 epochs of 469 steps took 469 * 2 * 11.2 ms:
@@ -88,6 +91,12 @@ class ReportTest(unittest.TestCase):
         self.assertFalse(map_report.validated(rows, "1gbit", 4))  # b is 55% off
         self.assertFalse(map_report.validated(rows[:1], "100gbit", 1024))  # nothing near
         self.assertTrue(map_report.validated(rows[:1], "10gbit", 4))
+
+    def test_a_region_is_spans_of_links_with_their_ranks(self):
+        cells = {(link, r) for link in ("100mbit", "1gbit") for r in (4, 8, 16)}
+        cells |= {("10gbit", 2), ("10gbit", 64)}
+        self.assertEqual(map_report.region(cells), "100 Mbit/s–1 Gbit/s at 4–16 ranks; "
+                                                   "10 Gbit/s at 2, 64 ranks")
 
     def test_a_report_from_points(self):
         with tempfile.TemporaryDirectory() as out:
