@@ -142,6 +142,12 @@ def short_command(command, out):
     return command.replace(os.path.abspath(out), "OUT")
 
 
+def default_out_dir(name):
+    """out/<name> where the command was typed (`bazel run` says where in
+    BUILD_WORKING_DIRECTORY), else in the current directory: every driver's --out_dir default."""
+    return os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()), "out", name)
+
+
 def write_invocation(out, invocation, started):
     """<out>/invocation.json: the invocation with its duration (since time.monotonic()'s
     started) and the load after the runs."""

@@ -131,15 +131,27 @@ __attribute__((target("avx2,fma"))) void PlainSgdFma(float neg_lr,
   for (; i < n; ++i) params[i] = __builtin_fmaf(grads[i], neg_lr, params[i]);
 }
 
-// SGD with momentum (and weight decay, Nesterov) as the scalar loop in
-// SgdUpdate computes it, 8 lanes at a time: each fmaf one fused instruction
-// and buf·momentum one rounded multiply, so the result is the same bit for
-// bit, without a libm call per fmaf.
-__attribute__((target("avx2,fma"))) void MomentumSgdFma(const SgdOptions& o,
-                                                        float keep, bool first,
-                                                        float* params,
-                                                        const float* grads,
-                                                        float* buf, size_t n) {
+// SGD with momentum (and weight decay, Nesterov) on elements [begin, n), as
+// torch computes it (above).
+void MomentumSgdScalar(const SgdOptions& o, float keep, bool first,
+                       float* params, const float* grads, float* buf,
+                       size_t begin, size_t n) {
+  for (size_t i = begin; i < n; ++i) {
+    float d = grads[i];
+    if (o.weight_decay != 0.0f) d = std::fmaf(params[i], o.weight_decay, d);
+    buf[i] = first ? d : std::fmaf(d, keep, buf[i] * o.momentum);
+    d = o.nesterov ? std::fmaf(buf[i], o.momentum, d) : buf[i];
+    params[i] = std::fmaf(d, -o.lr, params[i]);
+  }
+}
+
+// MomentumSgdScalar 8 lanes at a time on the elements up to the last whole 8
+// (returns how many): each fmaf one fused instruction and buf·momentum one
+// rounded multiply, so the result is the same bit for bit, without a libm
+// call per fmaf.
+__attribute__((target("avx2,fma"))) size_t MomentumSgdFma(
+    const SgdOptions& o, float keep, bool first, float* params,
+    const float* grads, float* buf, size_t n) {
   const __m256 neg_lr = _mm256_set1_ps(-o.lr),
                wd = _mm256_set1_ps(o.weight_decay);
   const __m256 momentum = _mm256_set1_ps(o.momentum),
@@ -160,13 +172,7 @@ __attribute__((target("avx2,fma"))) void MomentumSgdFma(const SgdOptions& o,
     _mm256_storeu_ps(params + i, _mm256_fmadd_ps(d, neg_lr, p));
   }
   _mm256_zeroupper();  // as in PlainSgdFma
-  for (; i < n; ++i) {
-    float d = grads[i];
-    if (decay) d = __builtin_fmaf(params[i], o.weight_decay, d);
-    buf[i] = first ? d : __builtin_fmaf(d, keep, buf[i] * o.momentum);
-    d = o.nesterov ? __builtin_fmaf(buf[i], o.momentum, d) : buf[i];
-    params[i] = __builtin_fmaf(d, -o.lr, params[i]);
-  }
+  return i;
 }
 
 bool CpuHasFma() {
@@ -201,22 +207,9 @@ void SgdUpdate(const SgdOptions& o, float* params, const float* grads,
   // Python computes 1 - dampening in double; the kernel takes it as float.
   const float keep = static_cast<float>(1.0 - o.dampening);
   const bool first = !*have_buf;
-  if (CpuHasFma()) {
-    MomentumSgdFma(o, keep, first, params, grads, buf, n);
-    *have_buf = true;
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    float d = grads[i];
-    if (o.weight_decay != 0.0f) d = std::fmaf(params[i], o.weight_decay, d);
-    if (first) {
-      buf[i] = d;
-    } else {
-      buf[i] = std::fmaf(d, keep, buf[i] * o.momentum);
-    }
-    d = o.nesterov ? std::fmaf(buf[i], o.momentum, d) : buf[i];
-    params[i] = std::fmaf(d, neg_lr, params[i]);
-  }
+  const size_t vectorised =
+      CpuHasFma() ? MomentumSgdFma(o, keep, first, params, grads, buf, n) : 0;
+  MomentumSgdScalar(o, keep, first, params, grads, buf, vectorised, n);
   *have_buf = true;
 }
 

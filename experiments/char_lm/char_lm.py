@@ -189,9 +189,7 @@ def run_all(args, out):
 
 def parser():
     p = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
-    default_out = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()),
-                               "out", "char_lm")
-    p.add_argument("--out_dir", default=default_out)
+    p.add_argument("--out_dir", default=run_driver.default_out_dir("char_lm"))
     modes = p.add_mutually_exclusive_group()
     modes.add_argument("--quick", action="store_const", dest="mode", const="quick",
                        help="the 1gbit link: PyTorch DDP, allreduce and DiLoCo, 150 steps")

@@ -42,9 +42,7 @@ LAST_LINES = 3  # of a failed run's output, quoted in its error line
 def parser():
     p = cli_errors.ArgumentParser(description=__doc__.split("\n")[0],
                                   usage="compare.py [flags] -- COMMAND [ARGS...]")
-    default_out = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()),
-                               "out", "compare")
-    p.add_argument("--out_dir", default=default_out)
+    p.add_argument("--out_dir", default=run_driver.default_out_dir("compare"))
     p.add_argument("--hosts", type=int, default=2, help="ranks, one per emulated host, in "
                    "[2, 8]")
     p.add_argument("--link", default="1gbit", help="every host's link rate: unlimited, or "

@@ -52,8 +52,8 @@ import analysis  # noqa: E402  (after the path: these modules live next to this 
 import cli_errors  # noqa: E402
 import report  # noqa: E402
 from cli_errors import fail  # noqa: E402
-from run_driver import (children_cpu_s, drive, execute, machine, parse_links,  # noqa: E402
-                        probe_hosts, probe_torch, stop_on_signal, write_invocation)
+from run_driver import (children_cpu_s, default_out_dir, drive, execute, machine,  # noqa: E402
+                        parse_links, probe_hosts, probe_torch, stop_on_signal, write_invocation)
 
 DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
@@ -373,9 +373,7 @@ def run_all(args, out):
 
 def parser():
     p = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
-    default_out = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()),
-                               "out", "fashion_mnist")
-    p.add_argument("--out_dir", default=default_out)
+    p.add_argument("--out_dir", default=default_out_dir("fashion_mnist"))
     p.add_argument("--train", help="path to the //train:train binary")
     modes = p.add_mutually_exclusive_group()
     modes.add_argument("--quick", action="store_const", dest="mode", const="quick",

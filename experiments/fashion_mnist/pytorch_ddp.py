@@ -338,8 +338,8 @@ def summary(args, wall, torch_version):
                     "sparta_seed"),
             "backend": args.backend if args.world_size > 1 else None,
             "max_steps": args.max_steps or None, "threads_per_rank": 1,
-            **flags("model", "epochs", "lr", "momentum", "nesterov", "weight_decay", "batch_size", "seed", "sampler_seed", "set_epoch",
-                    "train_subset", "data_dir"),
+            **flags("model", "epochs", "lr", "momentum", "nesterov", "weight_decay", "batch_size",
+                    "seed", "sampler_seed", "set_epoch", "train_subset", "data_dir"),
             "wall_seconds_total": wall,
             "step_ms_note": "perf_counter around zero_grad+forward+loss+backward+step"}
 

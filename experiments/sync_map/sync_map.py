@@ -22,13 +22,13 @@ count, each tuned by the same rule; measured where this machine reaches, predict
    and 400 Gbit/s), the Gbit/s each synchroniser needs for 50/90/99% compute utilisation,
    and the pick-when table that docs/synchronizers.md includes.
 
-Each finished run leaves point.json in its own directory: an interrupted sweep, run again
-with the same --out_dir, continues where it stopped. --quick: the narrow MLP, four
-synchronisers, links unlimited, 1gbit and 100mbit, 2 and 4 ranks (under 10 minutes here);
-the default: both MLP widths, eleven synchronisers, links unlimited, 10gbit, 1gbit and
-100mbit (under 60). --second_sitting=DIR adds to the report how far its claims reproduce in
-another sitting's folder (the quick grid run twice, say). Exit status 0 when every run finished, 1 when one failed, 2 for bad
-input (one error line, before anything runs).
+Each finished run leaves point.json in its own directory: an interrupted sweep, run again with
+the same --out_dir, continues where it stopped. --quick: the narrow MLP, four synchronisers,
+links unlimited, 1gbit and 100mbit, 2 and 4 ranks (under 10 minutes here); the default: both
+MLP widths, eleven synchronisers, links unlimited, 10gbit, 1gbit and 100mbit (about 75 here).
+--second_sitting=DIR adds to the report how far its claims reproduce in another sitting's
+folder (the quick grid run twice, say). Exit status 0 when every run finished, 1 when one
+failed, 2 for bad input (one error line, before anything runs).
 """
 
 import datetime
@@ -50,7 +50,7 @@ import cli_errors  # noqa: E402
 import map_model  # noqa: E402
 import map_report  # noqa: E402
 from cli_errors import fail  # noqa: E402
-from run_driver import (execute, machine, probe_hosts, short_command,  # noqa: E402
+from run_driver import (default_out_dir, execute, machine, probe_hosts, short_command,  # noqa: E402
                         stop_on_signal, write_invocation)
 
 DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
@@ -279,9 +279,7 @@ def run_all(args, out):
 
 def parser():
     p = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
-    default_out = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()),
-                               "out", "sync_map")
-    p.add_argument("--out_dir", default=default_out)
+    p.add_argument("--out_dir", default=default_out_dir("sync_map"))
     p.add_argument("--quick", action="store_const", dest="mode", const="quick",
                    default="default", help="the narrow MLP, four synchronisers (<10 min)")
     p.add_argument("--train", help="path to the //train:train binary")
