@@ -101,11 +101,11 @@ class ReproducibilityTest(unittest.TestCase):
     """Two runs of char_lm_train.py, one process each, from the same seeds: the same losses
     and validation losses bit for bit; a third with another seed differs."""
 
-    def train(self, out, seed):
+    def train(self, out, seed, *more):
         subprocess.run([sys.executable, os.path.join(HERE, "char_lm_train.py"),
                         f"--out_dir={out}", "--config=tiny", "--steps=12", "--eval_every=6",
                         "--eval_windows=16", "--nprocs=1", f"--seed={seed}", "--quiet",
-                        "--sample_chars=20"], check=True, timeout=300)
+                        "--sample_chars=20", *more], check=True, timeout=300)
         with open(os.path.join(out, "losses.csv")) as f:
             losses = [line.split(",")[2] for line in f.read().splitlines()[1:]]
         with open(os.path.join(out, "eval.csv")) as f:
@@ -122,6 +122,13 @@ class ReproducibilityTest(unittest.TestCase):
         self.assertEqual(first, second)
         self.assertNotEqual(first[0], other[0])
         self.assertLess(float(first[0][-1]), float(first[0][0]))  # it learns
+
+    def test_a_straggler_computes_the_same(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            plain = self.train(os.path.join(tmp, "a"), 0)
+            slow = self.train(os.path.join(tmp, "b"), 0, "--straggler_rank=0",
+                              "--straggler_factor=2")
+        self.assertEqual(plain, slow)  # the straggler only waits: the same bits
 
 
 class ScheduleTest(unittest.TestCase):

@@ -84,6 +84,11 @@ def parser():
                    "launcher (1: one process, no group)")
     p.add_argument("--timeout", type=float, default=120, help="seconds any wait may take")
     p.add_argument("--sample_chars", type=int, default=300)
+    p.add_argument("--straggler_rank", type=int, default=-1,
+                   help="a rank whose forward and backward take --straggler_factor times as "
+                        "long (it sleeps the difference); -1: none")
+    p.add_argument("--straggler_factor", type=float, default=1.5,
+                   help="how much slower --straggler_rank computes, in [1, 100]")
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -100,6 +105,10 @@ def parse_args(argv):
             raise UsageError(f"--{name}={getattr(args, name)} must be finite and >= 0")
     if not 0 < args.timeout <= 86400:
         raise UsageError(f"--timeout={args.timeout} is not in (0, 86400]")
+    if not 1 <= args.straggler_factor <= 100:
+        raise UsageError(f"--straggler_factor={args.straggler_factor} is not in [1, 100]")
+    if args.straggler_rank < -1:
+        raise UsageError(f"--straggler_rank={args.straggler_rank} must be -1 or a rank")
     if any("=" not in option for option in args.sync_option):
         raise UsageError("--sync_option takes NAME=VALUE")
     if args.front == "pytorch" and (args.sync != "ddp" or args.sync_option):
@@ -135,7 +144,8 @@ def prepare(torch, corpus, rank, world, args):
     torch.manual_seed(args.seed)
     model = gpt.build(torch, args.config, len(corpus.vocab))
     block = model.block_size
-    run = dict(model=model, net=model, sync=None, swap=lambda: None)
+    run = dict(model=model, net=model, sync=None, swap=lambda: None,
+               stretch=args.straggler_factor if rank == args.straggler_rank else 1.0)
     if world > 1 and args.front == "pytorch":
         run["net"] = torch.nn.parallel.DistributedDataParallel(model)
     run["optimizer"] = gpt.adamw(torch, model, args.lr, args.weight_decay)
@@ -176,6 +186,9 @@ def one_step(torch, run, step, args):
     loss = gpt.loss(torch, run["net"], x, y)
     loss.backward()
     t1 = time.perf_counter()
+    if run["stretch"] > 1.0:  # a straggler: it waits, it computes nothing else
+        time.sleep((run["stretch"] - 1.0) * (t1 - t0))
+        t1 = time.perf_counter()
     if sync is not None:
         sync.step(before_optimizer=clip)
         t2 = time.perf_counter()
@@ -355,6 +368,9 @@ def main(argv=None):
         rank, world = launched or (0, 1)
         if world < 2 and args.front == "ringlab":
             raise UsageError("--front=ringlab needs at least 2 ranks")
+        if args.straggler_rank >= world:
+            raise UsageError(f"--straggler_rank={args.straggler_rank} is not a rank of the "
+                             f"{world} here")
         import torch
         corpus = text_data.Corpus(torch, corpus_text)
     except (UsageError, text_data.DataError) as e:

@@ -1,13 +1,14 @@
-"""The sync map's cost model: a synchroniser's time to a target accuracy at any link rate and
+"""The sync map's cost model: a synchroniser's time to a model's target at any link rate and
 rank count, from what its runs measured here.
 
-    time to target (sync, link, N) = epochs to target (sync, N) x steps per epoch (N)
+    time to target (sync, link, N) = units to target (sync, N) x steps per unit (N)
                                      x step (sync, link, N)
     step (sync, link, N)           = compute (sync, N) + comm (sync, link, N)
     comm (sync, link, N)           = events x 2(N-1) alpha + link bytes (sync, N) / B_eff (link)
 
-- Epochs to target: the first evaluated epoch at or past the target, measured at each rank
-  count run here. It does not depend on the link: ringlab's arithmetic is the same bit for bit
+- Units to target: the first evaluation at or past the target (a Target: the MLP's test
+  accuracy counted in epochs, the language model's validation loss in steps), measured at each
+  rank count run here. It does not depend on the link: ringlab's arithmetic is the same bit for bit
   on every link. Beyond the largest N measured, that N's (an assumption: a point using it is
   marked extrapolated).
 - Compute: the run's wall-clock per step on the unlimited link (data loading, encoding and
@@ -46,6 +47,31 @@ def link_bits(link):
 def steps_per_epoch(ranks):
     """DistributedSampler's share per rank (padded), in batches of BATCH."""
     return math.ceil(math.ceil(DATASET_SIZE / ranks) / BATCH)
+
+
+class Target:
+    """What a model trains to: its evaluations' `metric` reaching `value` (at or above it when
+    `higher`, else at or below), evaluations counted in `unit`: 'epoch' (Fashion-MNIST's, of
+    steps_per_epoch steps at N ranks) or 'step'."""
+
+    def __init__(self, metric, value, higher, unit):
+        self.metric, self.value, self.higher, self.unit = metric, value, higher, unit
+
+    def reached(self, evaluation):
+        got = evaluation[self.metric]
+        return got >= self.value if self.higher else got <= self.value
+
+    def steps(self, units, ranks):
+        return units * steps_per_epoch(ranks) if self.unit == "epoch" else units
+
+    def describe(self):
+        if self.metric == "test_accuracy":
+            return f"{100 * self.value:.0f}% test accuracy"
+        return f"{self.metric.replace('_', ' ')} {'at least' if self.higher else 'at most'} " \
+               f"{self.value:g}"
+
+    def format(self, value):
+        return f"{100 * value:.2f}%" if self.metric == "test_accuracy" else f"{value:.3f}"
 
 
 def link_fit(fits, link):
@@ -93,31 +119,31 @@ def comm_s(profile, fit, ranks):
 
 
 def first_reach(evals, target):
-    """(epoch, wall seconds) of the first evaluation at or past target, or None."""
+    """(units, wall seconds) of the first evaluation at or past the Target, or None."""
     for e in evals:
-        if e["test_accuracy"] >= target:
-            return e["epoch"], e["wall_s"]
+        if target.reached(e):
+            return e[target.unit], e["wall_s"]
     return None
 
 
 def profiles(points, fits, target):
     """{sync: profile} from one model's measured points (dicts with sync, link, ranks, evals,
-    bytes_per_step, events): bytes and epochs to target per N, the bytes' law, and compute
+    bytes_per_step, events): bytes and units to the Target per N, the bytes' law, and compute
     per N from the unlimited link's runs."""
     out = {}
     for p in points:
-        prof = out.setdefault(p["sync"], {"bytes": {}, "epochs": {}, "compute_ms": {},
-                                          "events": p["events"]})
+        prof = out.setdefault(p["sync"], {"bytes": {}, "units": {}, "compute_ms": {},
+                                          "events": p["events"], "target": target})
         prof["bytes"].setdefault(p["ranks"], p["bytes_per_step"])
         reach = first_reach(p["evals"], target)
-        prof["epochs"].setdefault(p["ranks"], reach[0] if reach else None)
+        prof["units"].setdefault(p["ranks"], reach[0] if reach else None)
     for sync, prof in out.items():
         prof["law"] = bytes_law(prof["bytes"])
         for p in points:
             if p["sync"] != sync or p["link"] != "unlimited" or "unlimited" not in fits:
                 continue
             last = p["evals"][-1]
-            step_s = last["wall_s"] / (last["epoch"] * steps_per_epoch(p["ranks"]))
+            step_s = last["wall_s"] / target.steps(last[target.unit], p["ranks"])
             compute = step_s - comm_s(prof, link_fit(fits, "unlimited"), p["ranks"])
             prof["compute_ms"][p["ranks"]] = max(compute, 0.0) * 1e3
     return out
@@ -131,15 +157,14 @@ def predict(profile, fits, link, ranks, stretch=1.0):
     fit = link_fit(fits, link)
     if fit is None or not profile["compute_ms"] or 2 not in profile["bytes"]:
         return None
-    measured_n = sorted(n for n, e in profile["epochs"].items())
-    epochs_n = ranks if ranks in profile["epochs"] else measured_n[-1]
-    epochs = profile["epochs"][epochs_n]
-    if epochs is None:
+    units_n = ranks if ranks in profile["units"] else max(profile["units"])
+    units = profile["units"][units_n]
+    if units is None:
         return None
     compute_n = ranks if ranks in profile["compute_ms"] else min(profile["compute_ms"])
     step_s = stretch * profile["compute_ms"][compute_n] / 1e3 + comm_s(profile, fit, ranks)
-    extrapolated = ranks not in profile["epochs"] or ranks not in profile["compute_ms"]
-    return epochs * steps_per_epoch(ranks) * step_s, extrapolated
+    extrapolated = ranks not in profile["units"] or ranks not in profile["compute_ms"]
+    return profile["target"].steps(units, ranks) * step_s, extrapolated
 
 
 def utilisation_gbit(profile, fits, ranks, share):

@@ -63,32 +63,51 @@ def _fits(out):
         return {link: tuple(fit) for link, fit in json.load(f).items()}
 
 
-def at_edge(sync, flags):
+def at_edge(model, sync, flags):
     """True when the kept learning rate is the smallest or largest of its grid."""
     import sync_map
-    lrs = sync_map.SYNCS[sync][2] if sync in sync_map.SYNCS else ()
+    table = sync_map.MODELS[model]["syncs"]
+    lrs = table[sync][2] if sync in table else ()
     return flags.get("lr") in (min(lrs, default=None), max(lrs, default=None))
 
 
 def tuning_lines(out, model, tuned):
-    """A table per synchroniser: each grid point's accuracy after each tuning epoch."""
+    """A table per synchroniser: each grid point's metric at each tuning evaluation (at most
+    TUNING_COLUMNS of them, the last among them)."""
+    import sync_map
+    target = sync_map.MODELS[model]["target"]
     lines = []
     by_sync = {}
     for p in read_points(out, model, "tune"):
         by_sync.setdefault(p["sync"], []).append(p)
     for sync, points in by_sync.items():
-        epochs = [e["epoch"] for e in points[0]["evals"]]
-        lines += [f"**{sync}**", "", "| setting | " + " | ".join(f"epoch {e}" for e in epochs)
-                  + " |", "|---|" + "---|" * len(epochs)]
+        shown = _columns(len(points[0]["evals"]))
+        units = [points[0]["evals"][i][target.unit] for i in shown]
+        lines += [f"**{sync}**", "", "| setting | " + " | ".join(
+            f"{target.unit} {u}" for u in units) + " |", "|---|" + "---|" * len(units)]
         for p in sorted(points, key=lambda p: sorted(p["flags"].items())):
             mark = ""
             if p["flags"] == tuned.get(sync):
-                mark = " (kept, at the grid's edge)" if at_edge(sync, p["flags"]) else " (kept)"
+                edge = at_edge(model, sync, p["flags"])
+                mark = " (kept, at the grid's edge)" if edge else " (kept)"
             name = ", ".join(f"{k} {v}" for k, v in p["flags"].items())
             lines.append(f"| {name}{mark} | " + " | ".join(
-                f"{100 * e['test_accuracy']:.2f}%" for e in p["evals"]) + " |")
+                target.format(p["evals"][i][target.metric]) if i < len(p["evals"]) else "n/a"
+                for i in shown) + " |")
         lines.append("")
     return lines
+
+
+TUNING_COLUMNS = 8
+
+
+def _columns(count):
+    """The indices of the evaluations a tuning table shows: all, or TUNING_COLUMNS evenly
+    spread ending at the last."""
+    if count <= TUNING_COLUMNS:
+        return list(range(count))
+    return sorted({count - 1 - round(i * (count - 1) / (TUNING_COLUMNS - 1))
+                   for i in range(TUNING_COLUMNS)})
 
 
 def checks(points, profiles, fits, target):
@@ -316,9 +335,9 @@ def straggler_lines(out, model, rows, profiles, fits, target, factor):
 
 def model_section(out, model, target, tuned, fits):
     points = read_points(out, model, "map")
-    lines = [f"## {model} (target {100 * target:.0f}% test accuracy)", "",
-             "### Tuning (2 ranks, one host; the setting kept is the best test accuracy "
-             "after the last epoch)", ""]
+    lines = [f"## {model} (target: {target.describe()})", "",
+             f"### Tuning (2 ranks, one host; the setting kept is the best "
+             f"{target.metric.replace('_', ' ')} at the last evaluation)", ""]
     lines += tuning_lines(out, model, tuned.get(model, {}))
     if not points:
         return lines + ["No map point ran.", ""], []
@@ -370,8 +389,8 @@ def build(out, other=None):
                  for link, (a, b) in fits.items()), ""]
     picks = []
     for model in tuned:
-        section, model_picks = model_section(out, model, sync_map.MODELS[model][1], tuned,
-                                             fits)
+        section, model_picks = model_section(out, model, sync_map.MODELS[model]["target"],
+                                             tuned, fits)
         lines += section
         picks += model_picks
     table = pick_when_table(picks)
@@ -404,7 +423,7 @@ def _sitting(out):
     fits = _fits(out)
     times, winners = {}, {}
     for model in tuned:
-        target = sync_map.MODELS[model][1]
+        target = sync_map.MODELS[model]["target"]
         points = read_points(out, model, "map")
         profiles = map_model.profiles(points, fits, target)
         times[model] = {(p["sync"], p["link"], p["ranks"]): reach[1] for p in points

@@ -1,14 +1,19 @@
 #!/usr/bin/python3
-"""The sync map: which synchroniser reaches a target accuracy first, at which link rate and rank
+"""The sync map: which synchroniser reaches a model's target first, at which link rate and rank
 count, each tuned by the same rule; measured where this machine reaches, predicted beyond.
 
-    bazel run -c opt //experiments:sync_map -- [--quick] [--out_dir=DIR] [--report_only]
+    bazel run -c opt //experiments:sync_map -- [--quick] [--models=M,..] [--syncs=S,..]
+        [--out_dir=DIR] [--report_only]
+
+The models (MODELS): the Fashion-MNIST MLP at two widths (SGD, the C++ trainer), to 85% test
+accuracy, and the character language model of experiments/char_lm (AdamW, its PyTorch loop
+through ringlab_torch.Synchronizer), to a validation loss of 2.0.
 
 1. Tuning. Every synchroniser trains each point of its declared grid (its learning rate, and
-   for the DiLoCo family its outer learning rate) for the model's TUNE_EPOCHS on one host
-   (2 ranks over shm_ring); the point with the best test accuracy after them is kept.
-   Fashion-MNIST has no validation split: its test set stands in for one, for every
-   synchroniser alike. allreduce runs twice: plain SGD, and SGD with Nesterov momentum 0.9.
+   for the DiLoCo family its outer learning rate) for the model's tuning budget on one host
+   (2 ranks); the point with the best metric after it is kept. Fashion-MNIST has no
+   validation split: its test set stands in for one, for every synchroniser alike. On the
+   MLPs allreduce runs twice: plain SGD, and SGD with Nesterov momentum 0.9.
 2. Bench. allreduce_bench over gloo across each link of the grid (2 ranks on 2 emulated
    hosts): the alpha and B_eff the cost model (map_model.py) fits.
 3. The map. Each tuned synchroniser trains on 2 emulated hosts over gloo, at each link rate
@@ -25,7 +30,9 @@ count, each tuned by the same rule; measured where this machine reaches, predict
 Each finished run leaves point.json in its own directory: an interrupted sweep, run again with
 the same --out_dir, continues where it stopped. --quick: the narrow MLP, four synchronisers,
 links unlimited, 1gbit and 100mbit, 2 and 4 ranks (under 10 minutes here); the default: both
-MLP widths, eleven synchronisers, links unlimited, 10gbit, 1gbit and 100mbit (about 75 here).
+MLP widths with eleven synchronisers, links unlimited, 10gbit, 1gbit and 100mbit (about 75
+minutes here), and the language model with three on the same links (about 60 minutes here).
+--models and --syncs run a part of the mode's grid.
 --second_sitting=DIR adds to the report how far its claims reproduce in another sitting's
 folder (the quick grid run twice, say). Exit status 0 when every run finished, 1 when one
 failed, 2 for bad input (one error line, before anything runs).
@@ -41,7 +48,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-for path in ("..", "../fashion_mnist", "../cost_model"):  # the kit's error line, readers, model
+for path in ("..", "../fashion_mnist", "../cost_model", "../char_lm"):  # the kit's error
+    # line, its readers, the cost model, the language model's text
     path = os.path.normpath(os.path.join(HERE, path))
     if path not in sys.path:
         sys.path.append(path)
@@ -53,14 +61,11 @@ from cli_errors import fail  # noqa: E402
 from run_driver import (default_out_dir, execute, machine, probe_hosts, short_command,  # noqa: E402
                         stop_on_signal, write_invocation)
 
+LM_TRAIN = os.path.normpath(os.path.join(HERE, "..", "char_lm", "char_lm_train.py"))
 DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 MAX_TIMEOUT_S = 86400
-# model: (--model, test accuracy to reach, tuning epochs, most epochs a map point trains at 2
-# ranks; at N ranks N/2 times as many, the same number of steps)
-MODELS = {"mlp_narrow": ("784,256,10", 0.85, 4, 6),
-          "mlp_wide": ("784,1024,1024,10", 0.85, 3, 3)}
 LR = (0.05, 0.1, 0.2, 0.4)
 INNER_LR = (0.05, 0.1, 0.2, 0.4)
 # name: (--sync, fixed flags, learning rates, (outer flag, its values) or None). Nesterov's lr
@@ -79,14 +84,34 @@ SYNCS = {
     "streaming_diloco": ("streaming_diloco", {}, INNER_LR, ("outer_lr", (0.7, 1.0))),
     "sparseloco": ("sparseloco", {}, INNER_LR, ("sparseloco_outer_lr", (0.8, 1.0))),
 }
+# The language model's: AdamW's peak learning rate around char_lm's 3e-3, the same outer grids
+# (ringlab_torch.Synchronizer's options are the trainer's flags). No Nesterov twin: AdamW has
+# its own momentum.
+LM_LR = (0.0015, 0.003, 0.006)
+LM_SYNCS = {name: (sync, fixed, LM_LR, outer) for name, (sync, fixed, _, outer) in SYNCS.items()
+            if name != "allreduce_nesterov"}
+MLP_TARGET = map_model.Target("test_accuracy", 0.85, higher=True, unit="epoch")
+# model: what trains (the trainer's --model, or the language model), its target, its grid, and
+# its budgets in the target's units: tuning, and the most a map point trains at 2 ranks (in
+# epochs, at N ranks N/2 times as many, the same number of steps; in steps, the same).
+MODELS = {
+    "mlp_narrow": dict(layers="784,256,10", target=MLP_TARGET, syncs=SYNCS, tune=4, most=6),
+    "mlp_wide": dict(layers="784,1024,1024,10", target=MLP_TARGET, syncs=SYNCS, tune=3, most=3),
+    "char_lm": dict(layers=None, target=map_model.Target("val_loss", 2.0, higher=False,
+                                                         unit="step"),
+                    syncs=LM_SYNCS, tune=200, most=300),
+}
+LM_EVAL_EVERY = 25
 MODES = {
     "quick": dict(models=("mlp_narrow",),
                   syncs=("allreduce", "allreduce_nesterov", "diloco", "streaming_diloco"),
                   links=("unlimited", "1gbit", "100mbit"), ranks=(2, 4), point_cap_s=40,
                   straggler=("1gbit", 2)),
-    "default": dict(models=("mlp_narrow", "mlp_wide"), syncs=tuple(SYNCS),
+    "default": dict(models=("mlp_narrow", "mlp_wide", "char_lm"), syncs=tuple(SYNCS),
                     links=("unlimited", "10gbit", "1gbit", "100mbit"), ranks=(2, 4),
-                    point_cap_s=40, straggler=("1gbit", 2)),
+                    point_cap_s=40, straggler=("1gbit", 2),
+                    model_syncs={"char_lm": ("allreduce", "diloco", "streaming_diloco")},
+                    model_point_cap_s={"char_lm": 150}),
 }
 HOSTS = 2
 # The slow rank of the straggler points: the last one, computing this much slower.
@@ -94,12 +119,30 @@ STRAGGLER_FACTOR = 1.5
 BENCH_MAX_BYTES = 4 << 20
 
 
-def tune_runs(mode):
+def grid_models(args):
+    return [m for m in MODES[args.mode]["models"] if not args.models or m in args.models]
+
+
+def grid_syncs(args, model):
+    """The synchronisers of the mode's grid for `model`, in order, less those --syncs leaves
+    out."""
+    mode = MODES[args.mode]
+    syncs = mode.get("model_syncs", {}).get(model, mode["syncs"])
+    return [s for s in syncs if s in MODELS[model]["syncs"] and
+            (not args.syncs or s in args.syncs)]
+
+
+def point_cap_s(args, model):
+    mode = MODES[args.mode]
+    return mode.get("model_point_cap_s", {}).get(model, mode["point_cap_s"])
+
+
+def tune_runs(args):
     """[(model, sync, {flag: value})] of every tuning point, in order."""
     runs = []
-    for model in MODES[mode]["models"]:
-        for sync in MODES[mode]["syncs"]:
-            _, _, lrs, outer = SYNCS[sync]
+    for model in grid_models(args):
+        for sync in grid_syncs(args, model):
+            _, _, lrs, outer = MODELS[model]["syncs"][sync]
             for lr in lrs:
                 for outer_value in (outer[1] if outer else (None,)):
                     flags = {"lr": lr}
@@ -113,11 +156,13 @@ def point_name(flags):
     return ",".join(f"{k}={v}" for k, v in flags.items())
 
 
-def train_argv(args, model, sync, flags, epochs, run_dir, link=None, ranks=2):
-    """The trainer's argv: one host over shm_ring (tuning), or HOSTS emulated hosts."""
+def train_argv(args, model, sync, flags, budget, run_dir, link=None, ranks=2):
+    """The argv of one run of `budget` units: one host (tuning), or HOSTS emulated hosts."""
+    if MODELS[model]["layers"] is None:
+        return lm_argv(args, sync, flags, budget, run_dir, link, ranks)
     name, fixed, _, _ = SYNCS[sync]
-    argv = [args.train, "--dataset=fashion_mnist", f"--model={MODELS[model][0]}",
-            f"--sync={name}", f"--epochs={epochs}", "--batch_size=64", "--seed=0",
+    argv = [args.train, "--dataset=fashion_mnist", f"--model={MODELS[model]['layers']}",
+            f"--sync={name}", f"--epochs={budget}", "--batch_size=64", "--seed=0",
             "--sampler_seed=0", "--set_epoch=true", "--eval_every=1", "--quiet",
             f"--timeout={args.timeout}", f"--out_dir={run_dir}", f"--nprocs={ranks}"]
     argv += [f"--{k}={v}" for k, v in {**fixed, **flags}.items()]
@@ -129,6 +174,22 @@ def train_argv(args, model, sync, flags, epochs, run_dir, link=None, ranks=2):
     return argv
 
 
+def lm_argv(args, sync, flags, steps, run_dir, link, ranks):
+    """char_lm_train.py through ringlab_torch.Synchronizer: --nprocs children on this host
+    (tuning), or ranks that on_hosts puts on HOSTS emulated hosts."""
+    name, fixed, _, _ = LM_SYNCS[sync]
+    options = {**fixed, **flags}
+    argv = ["/usr/bin/python3", LM_TRAIN, f"--out_dir={run_dir}", "--config=small",
+            f"--steps={steps}", "--batch_size=32", f"--lr={options.pop('lr')}",
+            f"--eval_every={LM_EVAL_EVERY}", f"--timeout={args.timeout}", "--front=ringlab",
+            f"--sync={name}", f"--ringlab_torch={args.torch_module}", "--quiet"]
+    argv += [f"--sync_option={k}={v}" for k, v in options.items()]
+    if link:
+        return [args.on_hosts, f"--nprocs={ranks}", f"--hosts={HOSTS}", f"--link={link}",
+                "--"] + argv
+    return argv + [f"--nprocs={ranks}"]
+
+
 def read_point(run_dir):
     """The point a finished run left (point.json), or None."""
     path = os.path.join(run_dir, "point.json")
@@ -138,14 +199,24 @@ def read_point(run_dir):
         return json.load(f)
 
 
+def run_records(run_dir, target):
+    """(evaluations with the target's unit, metric and wall_s; rank 0's bytes sent per step)
+    from a run's eval.csv and losses.csv: the trainer's, or char_lm_train.py's."""
+    import csv
+    with open(os.path.join(run_dir, "eval.csv")) as f:
+        evals = [{k: float(row[k]) for k in (target.unit, target.metric, "wall_s")}
+                 for row in csv.DictReader(f)]
+    with open(os.path.join(run_dir, "losses.csv")) as f:
+        sent = [float(row["bytes_sent"]) for row in csv.DictReader(f) if row["rank"] == "0"]
+    for e in evals:
+        e[target.unit] = int(e[target.unit])
+    return sorted(evals, key=lambda e: e[target.unit]), sent
+
+
 def finish_point(run_dir, meta, wall):
     """point.json from the run's eval.csv and rank 0's losses.csv: what the map needs."""
-    import analysis  # fashion_mnist's readers of losses.csv and eval.csv
-    losses = analysis.read_losses(os.path.join(run_dir, "losses.csv"))[0]
-    evals = analysis.read_eval(os.path.join(run_dir, "eval.csv"))
-    sent = [r["bytes_sent"] for r in losses]
-    point = dict(meta, evals=[{k: e[k] for k in ("epoch", "test_accuracy", "wall_s")}
-                              for e in evals],
+    evals, sent = run_records(run_dir, MODELS[meta["model"]]["target"])
+    point = dict(meta, evals=evals,
                  bytes_per_step=sum(sent) / len(sent),
                  events=sum(1 for b in sent if b > 0) / len(sent), run_wall_s=wall)
     with open(os.path.join(run_dir, "point.json"), "w") as f:
@@ -154,11 +225,15 @@ def finish_point(run_dir, meta, wall):
 
 
 def run_one(args, argv, run_dir, meta, label):
-    """Runs argv unless run_dir already holds its point; returns the point or None."""
+    """Runs argv unless run_dir already holds its point with the same settings (one with others,
+    kept by a grid changed since, becomes point.superseded.json); returns the point or None."""
     point = read_point(run_dir)
-    if point is not None:
+    if point is not None and point["flags"] == meta["flags"]:
         print(f"{label}: done before", flush=True)
         return point
+    if point is not None:
+        os.replace(os.path.join(run_dir, "point.json"),
+                   os.path.join(run_dir, "point.superseded.json"))
     os.makedirs(run_dir, exist_ok=True)
     status, wall = execute(argv, args.run_deadline_s, os.path.join(run_dir, "log.txt"))
     print(f"{label}: {status} ({wall:.0f} s)", flush=True)
@@ -172,17 +247,18 @@ def run_one(args, argv, run_dir, meta, label):
 def tune(args, out):
     """Every tuning point; returns {model: {sync: best flags}}."""
     best = {}
-    for model, sync, flags in tune_runs(args.mode):
+    for model, sync, flags in tune_runs(args):
         run_dir = os.path.join(out, "runs", model, "tune", sync, point_name(flags))
-        argv = train_argv(args, model, sync, flags, MODELS[model][2], run_dir)
+        argv = train_argv(args, model, sync, flags, MODELS[model]["tune"], run_dir)
         point = run_one(args, argv, run_dir, dict(model=model, sync=sync, flags=flags),
                         f"[tune] {model} {sync} {point_name(flags)}")
         if point is None:
             continue
-        accuracy = point["evals"][-1]["test_accuracy"]
+        target = MODELS[model]["target"]
+        score = point["evals"][-1][target.metric] * (1 if target.higher else -1)
         current = best.setdefault(model, {}).get(sync)
-        if current is None or accuracy > current[0]:
-            best[model][sync] = (accuracy, flags)
+        if current is None or score > current[0]:
+            best[model][sync] = (score, flags)
     return {m: {s: flags for s, (_, flags) in syncs.items()} for m, syncs in best.items()}
 
 
@@ -209,42 +285,43 @@ def bench(args, out):
 def map_points(args, out, tuned, fits):
     """Each tuned synchroniser at each link and rank count that fits in point_cap_s."""
     mode = MODES[args.mode]
-    for model in mode["models"]:
-        _, target, _, max_epochs = MODELS[model]
-        for sync in mode["syncs"]:
+    for model in grid_models(args):
+        for sync in grid_syncs(args, model):
             flags = tuned.get(model, {}).get(sync)
             if flags is None:
                 continue
             for ranks in mode["ranks"]:
                 for link in mode["links"]:  # unlimited first: it gives the compute
-                    map_point(args, out, model, sync, flags, link, ranks, fits, target,
-                              max_epochs)
-            map_point(args, out, model, sync, flags, *mode["straggler"], fits, target,
-                      max_epochs, straggler=True)
+                    map_point(args, out, model, sync, flags, link, ranks, fits)
+            map_point(args, out, model, sync, flags, *mode["straggler"], fits, straggler=True)
 
 
-def map_point(args, out, model, sync, flags, link, ranks, fits, target, max_epochs,
-              straggler=False):
+def map_point(args, out, model, sync, flags, link, ranks, fits, straggler=False):
     """One point of the map (with straggler, its last rank STRAGGLER_FACTOR times slower, kept
     apart under straggler/): run unless done, skipped or predicted past the cap."""
     kind = "straggler" if straggler else "map"
     run_dir = os.path.join(out, "runs", model, kind, sync, f"{link}_n{ranks}")
     label = f"[{kind}] {model} {sync} @ {link}, {ranks} ranks"
     done = [p for p in map_report.read_points(out, model, "map") if p["sync"] == sync]
+    target = MODELS[model]["target"]
     profile = map_model.profiles(done, fits, target).get(sync)
-    epochs = max_epochs * ranks // 2
-    if profile and profile["epochs"].get(ranks):
-        epochs = profile["epochs"][ranks]  # the same arithmetic on every link
-    elif profile and ranks in profile["epochs"]:
-        print(f"{label}: skipped (the target is not reached in {epochs} epochs)")
+    budget = MODELS[model]["most"] * (ranks // 2 if target.unit == "epoch" else 1)
+    reached = profile["units"].get(ranks) if profile else None
+    if reached and target.unit == "epoch":
+        # Up to the target only: a constant learning rate, the same arithmetic on every link.
+        # The language model's schedule decays over its steps: it always runs them all.
+        budget = reached
+    elif profile and ranks in profile["units"] and not reached:
+        print(f"{label}: skipped (the target is not reached in {budget} {target.unit}s)")
         return
-    if read_point(run_dir) is None and link != "unlimited":
+    existing = read_point(run_dir)
+    if (existing is None or existing["flags"] != flags) and link != "unlimited":
         stretch = STRAGGLER_FACTOR if straggler else 1.0
         predicted = map_model.predict(profile, fits, link, ranks, stretch) if profile else None
-        if predicted is None or predicted[0] * 1.2 > MODES[args.mode]["point_cap_s"]:
+        if predicted is None or predicted[0] * 1.2 > point_cap_s(args, model):
             print(f"{label}: predicted only ({map_report.seconds(predicted)} to target)")
             return
-    argv = train_argv(args, model, sync, flags, epochs, run_dir, link, ranks)
+    argv = train_argv(args, model, sync, flags, budget, run_dir, link, ranks)
     if straggler:
         argv += [f"--straggler_rank={ranks - 1}", f"--straggler_factor={STRAGGLER_FACTOR}"]
     run_one(args, argv, run_dir, dict(model=model, sync=sync, flags=flags, link=link,
@@ -256,7 +333,8 @@ def run_all(args, out):
     why_not = probe_hosts(args.on_hosts)
     if why_not:
         fail(f"emulated hosts cannot be made here: {why_not}")
-    given = [a for a in args.argv if not a.startswith(("--train=", "--on_hosts=", "--bench="))]
+    given = [a for a in args.argv if not a.startswith(("--train=", "--on_hosts=", "--bench=",
+                                                        "--torch_module="))]
     command = "bazel run -c opt //experiments:sync_map -- " + " ".join(map(shlex.quote, given))
     invocation = dict(command=short_command(command, out),
                       mode=args.mode, date=datetime.date.today().isoformat(),
@@ -267,7 +345,11 @@ def run_all(args, out):
         with open(path) as f:
             earlier = json.load(f)
         invocation["earlier"] = earlier.pop("earlier", []) + [earlier]
-    tuned = tune(args, out)
+    tuned = {}
+    if os.path.isfile(os.path.join(out, "tuned.json")):  # models another sitting tuned stay
+        with open(os.path.join(out, "tuned.json")) as f:
+            tuned = json.load(f)
+    tuned.update(tune(args, out))
     with open(os.path.join(out, "tuned.json"), "w") as f:
         json.dump(tuned, f, indent=1)
     fits = bench(args, out)
@@ -285,6 +367,12 @@ def parser():
     p.add_argument("--train", help="path to the //train:train binary")
     p.add_argument("--bench", help="path to the //bench:allreduce_bench binary")
     p.add_argument("--on_hosts", help="path to the //comm/job:on_hosts binary")
+    p.add_argument("--torch_module", help="the directory of ringlab_torch.so (the language "
+                   "model's runs)")
+    p.add_argument("--models", type=names("--models", MODELS),
+                   help=f"a part of the mode's models, comma-separated: {', '.join(MODELS)}")
+    p.add_argument("--syncs", type=names("--syncs", SYNCS),
+                   help="a part of the mode's synchronisers, comma-separated")
     p.add_argument("--data_dir", help=f"the IDX .gz files (default {DEFAULT_DATA_DIR})")
     p.add_argument("--timeout", type=float, default=120,
                    help=f"seconds any wait between ranks may take, in (0, {MAX_TIMEOUT_S}]")
@@ -294,6 +382,46 @@ def parser():
                    help="another sitting's --out_dir: the report says how far its claims "
                         "reproduce there")
     return p
+
+
+def names(flag, known):
+    """A parser of a comma-separated subset of `known`."""
+    def parse(text):
+        chosen = [n for n in text.split(",") if n]
+        unknown = [n for n in chosen if n not in known]
+        if unknown or not chosen:
+            fail(f"{flag}={text}: {'unknown ' + ', '.join(unknown) if unknown else 'none named'}"
+                 f" (known: {', '.join(known)})")
+        return chosen
+    return parse
+
+
+def check_inputs(args):
+    """The binaries and data the grid's models need."""
+    for flag, path in (("--train", args.train), ("--bench", args.bench),
+                       ("--on_hosts", args.on_hosts)):
+        if path is None:
+            fail(f"{flag} is needed: the path to its binary")
+        cli_errors.executable(flag, path)
+    models = grid_models(args)
+    if not models or not any(grid_syncs(args, m) for m in models):
+        fail(f"--models and --syncs leave nothing of the {args.mode} grid to run")
+    if any(MODELS[m]["layers"] for m in models):
+        if args.data_dir is not None:
+            cli_errors.input_dir("--data_dir", args.data_dir, DATA_FILES)
+        elif any(not os.path.isfile(os.path.join(DEFAULT_DATA_DIR, n)) for n in DATA_FILES):
+            fail(f"{DEFAULT_DATA_DIR} lacks the Fashion-MNIST files (Debian's "
+                 f"dataset-fashion-mnist: tools/setup.sh installs it; or --data_dir)")
+    if "char_lm" in models:
+        import text_data
+        if args.torch_module is None:
+            fail("the language model needs --torch_module: ringlab_torch is built where "
+                 "libtorch-dev is installed (tools/setup.sh); or --models without char_lm")
+        args.torch_module = cli_errors.input_dir("--torch_module", args.torch_module,
+                                                 ["ringlab_torch.so"])
+        if not os.access(text_data.BIBLE, os.X_OK):
+            fail(f"{text_data.BIBLE} is missing: the language model's text comes from Debian's "
+                 f"bible-kjv (tools/setup.sh installs it)")
 
 
 def parse_args(argv=None):
@@ -310,16 +438,7 @@ def parse_args(argv=None):
         if not os.path.isfile(os.path.join(args.out_dir, "tuned.json")):
             fail(f"--report_only: --out_dir={args.out_dir} holds no tuned.json (no runs)")
         return args
-    for flag, path in (("--train", args.train), ("--bench", args.bench),
-                       ("--on_hosts", args.on_hosts)):
-        if path is None:
-            fail(f"{flag} is needed: the path to its binary")
-        cli_errors.executable(flag, path)
-    if args.data_dir is not None:
-        cli_errors.input_dir("--data_dir", args.data_dir, DATA_FILES)
-    elif any(not os.path.isfile(os.path.join(DEFAULT_DATA_DIR, n)) for n in DATA_FILES):
-        fail(f"{DEFAULT_DATA_DIR} lacks the Fashion-MNIST files (Debian's "
-             f"dataset-fashion-mnist: tools/setup.sh installs it; or --data_dir)")
+    check_inputs(args)
     return args
 
 

@@ -2,6 +2,7 @@
 """The sync map's model and report on hand-made points (no training): the cost model's laws, its
 prediction against figures worked by hand, the report's checks, and the driver's flags."""
 
+import argparse
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ import map_report  # noqa: E402
 import sync_map  # noqa: E402
 
 FITS = {"unlimited": (1e-4, 1e9), "1gbit": (1e-4, 1e8)}  # alpha s, B_eff bytes/s
+TARGET = sync_map.MLP_TARGET  # 85% test accuracy, in epochs
 
 
 def point(sync, link, ranks, bytes_per_step, walls, accuracies, events=1.0):
@@ -56,7 +58,7 @@ class ModelTest(unittest.TestCase):
         # compute 11.2 ms - (2 alpha = 0.2 ms + 1 ms) = 10 ms. At 1gbit: 0.2 + 10 ms comm.
         walls = [469 * 0.0112, 469 * 2 * 0.0112]
         points = [point("allreduce", "unlimited", 2, 1e6, walls, [0.80, 0.86])]
-        profiles = map_model.profiles(points, FITS, 0.85)
+        profiles = map_model.profiles(points, FITS, TARGET)
         self.assertAlmostEqual(profiles["allreduce"]["compute_ms"][2], 10.0)
         seconds, extrapolated = map_model.predict(profiles["allreduce"], FITS, "1gbit", 2)
         self.assertAlmostEqual(seconds, 2 * 469 * (0.010 + 0.0002 + 0.01))
@@ -69,8 +71,24 @@ class ModelTest(unittest.TestCase):
 
     def test_an_unreached_target_predicts_nothing(self):
         points = [point("topk", "unlimited", 2, 1e4, [5, 10], [0.80, 0.84])]
-        profiles = map_model.profiles(points, FITS, 0.85)
+        profiles = map_model.profiles(points, FITS, TARGET)
         self.assertIsNone(map_model.predict(profiles["topk"], FITS, "1gbit", 2))
+
+    def test_a_loss_target_counts_steps(self):
+        # Validation loss at steps 25 and 50; the target 2.0 is first met at step 50, after
+        # 50 steps of 0.1 s. At 4 ranks the same steps (steps are the unit), bytes 1.5 times.
+        evals = [dict(step=25, val_loss=2.3, wall_s=2.5), dict(step=50, val_loss=1.9,
+                                                               wall_s=5.0)]
+        target = sync_map.MODELS["char_lm"]["target"]
+        self.assertEqual(map_model.first_reach(evals, target), (50, 5.0))
+        self.assertIsNone(map_model.first_reach(evals[:1], target))
+        lm = dict(sync="allreduce", link="unlimited", ranks=2, bytes_per_step=1e6, events=1.0,
+                  evals=evals)
+        profile = map_model.profiles([lm], FITS, target)["allreduce"]
+        self.assertAlmostEqual(profile["compute_ms"][2], 100 - 0.2 - 1.0)
+        seconds, _ = map_model.predict(profile, FITS, "1gbit", 4)
+        self.assertAlmostEqual(seconds, 50 * (0.0988 + 6 * 1e-4 + 1.5e6 / 1e8))
+        self.assertEqual(target.describe(), "val loss at most 2")
 
     def test_utilisation_worked_by_hand(self):
         profile = {"bytes": {2: 1e6}, "law": "allreduce", "events": 1.0,
@@ -123,7 +141,7 @@ class ReportTest(unittest.TestCase):
                 report = f.read()
             with open(os.path.join(out, "pick_when.md")) as f:
                 self.assertIn("| mlp_narrow |", f.read())
-            self.assertIn("## mlp_narrow (target 85% test accuracy)", report)
+            self.assertIn("## mlp_narrow (target: 85% test accuracy)", report)
             # Without a straggler 12 s at 1gbit (8 s x 1.5), with one 18 s: 50% slower.
             self.assertIn("| allreduce | 1gbit | 2 | 12.0 s | 18.0 s | 50% |", report)
             self.assertTrue(os.path.isfile(os.path.join(out, "map_mlp_narrow.png")))
@@ -135,18 +153,44 @@ class ReportTest(unittest.TestCase):
             self.assertIn("the measured fastest is the same at 2 of 2 settings", report)
 
 
+def grid(mode, models=None, syncs=None):
+    """The flags the grid functions read, as parse_args leaves them."""
+    return argparse.Namespace(mode=mode, models=models, syncs=syncs)
+
+
 class FlagsTest(unittest.TestCase):
     def test_bad_input_is_one_error_line(self):
+        binaries = [f"--{b}=/bin/true" for b in ("train", "bench", "on_hosts")]
         for argv in (["--timeout=0"], ["--report_only", "--out_dir=/nonexistent/x"],
-                     ["--train=/nonexistent"]):
+                     ["--train=/nonexistent"], ["--models=mlp_narrow,gpt"], ["--syncs="],
+                     ["--syncs=allreduce_nesterov", "--models=char_lm"] + binaries,
+                     ["--models=char_lm", "--torch_module=/nonexistent"] + binaries):
             with self.assertRaises(SystemExit) as e:
                 sync_map.parse_args(argv)
             self.assertEqual(e.exception.code, 2, argv)
 
     def test_every_grid_point_is_named_once(self):
-        names = [(m, s, sync_map.point_name(f)) for m, s, f in sync_map.tune_runs("default")]
+        names = [(m, s, sync_map.point_name(f))
+                 for m, s, f in sync_map.tune_runs(grid("default"))]
         self.assertEqual(len(names), len(set(names)))
-        self.assertEqual(len(sync_map.tune_runs("quick")), 4 + 4 + 8 + 8)
+        self.assertEqual(len(sync_map.tune_runs(grid("quick"))), 4 + 4 + 8 + 8)
+        # The language model: its three synchronisers, 3 learning rates (x 2 outer ones).
+        lm = sync_map.tune_runs(grid("default", models=["char_lm"]))
+        self.assertEqual(len(lm), 3 + 6 + 6)
+        self.assertEqual(len(sync_map.tune_runs(grid("default", syncs=["diloco"]))),
+                         8 + 8 + 6)
+
+    def test_the_language_model_runs_through_the_synchronizer(self):
+        args = argparse.Namespace(timeout=60, torch_module="/tm", on_hosts="/oh")
+        flags = {"lr": 0.003, "outer_lr": 0.7}
+        tune = sync_map.train_argv(args, "char_lm", "diloco", flags, 200, "/r")
+        self.assertIn("--steps=200", tune)
+        self.assertIn("--lr=0.003", tune)
+        self.assertIn("--sync_option=inner_steps=16", tune)
+        self.assertIn("--sync_option=outer_lr=0.7", tune)
+        self.assertEqual(tune[-1], "--nprocs=2")
+        across = sync_map.train_argv(args, "char_lm", "diloco", flags, 300, "/r", "1gbit", 4)
+        self.assertEqual(across[:5], ["/oh", "--nprocs=4", "--hosts=2", "--link=1gbit", "--"])
 
 
 if __name__ == "__main__":
