@@ -153,6 +153,15 @@ def input_dir(flag, path, files=()):
     return directory
 
 
+def torch_module(flag, path):
+    """The absolute path of a directory holding ringlab_torch.so (Bazel's
+    //torch_backend:ringlab_torch); else fails."""
+    if not path or not os.path.isfile(os.path.join(path, "ringlab_torch.so")):
+        fail(f"{flag}={path} holds no ringlab_torch.so (bazel build -c opt "
+             f"//torch_backend:ringlab_torch, where libtorch-dev is installed)")
+    return os.path.abspath(path)
+
+
 def _absolute(flag, path):
     """The absolute path of a path given to flag; fails when it is empty."""
     if not path:

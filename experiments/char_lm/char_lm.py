@@ -232,12 +232,10 @@ def parse_args(argv=None):
         if path is None:
             fail(f"{flag} is needed: the path to its binary")
         cli_errors.executable(flag, path)
-    if args.torch_module is not None and not os.path.isfile(
-            os.path.join(args.torch_module, "ringlab_torch.so")):
-        fail(f"--torch_module={args.torch_module} holds no ringlab_torch.so")
-    if not os.access(text_data.BIBLE, os.X_OK):
-        fail(f"{text_data.BIBLE} is missing: the text comes from Debian's bible-kjv "
-             f"(tools/setup.sh installs it)")
+    if args.torch_module is not None:
+        args.torch_module = cli_errors.torch_module("--torch_module", args.torch_module)
+    if text_data.missing_bible():
+        fail(text_data.missing_bible())
     return args
 
 

@@ -29,11 +29,18 @@ class DataError(Exception):
     """The text cannot be had or is not the one expected: one error line."""
 
 
+def missing_bible(bible=BIBLE):
+    """Why the text cannot be had here, or '' when the bible program is installed."""
+    if os.access(bible, os.X_OK):
+        return ""
+    return (f"{bible} is missing: the text comes from Debian's bible-kjv (tools/setup.sh "
+            f"installs it)")
+
+
 def read_text(bible=BIBLE):
     """The whole text, as a str."""
-    if not os.access(bible, os.X_OK):
-        raise DataError(f"{bible} is missing: the text comes from Debian's bible-kjv "
-                        f"(tools/setup.sh installs it)")
+    if missing_bible(bible):
+        raise DataError(missing_bible(bible))
     try:
         result = subprocess.run([bible] + BIBLE_ARGS, capture_output=True, timeout=120,
                                 env=dict(os.environ, COLUMNS="80"))

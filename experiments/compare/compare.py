@@ -110,10 +110,7 @@ def parse_args(argv=None):
         if path is None:
             fail(f"{flag} is needed: the path to its binary")
         cli_errors.executable(flag, path)
-    if args.torch_module is None or not os.path.isfile(
-            os.path.join(args.torch_module, "ringlab_torch.so")):
-        fail(f"--torch_module={args.torch_module} holds no ringlab_torch.so (bazel build -c "
-             f"opt //torch_backend:ringlab_torch)")
+    args.torch_module = cli_errors.torch_module("--torch_module", args.torch_module)
     program = shutil.which(command[0])
     if program is None:
         fail(f"{command[0]}: no such program")

@@ -145,8 +145,7 @@ def main():
     if args.rank_of:
         args.config = args.rank_of
         return rank_main(args)
-    if not os.path.isfile(os.path.join(args.ringlab_torch, "ringlab_torch.so")):
-        fail(f"--ringlab_torch {args.ringlab_torch} holds no ringlab_torch.so")
+    args.ringlab_torch = cli_errors.torch_module("--ringlab_torch", args.ringlab_torch)
     if args.steps < 40 or args.rounds < 1:
         fail("--steps must be at least 40 and --rounds at least 1")
     medians = {name: [] for name in CONFIGS}

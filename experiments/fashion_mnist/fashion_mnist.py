@@ -425,9 +425,8 @@ def check_inputs(args):
     for flag, path in (("--on_hosts", args.on_hosts), ("--bench", args.bench)):
         if path is not None:
             cli_errors.executable(flag, path)
-    if args.torch_module is not None and not os.path.isfile(
-            os.path.join(args.torch_module, "ringlab_torch.so")):
-        fail(f"--torch_module={args.torch_module} holds no ringlab_torch.so")
+    if args.torch_module is not None:
+        args.torch_module = cli_errors.torch_module("--torch_module", args.torch_module)
     if args.data_dir is not None:
         cli_errors.input_dir("--data_dir", args.data_dir, DATA_FILES)
     elif runs:

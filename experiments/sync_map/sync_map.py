@@ -417,11 +417,9 @@ def check_inputs(args):
         if args.torch_module is None:
             fail("the language model needs --torch_module: ringlab_torch is built where "
                  "libtorch-dev is installed (tools/setup.sh); or --models without char_lm")
-        args.torch_module = cli_errors.input_dir("--torch_module", args.torch_module,
-                                                 ["ringlab_torch.so"])
-        if not os.access(text_data.BIBLE, os.X_OK):
-            fail(f"{text_data.BIBLE} is missing: the language model's text comes from Debian's "
-                 f"bible-kjv (tools/setup.sh installs it)")
+        args.torch_module = cli_errors.torch_module("--torch_module", args.torch_module)
+        if text_data.missing_bible():
+            fail(text_data.missing_bible())
 
 
 def parse_args(argv=None):
