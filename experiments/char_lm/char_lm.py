@@ -234,8 +234,9 @@ def parse_args(argv=None):
         cli_errors.executable(flag, path)
     if args.torch_module is not None:
         args.torch_module = cli_errors.torch_module("--torch_module", args.torch_module)
-    if text_data.missing_bible():
-        fail(text_data.missing_bible())
+    missing = text_data.missing_bible()
+    if missing:
+        fail(missing)
     return args
 
 

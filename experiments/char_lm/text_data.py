@@ -39,8 +39,9 @@ def missing_bible(bible=BIBLE):
 
 def read_text(bible=BIBLE):
     """The whole text, as a str."""
-    if missing_bible(bible):
-        raise DataError(missing_bible(bible))
+    missing = missing_bible(bible)
+    if missing:
+        raise DataError(missing)
     try:
         result = subprocess.run([bible] + BIBLE_ARGS, capture_output=True, timeout=120,
                                 env=dict(os.environ, COLUMNS="80"))

@@ -418,8 +418,9 @@ def check_inputs(args):
             fail("the language model needs --torch_module: ringlab_torch is built where "
                  "libtorch-dev is installed (tools/setup.sh); or --models without char_lm")
         args.torch_module = cli_errors.torch_module("--torch_module", args.torch_module)
-        if text_data.missing_bible():
-            fail(text_data.missing_bible())
+        missing = text_data.missing_bible()
+        if missing:
+            fail(missing)
 
 
 def parse_args(argv=None):
