@@ -63,12 +63,11 @@ def _fits(out):
         return {link: tuple(fit) for link, fit in json.load(f).items()}
 
 
-def at_edge(model, sync, flags):
-    """True when the kept learning rate is the smallest or largest of its grid."""
-    import sync_map
-    table = sync_map.MODELS[model]["syncs"]
-    lrs = table[sync][2] if sync in table else ()
-    return flags.get("lr") in (min(lrs, default=None), max(lrs, default=None))
+def at_edge(flags, points):
+    """True when the kept learning rate is the smallest or largest of those tuning tried (its
+    grid widened as far as it may go)."""
+    lrs = [p["flags"]["lr"] for p in points]
+    return flags.get("lr") in (min(lrs), max(lrs))
 
 
 def tuning_lines(out, model, tuned):
@@ -88,7 +87,7 @@ def tuning_lines(out, model, tuned):
         for p in sorted(points, key=lambda p: sorted(p["flags"].items())):
             mark = ""
             if p["flags"] == tuned.get(sync):
-                edge = at_edge(model, sync, p["flags"])
+                edge = at_edge(p["flags"], points)
                 mark = " (kept, at the grid's edge)" if edge else " (kept)"
             name = ", ".join(f"{k} {v}" for k, v in p["flags"].items())
             lines.append(f"| {name}{mark} | " + " | ".join(
@@ -209,7 +208,8 @@ def heatmap(model, cells, rows, fits, path):
     ax.set_ylim(-0.5, len(MAP_LINKS) - 0.5)
     ax.set_xticks(range(len(MAP_RANKS)), [str(r) for r in MAP_RANKS])
     ax.set_yticks(range(len(MAP_LINKS)), [link_label(l) for l in MAP_LINKS])
-    ax.set_xlabel("ranks (2 hosts up to 4 ranks, then 8 ranks per host)")
+    ax.set_xlabel("ranks (measured: 2 hosts up to 4 ranks, then 2 a host; predicted beyond 8: "
+                  "8 a host)")
     ax.set_ylabel("each host's link")
     ax.set_title(f"{model}: the fastest to target, its predicted seconds, and +x%: how much "
                  f"longer the runner-up takes\nhatched: unvalidated (no measured neighbour, or "
@@ -334,10 +334,14 @@ def straggler_lines(out, model, rows, profiles, fits, target, factor):
 
 
 def model_section(out, model, target, tuned, fits):
+    import sync_map
     points = read_points(out, model, "map")
     lines = [f"## {model} (target: {target.describe()})", "",
              f"### Tuning (2 ranks, one host; the setting kept is the best "
-             f"{target.metric.replace('_', ' ')} at the last evaluation)", ""]
+             f"{target.metric.replace('_', ' ')} at the last evaluation; a grid whose best "
+             f"learning rate is at its edge is widened by a factor of "
+             f"{sync_map.WIDEN_FACTOR:g} past it, at most {sync_map.WIDEN_STEPS} times a "
+             f"side)", ""]
     lines += tuning_lines(out, model, tuned.get(model, {}))
     if not points:
         return lines + ["No map point ran.", ""], []

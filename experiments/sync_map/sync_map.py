@@ -11,17 +11,19 @@ through ringlab_torch.Synchronizer), to a validation loss of 2.0.
 
 1. Tuning. Every synchroniser trains each point of its declared grid (its learning rate, and
    for the DiLoCo family its outer learning rate) for the model's tuning budget on one host
-   (2 ranks); the point with the best metric after it is kept. Fashion-MNIST has no
+   (2 ranks); the point with the best metric after it is kept. While that point's learning
+   rate is the largest or smallest tried, the grid widens by a factor of two past it (at
+   most twice a side), so that the grid's edge does not choose the value kept. Fashion-MNIST has no
    validation split: its test set stands in for one, for every synchroniser alike. On the
    MLPs allreduce runs twice: plain SGD, and SGD with Nesterov momentum 0.9.
 2. Bench. allreduce_bench over gloo across each link of the grid (2 ranks on 2 emulated
    hosts): the alpha and B_eff the cost model (map_model.py) fits.
-3. The map. Each tuned synchroniser trains on 2 emulated hosts over gloo, at each link rate
-   and rank count of the grid, until it reaches the model's target (at most MAP_EPOCHS). A
-   point runs only when the cost model, fitted to what ran before it, says it ends within
-   the mode's point_cap_s; the others are predicted, and the report says which. Then once
-   more at 2 ranks on 1gbit with a straggler: the last rank computes STRAGGLER_FACTOR times
-   as long.
+3. The map. Each tuned synchroniser trains on emulated hosts over gloo (2 hosts up to 4
+   ranks, then 2 ranks a host), at each link rate and rank count of the grid, until it
+   reaches the model's target (at most the model's budget). A point runs only when the cost
+   model, fitted to what ran before it, says it ends within the mode's point_cap_s; the
+   others are predicted, and the report says which. Then again at the mode's straggler
+   points (link, ranks): the last rank computes STRAGGLER_FACTOR times as long.
 4. The report (map_report.py): the tuning tables, every measured point beside its
    prediction, a winner heatmap per model (link rate x ranks, up to 1024 ranks at 8 per host
    and 400 Gbit/s), the Gbit/s each synchroniser needs for 50/90/99% compute utilisation,
@@ -30,8 +32,9 @@ through ringlab_torch.Synchronizer), to a validation loss of 2.0.
 Each finished run leaves point.json in its own directory: an interrupted sweep, run again with
 the same --out_dir, continues where it stopped. --quick: the narrow MLP, four synchronisers,
 links unlimited, 1gbit and 100mbit, 2 and 4 ranks (under 10 minutes here); the default: both
-MLP widths with eleven synchronisers, links unlimited, 10gbit, 1gbit and 100mbit (about 75
-minutes here), and the language model with three on the same links (about 60 minutes here).
+MLP widths with eleven synchronisers, links unlimited, 10gbit, 1gbit and 100mbit, 2 and 4
+ranks and 8 for the narrow one (about 100 minutes here), and the language model with three on
+the same links at 2 and 4 ranks (about 60 minutes here).
 --models and --syncs run a part of the mode's grid.
 --second_sitting=DIR adds to the report how far its claims reproduce in another sitting's
 folder (the quick grid run twice, say). Exit status 0 when every run finished, 1 when one
@@ -39,6 +42,7 @@ failed, 2 for bad input (one error line, before anything runs).
 """
 
 import datetime
+import glob
 import json
 import os
 import shlex
@@ -93,7 +97,8 @@ LM_SYNCS = {name: (sync, fixed, LM_LR, outer) for name, (sync, fixed, _, outer) 
 MLP_TARGET = map_model.Target("test_accuracy", 0.85, higher=True, unit="epoch")
 # model: what trains (the trainer's --model, or the language model), its target, its grid, and
 # its budgets in the target's units: tuning, and the most a map point trains at 2 ranks (in
-# epochs, at N ranks N/2 times as many, the same number of steps; in steps, the same).
+# epochs, at N ranks N/2 times as many, the same number of steps, but at most 2u + 1 where N/2
+# ranks reached the target in u; in steps, the same).
 MODELS = {
     "mlp_narrow": dict(layers="784,256,10", target=MLP_TARGET, syncs=SYNCS, tune=4, most=6),
     "mlp_wide": dict(layers="784,1024,1024,10", target=MLP_TARGET, syncs=SYNCS, tune=3, most=3),
@@ -106,17 +111,25 @@ MODES = {
     "quick": dict(models=("mlp_narrow",),
                   syncs=("allreduce", "allreduce_nesterov", "diloco", "streaming_diloco"),
                   links=("unlimited", "1gbit", "100mbit"), ranks=(2, 4), point_cap_s=40,
-                  straggler=("1gbit", 2)),
+                  stragglers=(("1gbit", 2),)),
     "default": dict(models=("mlp_narrow", "mlp_wide", "char_lm"), syncs=tuple(SYNCS),
-                    links=("unlimited", "10gbit", "1gbit", "100mbit"), ranks=(2, 4),
-                    point_cap_s=40, straggler=("1gbit", 2),
+                    links=("unlimited", "10gbit", "1gbit", "100mbit"), ranks=(2, 4, 8),
+                    point_cap_s=40,
+                    stragglers=(("unlimited", 2), ("1gbit", 2), ("100mbit", 2), ("1gbit", 4)),
                     model_syncs={"char_lm": ("allreduce", "diloco", "streaming_diloco")},
+                    model_ranks={"mlp_wide": (2, 4), "char_lm": (2, 4)},
+                    model_stragglers={"char_lm": (("1gbit", 2),)},
                     model_point_cap_s={"char_lm": 150}),
 }
-HOSTS = 2
+# Ranks sit contiguously on emulated hosts: 2 hosts up to 4 ranks, then 2 ranks a host.
+RANKS_PER_HOST = 2
 # The slow rank of the straggler points: the last one, computing this much slower.
 STRAGGLER_FACTOR = 1.5
 BENCH_MAX_BYTES = 4 << 20
+# While the best learning rate is the largest or smallest tried, tuning tries one a factor
+# WIDEN_FACTOR past it, at most WIDEN_STEPS past the declared grid on each side.
+WIDEN_FACTOR = 2.0
+WIDEN_STEPS = 2
 
 
 def grid_models(args):
@@ -132,24 +145,48 @@ def grid_syncs(args, model):
             (not args.syncs or s in args.syncs)]
 
 
+def grid_ranks(args, model):
+    mode = MODES[args.mode]
+    return mode.get("model_ranks", {}).get(model, mode["ranks"])
+
+
+def hosts(ranks):
+    """The emulated hosts `ranks` ranks sit on."""
+    return max(2, ranks // RANKS_PER_HOST)
+
+
 def point_cap_s(args, model):
     mode = MODES[args.mode]
     return mode.get("model_point_cap_s", {}).get(model, mode["point_cap_s"])
 
 
 def tune_runs(args):
-    """[(model, sync, {flag: value})] of every tuning point, in order."""
-    runs = []
-    for model in grid_models(args):
-        for sync in grid_syncs(args, model):
-            _, _, lrs, outer = MODELS[model]["syncs"][sync]
-            for lr in lrs:
-                for outer_value in (outer[1] if outer else (None,)):
-                    flags = {"lr": lr}
-                    if outer:
-                        flags[outer[0]] = outer_value
-                    runs.append((model, sync, flags))
-    return runs
+    """[(model, sync, {flag: value})] of every point of the declared tuning grids, in order
+    (tune() may widen them)."""
+    return [(model, sync, flags) for model in grid_models(args)
+            for sync in grid_syncs(args, model)
+            for lr in MODELS[model]["syncs"][sync][2]
+            for flags in lr_points(model, sync, lr)]
+
+
+def lr_points(model, sync, lr):
+    """The tuning points of one learning rate: with each outer value, where there is one."""
+    outer = MODELS[model]["syncs"][sync][3]
+    if not outer:
+        return [{"lr": lr}]
+    return [{"lr": lr, outer[0]: value} for value in outer[1]]
+
+
+def widened_lr(declared, tried, best_lr):
+    """The learning rate to try next when the best so far is the largest or smallest tried: a
+    factor WIDEN_FACTOR past it, at most WIDEN_STEPS past the declared grid; else None."""
+    top = max(declared) * WIDEN_FACTOR ** WIDEN_STEPS
+    bottom = min(declared) / WIDEN_FACTOR ** WIDEN_STEPS
+    if best_lr == max(tried) and best_lr * WIDEN_FACTOR <= top * (1 + 1e-9):
+        return float(f"{best_lr * WIDEN_FACTOR:.6g}")
+    if best_lr == min(tried) and best_lr / WIDEN_FACTOR >= bottom * (1 - 1e-9):
+        return float(f"{best_lr / WIDEN_FACTOR:.6g}")
+    return None
 
 
 def point_name(flags):
@@ -157,7 +194,8 @@ def point_name(flags):
 
 
 def train_argv(args, model, sync, flags, budget, run_dir, link=None, ranks=2):
-    """The argv of one run of `budget` units: one host (tuning), or HOSTS emulated hosts."""
+    """The argv of one run of `budget` units: one host (tuning), or hosts(ranks) emulated
+    ones."""
     if MODELS[model]["layers"] is None:
         return lm_argv(args, sync, flags, budget, run_dir, link, ranks)
     name, fixed, _, _ = SYNCS[sync]
@@ -168,7 +206,7 @@ def train_argv(args, model, sync, flags, budget, run_dir, link=None, ranks=2):
     argv += [f"--{k}={v}" for k, v in {**fixed, **flags}.items()]
     argv += [f"--data_dir={args.data_dir}"] if args.data_dir else []
     if link:
-        argv += ["--comm=gloo", f"--hosts={HOSTS}", f"--link={link}"]
+        argv += ["--comm=gloo", f"--hosts={hosts(ranks)}", f"--link={link}"]
     else:
         argv += ["--comm=shm_ring"]
     return argv
@@ -176,7 +214,7 @@ def train_argv(args, model, sync, flags, budget, run_dir, link=None, ranks=2):
 
 def lm_argv(args, sync, flags, steps, run_dir, link, ranks):
     """char_lm_train.py through ringlab_torch.Synchronizer: --nprocs children on this host
-    (tuning), or ranks that on_hosts puts on HOSTS emulated hosts."""
+    (tuning), or ranks that on_hosts puts on hosts(ranks) emulated hosts."""
     name, fixed, _, _ = LM_SYNCS[sync]
     options = {**fixed, **flags}
     argv = ["/usr/bin/python3", LM_TRAIN, f"--out_dir={run_dir}", "--config=small",
@@ -185,7 +223,7 @@ def lm_argv(args, sync, flags, steps, run_dir, link, ranks):
             f"--sync={name}", f"--ringlab_torch={args.torch_module}", "--quiet"]
     argv += [f"--sync_option={k}={v}" for k, v in options.items()]
     if link:
-        return [args.on_hosts, f"--nprocs={ranks}", f"--hosts={HOSTS}", f"--link={link}",
+        return [args.on_hosts, f"--nprocs={ranks}", f"--hosts={hosts(ranks)}", f"--link={link}",
                 "--"] + argv
     return argv + [f"--nprocs={ranks}"]
 
@@ -224,16 +262,24 @@ def finish_point(run_dir, meta, wall):
     return point
 
 
-def run_one(args, argv, run_dir, meta, label):
-    """Runs argv unless run_dir already holds its point with the same settings (one with others,
-    kept by a grid changed since, becomes point.superseded.json); returns the point or None."""
+def supersede(run_dir, flags):
+    """Renames run_dir's point.json to point.superseded.json when it ran with other flags than
+    `flags` (a setting tuning has replaced since); returns the point still current, or None."""
     point = read_point(run_dir)
-    if point is not None and point["flags"] == meta["flags"]:
-        print(f"{label}: done before", flush=True)
-        return point
-    if point is not None:
+    if point is not None and point["flags"] != flags:
         os.replace(os.path.join(run_dir, "point.json"),
                    os.path.join(run_dir, "point.superseded.json"))
+        return None
+    return point
+
+
+def run_one(args, argv, run_dir, meta, label):
+    """Runs argv unless run_dir already holds its point with the same settings (one with others
+    is superseded first); returns the point or None."""
+    point = supersede(run_dir, meta["flags"])
+    if point is not None:
+        print(f"{label}: done before", flush=True)
+        return point
     os.makedirs(run_dir, exist_ok=True)
     status, wall = execute(argv, args.run_deadline_s, os.path.join(run_dir, "log.txt"))
     print(f"{label}: {status} ({wall:.0f} s)", flush=True)
@@ -247,19 +293,37 @@ def run_one(args, argv, run_dir, meta, label):
 def tune(args, out):
     """Every tuning point; returns {model: {sync: best flags}}."""
     best = {}
-    for model, sync, flags in tune_runs(args):
-        run_dir = os.path.join(out, "runs", model, "tune", sync, point_name(flags))
-        argv = train_argv(args, model, sync, flags, MODELS[model]["tune"], run_dir)
-        point = run_one(args, argv, run_dir, dict(model=model, sync=sync, flags=flags),
-                        f"[tune] {model} {sync} {point_name(flags)}")
-        if point is None:
-            continue
-        target = MODELS[model]["target"]
-        score = point["evals"][-1][target.metric] * (1 if target.higher else -1)
-        current = best.setdefault(model, {}).get(sync)
-        if current is None or score > current[0]:
-            best[model][sync] = (score, flags)
-    return {m: {s: flags for s, (_, flags) in syncs.items()} for m, syncs in best.items()}
+    for model in grid_models(args):
+        for sync in grid_syncs(args, model):
+            flags = tune_sync(args, out, model, sync)
+            if flags is not None:
+                best.setdefault(model, {})[sync] = flags
+    return best
+
+
+def tune_sync(args, out, model, sync):
+    """The declared grid of `sync`, widened while its best learning rate sits at an edge (a
+    best at the edge says the grid chose it, not the synchroniser); the best flags, or None
+    when no run finished."""
+    target = MODELS[model]["target"]
+    declared = MODELS[model]["syncs"][sync][2]
+    best, tried, pending = None, [], list(declared)
+    while pending:
+        for lr in pending:
+            for flags in lr_points(model, sync, lr):
+                run_dir = os.path.join(out, "runs", model, "tune", sync, point_name(flags))
+                argv = train_argv(args, model, sync, flags, MODELS[model]["tune"], run_dir)
+                point = run_one(args, argv, run_dir, dict(model=model, sync=sync, flags=flags),
+                                f"[tune] {model} {sync} {point_name(flags)}")
+                if point is None:
+                    continue
+                score = point["evals"][-1][target.metric] * (1 if target.higher else -1)
+                if best is None or score > best[0]:
+                    best = (score, flags)
+        tried += pending
+        wider = widened_lr(declared, tried, best[1]["lr"]) if best else None
+        pending = [wider] if wider is not None else []
+    return best[1] if best else None
 
 
 def bench(args, out):
@@ -270,7 +334,7 @@ def bench(args, out):
     for link in MODES[args.mode]["links"]:
         path = os.path.join(out, "bench", f"{link}.txt")
         if not os.path.isfile(path):
-            argv = [args.bench, "--nprocs=2", f"--hosts={HOSTS}", f"--link={link}",
+            argv = [args.bench, "--nprocs=2", f"--hosts={hosts(2)}", f"--link={link}",
                     "--backends=gloo", "--min_bytes=64", f"--max_bytes={BENCH_MAX_BYTES}",
                     "--samples=5", "--max_iters=50", f"--timeout_s={args.timeout}"]
             status, wall = execute(argv, args.run_deadline_s, path + ".partial")
@@ -278,7 +342,7 @@ def bench(args, out):
             if status != "ok":
                 continue
             os.replace(path + ".partial", path)
-        fits[link] = map_report.bench_fit(path, HOSTS)
+        fits[link] = map_report.bench_fit(path, hosts(2))
     return {link: fit for link, fit in fits.items() if fit is not None}
 
 
@@ -290,10 +354,36 @@ def map_points(args, out, tuned, fits):
             flags = tuned.get(model, {}).get(sync)
             if flags is None:
                 continue
-            for ranks in mode["ranks"]:
+            # The sync's points of an earlier setting leave first: none may feed its profile.
+            for kind in ("map", "straggler"):
+                for run_dir in glob.glob(os.path.join(out, "runs", model, kind, sync, "*")):
+                    supersede(run_dir, flags)
+            for ranks in grid_ranks(args, model):
                 for link in mode["links"]:  # unlimited first: it gives the compute
                     map_point(args, out, model, sync, flags, link, ranks, fits)
-            map_point(args, out, model, sync, flags, *mode["straggler"], fits, straggler=True)
+            for link, ranks in mode.get("model_stragglers", {}).get(model, mode["stragglers"]):
+                map_point(args, out, model, sync, flags, link, ranks, fits, straggler=True)
+
+
+def point_budget(model, profile, ranks):
+    """(the units a map point at `ranks` trains, None) or (None, why it does not run), from
+    the synchroniser's profile of the points run before it (or None)."""
+    target = MODELS[model]["target"]
+    units = profile["units"] if profile else {}
+    budget = MODELS[model]["most"] * (ranks // 2 if target.unit == "epoch" else 1)
+    fewer = units.get(ranks // 2)
+    if ranks // 2 in units and not fewer:
+        return None, f"the target is not reached at {ranks // 2} ranks"
+    if fewer and target.unit == "epoch":
+        # Twice the ranks, half the steps an epoch: at most twice the epochs (and one more).
+        budget = min(budget, 2 * fewer + 1)
+    if ranks in units and not units[ranks]:
+        return None, f"the target is not reached in {budget} {target.unit}s"
+    if units.get(ranks) and target.unit == "epoch":
+        # Up to the target only: a constant learning rate, the same arithmetic on every link.
+        # The language model's schedule decays over its steps: it always runs them all.
+        return units[ranks], None
+    return budget, None
 
 
 def map_point(args, out, model, sync, flags, link, ranks, fits, straggler=False):
@@ -305,14 +395,9 @@ def map_point(args, out, model, sync, flags, link, ranks, fits, straggler=False)
     done = [p for p in map_report.read_points(out, model, "map") if p["sync"] == sync]
     target = MODELS[model]["target"]
     profile = map_model.profiles(done, fits, target).get(sync)
-    budget = MODELS[model]["most"] * (ranks // 2 if target.unit == "epoch" else 1)
-    reached = profile["units"].get(ranks) if profile else None
-    if reached and target.unit == "epoch":
-        # Up to the target only: a constant learning rate, the same arithmetic on every link.
-        # The language model's schedule decays over its steps: it always runs them all.
-        budget = reached
-    elif profile and ranks in profile["units"] and not reached:
-        print(f"{label}: skipped (the target is not reached in {budget} {target.unit}s)")
+    budget, why_not = point_budget(model, profile, ranks)
+    if why_not:
+        print(f"{label}: skipped ({why_not})")
         return
     existing = read_point(run_dir)
     if (existing is None or existing["flags"] != flags) and link != "unlimited":

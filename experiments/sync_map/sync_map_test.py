@@ -4,6 +4,7 @@ prediction against figures worked by hand, the report's checks, and the driver's
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -179,6 +180,50 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(len(lm), 3 + 6 + 6)
         self.assertEqual(len(sync_map.tune_runs(grid("default", syncs=["diloco"]))),
                          8 + 8 + 6)
+
+    def test_tuning_widens_a_grid_whose_best_is_at_an_edge(self):
+        def tried(best_lr, model="mlp_narrow", sync="allreduce"):
+            """The learning rates tuning runs when accuracy peaks at best_lr, and the one kept."""
+            runs = []
+
+            def fake_run(args, argv, run_dir, meta, label):
+                lr = meta["flags"]["lr"]
+                runs.append(lr)
+                accuracy = 0.9 - abs(math.log2(lr / best_lr)) / 100
+                return dict(meta, evals=[{"test_accuracy": accuracy}])
+            real, sync_map.run_one = sync_map.run_one, fake_run
+            try:
+                kept = sync_map.tune_sync(argparse.Namespace(train="/t", timeout=60,
+                                                             data_dir=None), "/o", model, sync)
+            finally:
+                sync_map.run_one = real
+            return runs, kept["lr"]
+        # Inside the declared grid (0.05..0.4): nothing more.
+        self.assertEqual(tried(0.1), ([0.05, 0.1, 0.2, 0.4], 0.1))
+        # Best past the top: 0.8, then 1.6, and no further (two steps a side).
+        self.assertEqual(tried(3.0), ([0.05, 0.1, 0.2, 0.4, 0.8, 1.6], 1.6))
+        self.assertEqual(tried(0.8), ([0.05, 0.1, 0.2, 0.4, 0.8, 1.6], 0.8))
+        # Below the bottom, with each outer value of the DiLoCo family: 0.025 is best and the
+        # edge again, so 0.0125 runs too.
+        runs, kept = tried(0.03, sync="diloco")
+        self.assertEqual((runs[8:], kept), ([0.025, 0.025, 0.0125, 0.0125], 0.025))
+        self.assertEqual(sync_map.widened_lr((0.001, 0.002), [0.001, 0.002], 0.001), 0.0005)
+        self.assertIsNone(sync_map.widened_lr((0.001, 0.002, 0.004), [0.001, 0.002, 0.004],
+                                              0.002))
+
+    def test_a_map_point_trains_to_the_target_and_no_further(self):
+        budget = sync_map.point_budget
+        self.assertEqual(budget("mlp_narrow", None, 2), (6, None))
+        self.assertEqual(budget("mlp_narrow", {"units": {2: 3}}, 2), (3, None))
+        # 8 ranks: 6 x 4 epochs at most, but twice and one more than 4 ranks' 5.
+        self.assertEqual(budget("mlp_narrow", {"units": {2: 3, 4: 5}}, 8), (11, None))
+        self.assertIsNone(budget("mlp_narrow", {"units": {2: 3, 4: None}}, 8)[0])
+        self.assertIsNone(budget("mlp_narrow", {"units": {2: None}}, 2)[0])
+        # The language model always runs its schedule's steps.
+        self.assertEqual(budget("char_lm", {"units": {2: 150}}, 4), (300, None))
+        self.assertEqual(sync_map.hosts(2), 2)
+        self.assertEqual(sync_map.hosts(4), 2)
+        self.assertEqual(sync_map.hosts(8), 4)
 
     def test_the_language_model_runs_through_the_synchronizer(self):
         args = argparse.Namespace(timeout=60, torch_module="/tm", on_hosts="/oh")
