@@ -384,7 +384,8 @@ def build(out, other=None):
     lines = ["# The sync map", ""]
     for sitting in invocation.get("earlier", []) + [invocation]:
         lines += [f"- `{sitting.get('command', 'sync_map.py')}` on {sitting.get('date', '?')}, "
-                  f"{sitting.get('cpu', '?')} ({sitting.get('cores', '?')} cores), "
+                  f"{sitting.get('cpu', '?')} ({sitting.get('cores', '?')} cores"
+                  f"{', OpenBLAS ' + sitting['blas_core'] if 'blas_core' in sitting else ''}), "
                   f"{sitting.get('duration_s', 0) / 60:.1f} min, load "
                   f"{sitting.get('load_before', '?')} before, "
                   f"{sitting.get('load_after', '?')} after."]

@@ -341,7 +341,11 @@ def bench(args, out):
             print(f"[bench] {link}: {status} ({wall:.0f} s)", flush=True)
             if status != "ok":
                 continue
-            os.replace(path + ".partial", path)
+            with open(path + ".partial") as f:  # the results name no path outside the tree
+                text = f.read().replace(args.bench, "bazel-bin/bench/allreduce_bench")
+            with open(path, "w") as f:
+                f.write(text)
+            os.remove(path + ".partial")
         fits[link] = map_report.bench_fit(path, hosts(2))
     return {link: fit for link, fit in fits.items() if fit is not None}
 
@@ -413,6 +417,22 @@ def map_point(args, out, model, sync, flags, link, ranks, fits, straggler=False)
                                       ranks=ranks, straggler=straggler), label)
 
 
+def blas_core(train):
+    """The OpenBLAS kernel the trainer loads, as OPENBLAS_VERBOSE=2 names it ('Haswell'), or
+    '?': two machines with different kernels sum in different orders, so their runs' arithmetic
+    (and times to target) differ, and a sitting's points belong to one kernel."""
+    import subprocess
+    try:
+        shown = subprocess.run([train, "--help"], env=dict(os.environ, OPENBLAS_VERBOSE="2"),
+                               capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    for line in (shown.stdout + shown.stderr).splitlines():
+        if line.startswith("Core: "):
+            return line[len("Core: "):].strip()
+    return "?"
+
+
 def run_all(args, out):
     started = time.monotonic()
     why_not = probe_hosts(args.on_hosts)
@@ -423,7 +443,7 @@ def run_all(args, out):
     command = "bazel run -c opt //experiments:sync_map -- " + " ".join(map(shlex.quote, given))
     invocation = dict(command=short_command(command, out),
                       mode=args.mode, date=datetime.date.today().isoformat(),
-                      cpu=machine()[0], cores=machine()[1],
+                      cpu=machine()[0], cores=machine()[1], blas_core=blas_core(args.train),
                       load_before=" ".join(f"{x:.2f}" for x in os.getloadavg()))
     path = os.path.join(out, "invocation.json")
     if os.path.isfile(path):  # a continued sweep: the earlier sittings stay on record
