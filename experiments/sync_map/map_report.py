@@ -357,7 +357,6 @@ def model_section(out, model, target, tuned, fits):
               f"predicted fastest is the measured one at {right}."]
     lines += [f"- {link}, {ranks} ranks: measured {m}, predicted {p} (lead {100 * g:.0f}%)"
               for link, ranks, m, p, g in wins] + [""]
-    import sync_map
     lines += straggler_lines(out, model, rows, profiles, fits, target,
                              sync_map.STRAGGLER_FACTOR)
     cells = grid(profiles, fits)

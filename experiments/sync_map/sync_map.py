@@ -98,7 +98,8 @@ MLP_TARGET = map_model.Target("test_accuracy", 0.85, higher=True, unit="epoch")
 # model: what trains (the trainer's --model, or the language model), its target, its grid, and
 # its budgets in the target's units: tuning, and the most a map point trains at 2 ranks (in
 # epochs, at N ranks N/2 times as many, the same number of steps, but at most 2u + 1 where N/2
-# ranks reached the target in u; in steps, the same).
+# ranks reached the target in u; in steps, the same at every N). N ranks do not run where N/2
+# did not reach the target.
 MODELS = {
     "mlp_narrow": dict(layers="784,256,10", target=MLP_TARGET, syncs=SYNCS, tune=4, most=6),
     "mlp_wide": dict(layers="784,1024,1024,10", target=MLP_TARGET, syncs=SYNCS, tune=3, most=3),
@@ -343,9 +344,9 @@ def bench(args, out):
                 continue
             with open(path + ".partial") as f:  # the results name no path outside the tree
                 text = f.read().replace(args.bench, "bazel-bin/bench/allreduce_bench")
-            with open(path, "w") as f:
+            with open(path + ".partial", "w") as f:
                 f.write(text)
-            os.remove(path + ".partial")
+            os.replace(path + ".partial", path)
         fits[link] = map_report.bench_fit(path, hosts(2))
     return {link: fit for link, fit in fits.items() if fit is not None}
 
@@ -404,7 +405,8 @@ def map_point(args, out, model, sync, flags, link, ranks, fits, straggler=False)
         print(f"{label}: skipped ({why_not})")
         return
     existing = read_point(run_dir)
-    if (existing is None or existing["flags"] != flags) and link != "unlimited":
+    # The unlimited link's point measures compute and always runs; a straggler's is capped too.
+    if (existing is None or existing["flags"] != flags) and (link != "unlimited" or straggler):
         stretch = STRAGGLER_FACTOR if straggler else 1.0
         predicted = map_model.predict(profile, fits, link, ranks, stretch) if profile else None
         if predicted is None or predicted[0] * 1.2 > point_cap_s(args, model):
@@ -449,6 +451,11 @@ def run_all(args, out):
     if os.path.isfile(path):  # a continued sweep: the earlier sittings stay on record
         with open(path) as f:
             earlier = json.load(f)
+        kernel = earlier.get("blas_core")
+        if kernel and kernel != invocation["blas_core"]:  # one profile, one arithmetic
+            fail(f"--out_dir={args.out_dir} was swept with OpenBLAS's {kernel} kernel and this "
+                 f"machine loads {invocation['blas_core']}: set OPENBLAS_CORETYPE={kernel}, or "
+                 f"use another --out_dir")
         invocation["earlier"] = earlier.pop("earlier", []) + [earlier]
     tuned = {}
     if os.path.isfile(os.path.join(out, "tuned.json")):  # models another sitting tuned stay
