@@ -443,6 +443,8 @@ def run_all(args, out):
     given = [a for a in args.argv if not a.startswith(("--train=", "--on_hosts=", "--bench=",
                                                         "--torch_module="))]
     command = "bazel run -c opt //experiments:sync_map -- " + " ".join(map(shlex.quote, given))
+    if args.second_sitting:  # a folder of this machine's, named OTHER as --out_dir is OUT
+        command = command.replace(args.second_sitting, "OTHER")
     invocation = dict(command=short_command(command, out),
                       mode=args.mode, date=datetime.date.today().isoformat(),
                       cpu=machine()[0], cores=machine()[1], blas_core=blas_core(args.train),
