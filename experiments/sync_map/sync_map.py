@@ -118,7 +118,7 @@ MODES = {
                     point_cap_s=40,
                     stragglers=(("unlimited", 2), ("1gbit", 2), ("100mbit", 2), ("1gbit", 4)),
                     model_syncs={"char_lm": ("allreduce", "diloco", "streaming_diloco")},
-                    model_ranks={"mlp_wide": (2, 4), "char_lm": (2, 4)},
+                    model_ranks={"char_lm": (2, 4)},
                     model_stragglers={"char_lm": (("1gbit", 2),)},
                     model_point_cap_s={"char_lm": 150}),
 }
@@ -137,28 +137,26 @@ def grid_models(args):
     return [m for m in MODES[args.mode]["models"] if not args.models or m in args.models]
 
 
+def per_model(args, model, key):
+    """The mode's setting `key` for `model`: its model_<key> entry for the model, else the
+    mode's own."""
+    mode = MODES[args.mode]
+    return mode.get(f"model_{key}", {}).get(model, mode[key])
+
+
 def grid_syncs(args, model):
     """The synchronisers of the mode's grid for `model`, in order, less those --syncs leaves
     out."""
-    mode = MODES[args.mode]
-    syncs = mode.get("model_syncs", {}).get(model, mode["syncs"])
+    syncs = per_model(args, model, "syncs")
     return [s for s in syncs if s in MODELS[model]["syncs"] and
             (not args.syncs or s in args.syncs)]
 
 
-def grid_ranks(args, model):
-    mode = MODES[args.mode]
-    return mode.get("model_ranks", {}).get(model, mode["ranks"])
 
 
 def hosts(ranks):
     """The emulated hosts `ranks` ranks sit on."""
     return max(2, ranks // RANKS_PER_HOST)
-
-
-def point_cap_s(args, model):
-    mode = MODES[args.mode]
-    return mode.get("model_point_cap_s", {}).get(model, mode["point_cap_s"])
 
 
 def tune_runs(args):
@@ -363,10 +361,10 @@ def map_points(args, out, tuned, fits):
             for kind in ("map", "straggler"):
                 for run_dir in glob.glob(os.path.join(out, "runs", model, kind, sync, "*")):
                     supersede(run_dir, flags)
-            for ranks in grid_ranks(args, model):
+            for ranks in per_model(args, model, "ranks"):
                 for link in mode["links"]:  # unlimited first: it gives the compute
                     map_point(args, out, model, sync, flags, link, ranks, fits)
-            for link, ranks in mode.get("model_stragglers", {}).get(model, mode["stragglers"]):
+            for link, ranks in per_model(args, model, "stragglers"):
                 map_point(args, out, model, sync, flags, link, ranks, fits, straggler=True)
 
 
@@ -406,10 +404,10 @@ def map_point(args, out, model, sync, flags, link, ranks, fits, straggler=False)
         return
     existing = read_point(run_dir)
     # The unlimited link's point measures compute and always runs; a straggler's is capped too.
-    if (existing is None or existing["flags"] != flags) and (link != "unlimited" or straggler):
+    if existing is None and (link != "unlimited" or straggler):
         stretch = STRAGGLER_FACTOR if straggler else 1.0
         predicted = map_model.predict(profile, fits, link, ranks, stretch) if profile else None
-        if predicted is None or predicted[0] * 1.2 > point_cap_s(args, model):
+        if predicted is None or predicted[0] * 1.2 > per_model(args, model, "point_cap_s"):
             print(f"{label}: predicted only ({map_report.seconds(predicted)} to target)")
             return
     argv = train_argv(args, model, sync, flags, budget, run_dir, link, ranks)
@@ -443,9 +441,7 @@ def run_all(args, out):
     given = [a for a in args.argv if not a.startswith(("--train=", "--on_hosts=", "--bench=",
                                                         "--torch_module="))]
     command = "bazel run -c opt //experiments:sync_map -- " + " ".join(map(shlex.quote, given))
-    if args.second_sitting:  # a folder of this machine's, named OTHER as --out_dir is OUT
-        command = command.replace(args.second_sitting, "OTHER")
-    invocation = dict(command=short_command(command, out),
+    invocation = dict(command=short_command(command, out, args.second_sitting),
                       mode=args.mode, date=datetime.date.today().isoformat(),
                       cpu=machine()[0], cores=machine()[1], blas_core=blas_core(args.train),
                       load_before=" ".join(f"{x:.2f}" for x in os.getloadavg()))

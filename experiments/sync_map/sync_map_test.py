@@ -181,6 +181,22 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(len(sync_map.tune_runs(grid("default", syncs=["diloco"]))),
                          8 + 8 + 6)
 
+    def test_the_grid_takes_each_models_own_settings(self):
+        args = grid("default")
+        self.assertEqual(sync_map.per_model(args, "mlp_wide", "ranks"), (2, 4, 8))
+        self.assertEqual(sync_map.per_model(args, "char_lm", "ranks"), (2, 4))
+        self.assertEqual(sync_map.per_model(args, "char_lm", "stragglers"), (("1gbit", 2),))
+        self.assertEqual(sync_map.grid_syncs(args, "char_lm"),
+                         ["allreduce", "diloco", "streaming_diloco"])
+
+    def test_a_recorded_command_names_no_folder_of_this_machine(self):
+        # The second folder's name extends the first's: it must not become OUT-b.
+        command = ("bazel run //experiments:sync_map -- --out_dir=/m/sitting "
+                   "--second_sitting=/m/sitting-b")
+        self.assertEqual(sync_map.short_command(command, "/m/sitting", "/m/sitting-b"),
+                         "bazel run //experiments:sync_map -- --out_dir=OUT "
+                         "--second_sitting=OTHER")
+
     def test_tuning_widens_a_grid_whose_best_is_at_an_edge(self):
         def tried(best_lr, model="mlp_narrow", sync="allreduce"):
             """The learning rates tuning runs when accuracy peaks at best_lr, and the one kept."""
