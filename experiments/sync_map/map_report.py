@@ -369,6 +369,13 @@ def model_section(out, model, target, tuned, fits):
     return lines, pick_when_rows(model, cells, rows, fits)
 
 
+def minutes(sitting):
+    """How long a sitting ran, from its invocation record: one stopped midway has none."""
+    if "duration_s" not in sitting:
+        return "stopped before its end"
+    return f"{sitting['duration_s'] / 60:.1f} min"
+
+
 def build(out, other=None):
     """Writes <out>/report.md, pick_when.md and map_<model>.png, with the agreement with the
     sitting in `other` when given; returns the failed runs."""
@@ -385,7 +392,7 @@ def build(out, other=None):
         lines += [f"- `{sitting.get('command', 'sync_map.py')}` on {sitting.get('date', '?')}, "
                   f"{sitting.get('cpu', '?')} ({sitting.get('cores', '?')} cores"
                   f"{', OpenBLAS ' + sitting['blas_core'] if 'blas_core' in sitting else ''}), "
-                  f"{sitting.get('duration_s', 0) / 60:.1f} min, load "
+                  f"{minutes(sitting)}, load "
                   f"{sitting.get('load_before', '?')} before, "
                   f"{sitting.get('load_after', '?')} after."]
     lines += ["", "Links fitted (gloo allreduce, 2 ranks): " + ", ".join(

@@ -2,7 +2,7 @@
 """The sync map: which synchroniser reaches a model's target first, at which link rate and rank
 count, each tuned by the same rule; measured where this machine reaches, predicted beyond.
 
-    bazel run -c opt //experiments:sync_map -- [--quick] [--models=M,..] [--syncs=S,..]
+    bazel run -c opt //experiments:sync_map -- [--quick|--full] [--models=M,..] [--syncs=S,..]
         [--out_dir=DIR] [--report_only]
 
 The models (MODELS): the Fashion-MNIST MLP at two widths (SGD, the C++ trainer), to 85% test
@@ -31,10 +31,11 @@ through ringlab_torch.Synchronizer), to a validation loss of 2.0.
 
 Each finished run leaves point.json in its own directory: an interrupted sweep, run again with
 the same --out_dir, continues where it stopped. --quick: the narrow MLP, four synchronisers,
-links unlimited, 1gbit and 100mbit, 2 and 4 ranks (under 10 minutes here); the default: both
-MLP widths with eleven synchronisers, links unlimited, 10gbit, 1gbit and 100mbit, 2 and 4
-ranks and 8 for the narrow one (about 100 minutes here), and the language model with three on
-the same links at 2 and 4 ranks (about 60 minutes here).
+links unlimited, 1gbit and 100mbit, 2 and 4 ranks (under 10 minutes here). The default: the
+narrow MLP with eleven synchronisers, links unlimited, 10gbit, 1gbit and 100mbit, 2, 4 and 8
+ranks, stragglers at four settings (about 40 minutes here). --full: the same for the wide MLP
+too, and the language model with three synchronisers on the same links at 2 and 4 ranks (about
+3 hours here).
 --models and --syncs run a part of the mode's grid.
 --second_sitting=DIR adds to the report how far its claims reproduce in another sitting's
 folder (the quick grid run twice, say). Exit status 0 when every run finished, 1 when one
@@ -108,19 +109,23 @@ MODELS = {
                     syncs=LM_SYNCS, tune=200, most=300),
 }
 LM_EVAL_EVERY = 25
+DEFAULT_MODE = dict(models=("mlp_narrow",), syncs=tuple(SYNCS),
+                    links=("unlimited", "10gbit", "1gbit", "100mbit"), ranks=(2, 4, 8),
+                    point_cap_s=40,
+                    stragglers=(("unlimited", 2), ("1gbit", 2), ("100mbit", 2), ("1gbit", 4)))
 MODES = {
     "quick": dict(models=("mlp_narrow",),
                   syncs=("allreduce", "allreduce_nesterov", "diloco", "streaming_diloco"),
                   links=("unlimited", "1gbit", "100mbit"), ranks=(2, 4), point_cap_s=40,
                   stragglers=(("1gbit", 2),)),
-    "default": dict(models=("mlp_narrow", "mlp_wide", "char_lm"), syncs=tuple(SYNCS),
-                    links=("unlimited", "10gbit", "1gbit", "100mbit"), ranks=(2, 4, 8),
-                    point_cap_s=40,
-                    stragglers=(("unlimited", 2), ("1gbit", 2), ("100mbit", 2), ("1gbit", 4)),
-                    model_syncs={"char_lm": ("allreduce", "diloco", "streaming_diloco")},
-                    model_ranks={"char_lm": (2, 4)},
-                    model_stragglers={"char_lm": (("1gbit", 2),)},
-                    model_point_cap_s={"char_lm": 150}),
+    # What fits in an hour here: the narrow MLP's whole grid.
+    "default": DEFAULT_MODE,
+    # Every model: the default's grid, less what the language model cannot afford.
+    "full": dict(DEFAULT_MODE, models=("mlp_narrow", "mlp_wide", "char_lm"),
+                 model_syncs={"char_lm": ("allreduce", "diloco", "streaming_diloco")},
+                 model_ranks={"char_lm": (2, 4)},
+                 model_stragglers={"char_lm": (("1gbit", 2),)},
+                 model_point_cap_s={"char_lm": 150}),
 }
 # Ranks sit contiguously on emulated hosts: 2 hosts up to 4 ranks, then 2 ranks a host.
 RANKS_PER_HOST = 2
@@ -455,6 +460,9 @@ def run_all(args, out):
                  f"machine loads {invocation['blas_core']}: set OPENBLAS_CORETYPE={kernel}, or "
                  f"use another --out_dir")
         invocation["earlier"] = earlier.pop("earlier", []) + [earlier]
+    # On record from the start: a sweep stopped midway and continued elsewhere meets its kernel.
+    with open(path, "w") as f:
+        json.dump(invocation, f, indent=2)
     tuned = {}
     if os.path.isfile(os.path.join(out, "tuned.json")):  # models another sitting tuned stay
         with open(os.path.join(out, "tuned.json")) as f:
@@ -472,8 +480,11 @@ def run_all(args, out):
 def parser():
     p = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out_dir", default=default_out_dir("sync_map"))
-    p.add_argument("--quick", action="store_const", dest="mode", const="quick",
-                   default="default", help="the narrow MLP, four synchronisers (<10 min)")
+    grid = p.add_mutually_exclusive_group()
+    grid.add_argument("--quick", action="store_const", dest="mode", const="quick",
+                      default="default", help="the narrow MLP, four synchronisers (<10 min)")
+    grid.add_argument("--full", action="store_const", dest="mode", const="full",
+                      help="every model: both MLPs and the language model (~3 h)")
     p.add_argument("--train", help="path to the //train:train binary")
     p.add_argument("--bench", help="path to the //bench:allreduce_bench binary")
     p.add_argument("--on_hosts", help="path to the //comm/job:on_hosts binary")
@@ -515,7 +526,8 @@ def check_inputs(args):
         cli_errors.executable(flag, path)
     models = grid_models(args)
     if not models or not any(grid_syncs(args, m) for m in models):
-        fail(f"--models and --syncs leave nothing of the {args.mode} grid to run")
+        fail(f"--models and --syncs leave nothing of the {args.mode} grid to run (--full has "
+             f"every model)")
     if any(MODELS[m]["layers"] for m in models):
         if args.data_dir is not None:
             cli_errors.input_dir("--data_dir", args.data_dir, DATA_FILES)

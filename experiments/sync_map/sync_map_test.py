@@ -165,24 +165,25 @@ class FlagsTest(unittest.TestCase):
         for argv in (["--timeout=0"], ["--report_only", "--out_dir=/nonexistent/x"],
                      ["--train=/nonexistent"], ["--models=mlp_narrow,gpt"], ["--syncs="],
                      ["--syncs=allreduce_nesterov", "--models=char_lm"] + binaries,
-                     ["--models=char_lm", "--torch_module=/nonexistent"] + binaries):
+                     ["--full", "--models=char_lm", "--torch_module=/nonexistent"] + binaries,
+                     ["--quick", "--full"]):
             with self.assertRaises(SystemExit) as e:
                 sync_map.parse_args(argv)
             self.assertEqual(e.exception.code, 2, argv)
 
     def test_every_grid_point_is_named_once(self):
         names = [(m, s, sync_map.point_name(f))
-                 for m, s, f in sync_map.tune_runs(grid("default"))]
+                 for m, s, f in sync_map.tune_runs(grid("full"))]
         self.assertEqual(len(names), len(set(names)))
         self.assertEqual(len(sync_map.tune_runs(grid("quick"))), 4 + 4 + 8 + 8)
         # The language model: its three synchronisers, 3 learning rates (x 2 outer ones).
-        lm = sync_map.tune_runs(grid("default", models=["char_lm"]))
+        lm = sync_map.tune_runs(grid("full", models=["char_lm"]))
         self.assertEqual(len(lm), 3 + 6 + 6)
-        self.assertEqual(len(sync_map.tune_runs(grid("default", syncs=["diloco"]))),
+        self.assertEqual(len(sync_map.tune_runs(grid("full", syncs=["diloco"]))),
                          8 + 8 + 6)
 
     def test_the_grid_takes_each_models_own_settings(self):
-        args = grid("default")
+        args = grid("full")
         self.assertEqual(sync_map.per_model(args, "mlp_wide", "ranks"), (2, 4, 8))
         self.assertEqual(sync_map.per_model(args, "char_lm", "ranks"), (2, 4))
         self.assertEqual(sync_map.per_model(args, "char_lm", "stragglers"), (("1gbit", 2),))
@@ -252,6 +253,52 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(tune[-1], "--nprocs=2")
         across = sync_map.train_argv(args, "char_lm", "diloco", flags, 300, "/r", "1gbit", 4)
         self.assertEqual(across[:5], ["/oh", "--nprocs=4", "--hosts=2", "--link=1gbit", "--"])
+
+
+class SittingTest(unittest.TestCase):
+    """A sitting's record: on file from its start, and one kernel a folder."""
+
+    def setUp(self):
+        self.out = tempfile.mkdtemp()
+        self.args = argparse.Namespace(mode="quick", out_dir=self.out, argv=["--quick"],
+                                       train="/bin/true", on_hosts="/bin/true",
+                                       second_sitting=None)
+        saved = {name: getattr(sync_map, name) for name in ("probe_hosts", "blas_core", "tune")}
+        self.addCleanup(lambda: [setattr(sync_map, n, f) for n, f in saved.items()])
+        sync_map.probe_hosts = lambda on_hosts: None
+
+        def stopped(args, out):
+            raise KeyboardInterrupt  # the sweep stopped during its tuning
+
+        sync_map.tune = stopped
+
+    def sit(self, kernel):
+        sync_map.blas_core = lambda train: kernel
+        sync_map.run_all(self.args, self.out)
+
+    def record(self):
+        with open(os.path.join(self.out, "invocation.json")) as f:
+            return json.load(f)
+
+    def test_a_sweep_stopped_midway_has_its_kernel_on_record(self):
+        with self.assertRaises(KeyboardInterrupt):
+            self.sit("Cooperlake")
+        self.assertEqual(self.record()["blas_core"], "Cooperlake")
+        self.assertNotIn("duration_s", self.record())
+        with self.assertRaises(KeyboardInterrupt):  # continued on the same kernel
+            self.sit("Cooperlake")
+        self.assertEqual(len(self.record()["earlier"]), 1)
+        self.assertIn("stopped before its end",
+                      map_report.minutes(self.record()["earlier"][0]))
+
+    def test_a_sweep_continued_on_another_kernel_stops_with_one_error_line(self):
+        with self.assertRaises(KeyboardInterrupt):
+            self.sit("Cooperlake")
+        before = self.record()
+        with self.assertRaises(SystemExit) as e:
+            self.sit("Haswell")
+        self.assertEqual(e.exception.code, 2)
+        self.assertEqual(self.record(), before)
 
 
 if __name__ == "__main__":
