@@ -242,8 +242,6 @@ def parse_args(argv=None):
 
 def main(argv=None):
     signal.signal(signal.SIGTERM, run_driver.stop_on_signal)
-    if os.environ.get("BUILD_WORKING_DIRECTORY"):  # bazel run: paths as the user typed them
-        os.chdir(os.environ["BUILD_WORKING_DIRECTORY"])
     args = parse_args(argv)
     out = args.out_dir
     commands = [command(run, args, os.path.join(out, "runs", run["name"]))

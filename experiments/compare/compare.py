@@ -173,8 +173,6 @@ def run_one(args, sync, index, total):
 
 def main(argv=None):
     signal.signal(signal.SIGTERM, run_driver.stop_on_signal)
-    if os.environ.get("BUILD_WORKING_DIRECTORY"):  # bazel run: paths as the user typed them
-        os.chdir(os.environ["BUILD_WORKING_DIRECTORY"])
     args = parse_args(argv)
     why = run_driver.probe_hosts(args.on_hosts, args.link)
     if why:

@@ -6,5 +6,9 @@ runfiles="${RUNFILES_DIR:-$0.runfiles}"
 if [[ -d "$runfiles/ringlab" ]]; then cd "$runfiles/ringlab"; fi
 torch_module=()
 if [[ -f torch_backend/ringlab_torch.so ]]; then torch_module=(--torch_module="$PWD/torch_backend"); fi
-exec /usr/bin/python3 experiments/compare/compare.py --on_hosts="$PWD/comm/job/on_hosts" \
+root="$PWD"
+# Paths the user gives are relative to where they typed the command, as without bazel run.
+cd "${BUILD_WORKING_DIRECTORY:-.}"
+exec /usr/bin/python3 "$root/experiments/compare/compare.py" \
+  --on_hosts="$root/comm/job/on_hosts" \
   "${torch_module[@]}" "$@"

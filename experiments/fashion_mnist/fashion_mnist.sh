@@ -8,6 +8,10 @@ if [[ -d "$runfiles/ringlab" ]]; then cd "$runfiles/ringlab"; fi
 # ringlab_torch.so is in the runfiles where @local_torch found libtorch-dev (BUILD).
 torch_module=()
 if [[ -f torch_backend/ringlab_torch.so ]]; then torch_module=(--torch_module="$PWD/torch_backend"); fi
-exec /usr/bin/python3 experiments/fashion_mnist/fashion_mnist.py --train="$PWD/train/train" \
-  --on_hosts="$PWD/comm/job/on_hosts" \
-  --bench="$PWD/bench/allreduce_bench" "${torch_module[@]}" "$@"
+root="$PWD"
+# Paths the user gives are relative to where they typed the command, as without bazel run.
+cd "${BUILD_WORKING_DIRECTORY:-.}"
+exec /usr/bin/python3 "$root/experiments/fashion_mnist/fashion_mnist.py" \
+  --train="$root/train/train" \
+  --on_hosts="$root/comm/job/on_hosts" \
+  --bench="$root/bench/allreduce_bench" "${torch_module[@]}" "$@"

@@ -4,5 +4,9 @@
 set -euo pipefail
 runfiles="${RUNFILES_DIR:-$0.runfiles}"
 if [[ -d "$runfiles/ringlab" ]]; then cd "$runfiles/ringlab"; fi
-exec /usr/bin/python3 experiments/seed_ddp/seed_ddp.py --train="$PWD/train/train" \
-  --reference="$PWD/testdata/seed_ddp/reference" "$@"
+root="$PWD"
+# Paths the user gives are relative to where they typed the command, as without bazel run.
+cd "${BUILD_WORKING_DIRECTORY:-.}"
+exec /usr/bin/python3 "$root/experiments/seed_ddp/seed_ddp.py" \
+  --train="$root/train/train" \
+  --reference="$root/testdata/seed_ddp/reference" "$@"

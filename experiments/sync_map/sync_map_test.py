@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -181,6 +182,17 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(len(lm), 3 + 6 + 6)
         self.assertEqual(len(sync_map.tune_runs(grid("full", syncs=["diloco"]))),
                          8 + 8 + 6)
+
+    def test_bazel_run_takes_paths_from_where_the_command_was_typed(self):
+        typed_in = tempfile.mkdtemp()
+        root = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                             "..", ".."))
+        result = subprocess.run(
+            ["bash", os.path.join(root, "experiments", "sync_map", "sync_map.sh"),
+             "--report_only", "--out_dir=relative"], cwd=root, capture_output=True, text=True,
+            env=dict(os.environ, BUILD_WORKING_DIRECTORY=typed_in), timeout=60)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn(f"--out_dir={typed_in}/relative holds no tuned.json", result.stderr)
 
     def test_the_grid_takes_each_models_own_settings(self):
         args = grid("full")
