@@ -135,16 +135,11 @@ def parse_links(text):
     return links
 
 
-def short_command(command, out, other=None):
-    """A run's command with the runfiles' paths as the checkout's, the output folder as OUT and
-    another folder it reads (other, if any) as OTHER: what another machine runs, without this
-    one's paths."""
+def short_command(command, out):
+    """A run's command with the runfiles' paths as the checkout's and the output folder as OUT:
+    what another machine runs, without this one's paths."""
     command = re.sub(r"/[^\s:=]*?\.runfiles/ringlab/", "", command)
-    named = {os.path.abspath(folder): name for folder, name in ((out, "OUT"), (other, "OTHER"))
-             if folder}
-    for folder in sorted(named, key=len, reverse=True):  # one inside the other: the longer first
-        command = command.replace(folder, named[folder])
-    return command
+    return command.replace(os.path.abspath(out), "OUT")
 
 
 def default_out_dir(name):

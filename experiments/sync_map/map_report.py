@@ -370,9 +370,9 @@ def model_section(out, model, target, tuned, fits):
 
 
 def minutes(sitting):
-    """How long a sitting ran, from its invocation record: one stopped midway has none."""
+    """How long a sitting ran, from its invocation record: one not finished has none."""
     if "duration_s" not in sitting:
-        return "stopped before its end"
+        return "not finished (stopped, or still running)"
     return f"{sitting['duration_s'] / 60:.1f} min"
 
 

@@ -63,7 +63,7 @@ import cli_errors  # noqa: E402
 import map_model  # noqa: E402
 import map_report  # noqa: E402
 from cli_errors import fail  # noqa: E402
-from run_driver import (default_out_dir, execute, machine, probe_hosts, short_command,  # noqa: E402
+from run_driver import (default_out_dir, execute, machine, probe_hosts,  # noqa: E402
                         stop_on_signal, write_invocation)
 
 LM_TRAIN = os.path.normpath(os.path.join(HERE, "..", "char_lm", "char_lm_train.py"))
@@ -155,8 +155,6 @@ def grid_syncs(args, model):
     syncs = per_model(args, model, "syncs")
     return [s for s in syncs if s in MODELS[model]["syncs"] and
             (not args.syncs or s in args.syncs)]
-
-
 
 
 def hosts(ranks):
@@ -438,15 +436,34 @@ def blas_core(train):
     return "?"
 
 
+def recorded_argv(argv):
+    """The flags a sitting is recorded with: those the wrapper adds left out, and the folders
+    named OUT and OTHER (another machine's are elsewhere), however they were typed."""
+    named = {"--out_dir": "OUT", "--second_sitting": "OTHER"}
+    wrapper = ("--train", "--on_hosts", "--bench", "--torch_module")
+    recorded, skip = [], False
+    for arg in argv:
+        if skip:  # the value of `--flag VALUE`, left out with its flag
+            skip = False
+            continue
+        flag, equals, _ = arg.partition("=")
+        if flag in named:
+            recorded.append(f"{flag}={named[flag]}")
+        elif flag not in wrapper:
+            recorded.append(arg)
+            continue
+        skip = not equals
+    return recorded
+
+
 def run_all(args, out):
     started = time.monotonic()
     why_not = probe_hosts(args.on_hosts)
     if why_not:
         fail(f"emulated hosts cannot be made here: {why_not}")
-    given = [a for a in args.argv if not a.startswith(("--train=", "--on_hosts=", "--bench=",
-                                                        "--torch_module="))]
-    command = "bazel run -c opt //experiments:sync_map -- " + " ".join(map(shlex.quote, given))
-    invocation = dict(command=short_command(command, out, args.second_sitting),
+    command = "bazel run -c opt //experiments:sync_map -- " + " ".join(
+        map(shlex.quote, recorded_argv(args.argv)))
+    invocation = dict(command=command,
                       mode=args.mode, date=datetime.date.today().isoformat(),
                       cpu=machine()[0], cores=machine()[1], blas_core=blas_core(args.train),
                       load_before=" ".join(f"{x:.2f}" for x in os.getloadavg()))
@@ -455,7 +472,9 @@ def run_all(args, out):
         with open(path) as f:
             earlier = json.load(f)
         kernel = earlier.get("blas_core")
-        if kernel and kernel != invocation["blas_core"]:  # one profile, one arithmetic
+        # One profile, one arithmetic ("?": a kernel not found out, which proves nothing).
+        known = "?" not in (kernel or "?", invocation["blas_core"])
+        if known and kernel != invocation["blas_core"]:
             fail(f"--out_dir={args.out_dir} was swept with OpenBLAS's {kernel} kernel and this "
                  f"machine loads {invocation['blas_core']}: set OPENBLAS_CORETYPE={kernel}, or "
                  f"use another --out_dir")

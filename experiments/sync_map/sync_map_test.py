@@ -165,7 +165,7 @@ class FlagsTest(unittest.TestCase):
         binaries = [f"--{b}=/bin/true" for b in ("train", "bench", "on_hosts")]
         for argv in (["--timeout=0"], ["--report_only", "--out_dir=/nonexistent/x"],
                      ["--train=/nonexistent"], ["--models=mlp_narrow,gpt"], ["--syncs="],
-                     ["--syncs=allreduce_nesterov", "--models=char_lm"] + binaries,
+                     ["--full", "--syncs=allreduce_nesterov", "--models=char_lm"] + binaries,
                      ["--full", "--models=char_lm", "--torch_module=/nonexistent"] + binaries,
                      ["--quick", "--full"]):
             with self.assertRaises(SystemExit) as e:
@@ -203,12 +203,10 @@ class FlagsTest(unittest.TestCase):
                          ["allreduce", "diloco", "streaming_diloco"])
 
     def test_a_recorded_command_names_no_folder_of_this_machine(self):
-        # The second folder's name extends the first's: it must not become OUT-b.
-        command = ("bazel run //experiments:sync_map -- --out_dir=/m/sitting "
-                   "--second_sitting=/m/sitting-b")
-        self.assertEqual(sync_map.short_command(command, "/m/sitting", "/m/sitting-b"),
-                         "bazel run //experiments:sync_map -- --out_dir=OUT "
-                         "--second_sitting=OTHER")
+        typed = ["--train=/r/train", "--full", "--out_dir", "../sitting", "--bench", "/r/b",
+                 "--second_sitting=../sitting-b", "--models=mlp_wide"]
+        self.assertEqual(sync_map.recorded_argv(typed),
+                         ["--full", "--out_dir=OUT", "--second_sitting=OTHER", "--models=mlp_wide"])
 
     def test_tuning_widens_a_grid_whose_best_is_at_an_edge(self):
         def tried(best_lr, model="mlp_narrow", sync="allreduce"):
@@ -300,7 +298,7 @@ class SittingTest(unittest.TestCase):
         with self.assertRaises(KeyboardInterrupt):  # continued on the same kernel
             self.sit("Cooperlake")
         self.assertEqual(len(self.record()["earlier"]), 1)
-        self.assertIn("stopped before its end",
+        self.assertIn("not finished",
                       map_report.minutes(self.record()["earlier"][0]))
 
     def test_a_sweep_continued_on_another_kernel_stops_with_one_error_line(self):
@@ -311,6 +309,8 @@ class SittingTest(unittest.TestCase):
             self.sit("Haswell")
         self.assertEqual(e.exception.code, 2)
         self.assertEqual(self.record(), before)
+        with self.assertRaises(KeyboardInterrupt):  # a kernel not found out proves nothing
+            self.sit("?")
 
 
 if __name__ == "__main__":
