@@ -3,7 +3,7 @@
 count, each tuned by the same rule; measured where this machine reaches, predicted beyond.
 
     bazel run -c opt //experiments:sync_map -- [--quick|--full] [--models=M,..] [--syncs=S,..]
-        [--out_dir=DIR] [--report_only]
+        [--ranks=N,..] [--out_dir=DIR] [--report_only]
 
 The models (MODELS): the Fashion-MNIST MLP at two widths (SGD, the C++ trainer), to 85% test
 accuracy, and the character language model of experiments/char_lm (AdamW, its PyTorch loop
@@ -36,7 +36,8 @@ narrow MLP with eleven synchronisers, links unlimited, 10gbit, 1gbit and 100mbit
 ranks, stragglers at four settings (about 40 minutes here). --full: the same for the wide MLP
 too, and the language model with three synchronisers on the same links at 2 and 4 ranks (about
 3 hours here).
---models and --syncs run a part of the mode's grid.
+--models runs a part of the mode's models; --syncs and --ranks replace its synchronisers and
+rank counts (a model runs the named synchronisers it has).
 --second_sitting=DIR adds to the report how far its claims reproduce in another sitting's
 folder (the quick grid run twice, say). Exit status 0 when every run finished, 1 when one
 failed, 2 for bad input (one error line, before anything runs).
@@ -127,6 +128,8 @@ MODES = {
                  model_stragglers={"char_lm": (("1gbit", 2),)},
                  model_point_cap_s={"char_lm": 150}),
 }
+# The rank counts --ranks may name (8 on 4 emulated hosts, the most this machine holds).
+RANKS = ("2", "4", "8")
 # Ranks sit contiguously on emulated hosts: 2 hosts up to 4 ranks, then 2 ranks a host.
 RANKS_PER_HOST = 2
 # The slow rank of the straggler points: the last one, computing this much slower.
@@ -150,11 +153,22 @@ def per_model(args, model, key):
 
 
 def grid_syncs(args, model):
-    """The synchronisers of the mode's grid for `model`, in order, less those --syncs leaves
-    out."""
-    syncs = per_model(args, model, "syncs")
-    return [s for s in syncs if s in MODELS[model]["syncs"] and
-            (not args.syncs or s in args.syncs)]
+    """The synchronisers `model` runs, in order: those --syncs names that it has, else the
+    mode's."""
+    syncs = args.syncs or per_model(args, model, "syncs")
+    return [s for s in MODELS[model]["syncs"] if s in syncs]
+
+
+def grid_ranks(args, model):
+    """The rank counts `model` runs, fewest first (a point's budget follows from fewer ranks'):
+    --ranks, else the mode's."""
+    return sorted(args.ranks or per_model(args, model, "ranks"))
+
+
+def grid_stragglers(args, model):
+    """The mode's straggler settings for `model` at the rank counts it runs."""
+    return [(link, ranks) for link, ranks in per_model(args, model, "stragglers")
+            if ranks in grid_ranks(args, model)]
 
 
 def hosts(ranks):
@@ -364,10 +378,10 @@ def map_points(args, out, tuned, fits):
             for kind in ("map", "straggler"):
                 for run_dir in glob.glob(os.path.join(out, "runs", model, kind, sync, "*")):
                     supersede(run_dir, flags)
-            for ranks in per_model(args, model, "ranks"):
+            for ranks in grid_ranks(args, model):
                 for link in mode["links"]:  # unlimited first: it gives the compute
                     map_point(args, out, model, sync, flags, link, ranks, fits)
-            for link, ranks in per_model(args, model, "stragglers"):
+            for link, ranks in grid_stragglers(args, model):
                 map_point(args, out, model, sync, flags, link, ranks, fits, straggler=True)
 
 
@@ -377,9 +391,10 @@ def point_budget(model, profile, ranks):
     target = MODELS[model]["target"]
     units = profile["units"] if profile else {}
     budget = MODELS[model]["most"] * (ranks // 2 if target.unit == "epoch" else 1)
+    missed = [r for r, u in units.items() if r < ranks and not u]
+    if missed:  # more ranks, fewer steps an epoch: no nearer the target
+        return None, f"the target is not reached at {min(missed)} ranks"
     fewer = units.get(ranks // 2)
-    if ranks // 2 in units and not fewer:
-        return None, f"the target is not reached at {ranks // 2} ranks"
     if fewer and target.unit == "epoch":
         # Twice the ranks, half the steps an epoch: at most twice the epochs (and one more).
         budget = min(budget, 2 * fewer + 1)
@@ -472,11 +487,11 @@ def run_all(args, out):
         with open(path) as f:
             earlier = json.load(f)
         kernel = earlier.get("blas_core")
+        here = invocation["blas_core"]
         # One profile, one arithmetic ("?": a kernel not found out, which proves nothing).
-        known = "?" not in (kernel or "?", invocation["blas_core"])
-        if known and kernel != invocation["blas_core"]:
+        if kernel not in (None, "?", here) and here != "?":
             fail(f"--out_dir={args.out_dir} was swept with OpenBLAS's {kernel} kernel and this "
-                 f"machine loads {invocation['blas_core']}: set OPENBLAS_CORETYPE={kernel}, or "
+                 f"machine loads {here}: set OPENBLAS_CORETYPE={kernel}, or "
                  f"use another --out_dir")
         invocation["earlier"] = earlier.pop("earlier", []) + [earlier]
     # On record from the start: a sweep stopped midway and continued elsewhere meets its kernel.
@@ -512,7 +527,11 @@ def parser():
     p.add_argument("--models", type=names("--models", MODELS),
                    help=f"a part of the mode's models, comma-separated: {', '.join(MODELS)}")
     p.add_argument("--syncs", type=names("--syncs", SYNCS),
-                   help="a part of the mode's synchronisers, comma-separated")
+                   help="the synchronisers to run on each model that has them, comma-separated "
+                        "(default: the mode's)")
+    p.add_argument("--ranks", type=names("--ranks", RANKS, int),
+                   help=f"the rank counts to run, comma-separated, of {', '.join(RANKS)} "
+                        "(default: the mode's)")
     p.add_argument("--data_dir", help=f"the IDX .gz files (default {DEFAULT_DATA_DIR})")
     p.add_argument("--timeout", type=float, default=120,
                    help=f"seconds any wait between ranks may take, in (0, {MAX_TIMEOUT_S}]")
@@ -524,15 +543,15 @@ def parser():
     return p
 
 
-def names(flag, known):
-    """A parser of a comma-separated subset of `known`."""
+def names(flag, known, kind=str):
+    """A parser of a comma-separated subset of `known`, each name made a `kind`."""
     def parse(text):
         chosen = [n for n in text.split(",") if n]
         unknown = [n for n in chosen if n not in known]
         if unknown or not chosen:
             fail(f"{flag}={text}: {'unknown ' + ', '.join(unknown) if unknown else 'none named'}"
                  f" (known: {', '.join(known)})")
-        return chosen
+        return [kind(n) for n in chosen]
     return parse
 
 

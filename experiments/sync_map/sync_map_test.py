@@ -155,9 +155,9 @@ class ReportTest(unittest.TestCase):
             self.assertIn("the measured fastest is the same at 2 of 2 settings", report)
 
 
-def grid(mode, models=None, syncs=None):
+def grid(mode, models=None, syncs=None, ranks=None):
     """The flags the grid functions read, as parse_args leaves them."""
-    return argparse.Namespace(mode=mode, models=models, syncs=syncs)
+    return argparse.Namespace(mode=mode, models=models, syncs=syncs, ranks=ranks)
 
 
 class FlagsTest(unittest.TestCase):
@@ -201,6 +201,19 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(sync_map.per_model(args, "char_lm", "stragglers"), (("1gbit", 2),))
         self.assertEqual(sync_map.grid_syncs(args, "char_lm"),
                          ["allreduce", "diloco", "streaming_diloco"])
+        # --syncs and --ranks replace the mode's lists; a model runs the named syncs it has,
+        # and the straggler settings at the rank counts it runs.
+        args = grid("full", syncs=["fp16", "allreduce_nesterov", "allreduce"], ranks=[4, 2])
+        self.assertEqual(sync_map.grid_syncs(args, "char_lm"), ["allreduce", "fp16"])
+        self.assertEqual(sync_map.grid_syncs(args, "mlp_narrow"),
+                         ["allreduce", "allreduce_nesterov", "fp16"])
+        self.assertEqual(sync_map.grid_ranks(args, "mlp_wide"), [2, 4])
+        self.assertEqual(sync_map.grid_stragglers(grid("full", ranks=[2]), "mlp_narrow"),
+                         [("unlimited", 2), ("1gbit", 2), ("100mbit", 2)])
+        with self.assertRaises(SystemExit) as e:
+            sync_map.parse_args(["--ranks=2,3"])
+        self.assertEqual(e.exception.code, 2)
+        self.assertEqual(sync_map.parser().parse_args(["--ranks=8,2"]).ranks, [8, 2])
 
     def test_a_recorded_command_names_no_folder_of_this_machine(self):
         typed = ["--train=/r/train", "--full", "--out_dir", "../sitting", "--bench", "/r/b",
@@ -246,6 +259,8 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(budget("mlp_narrow", {"units": {2: 3, 4: 5}}, 8), (11, None))
         self.assertIsNone(budget("mlp_narrow", {"units": {2: 3, 4: None}}, 8)[0])
         self.assertIsNone(budget("mlp_narrow", {"units": {2: None}}, 2)[0])
+        # Missed at 2 ranks: 8 do not run either, though 4 did not run.
+        self.assertIsNone(budget("mlp_narrow", {"units": {2: None}}, 8)[0])
         # The language model always runs its schedule's steps.
         self.assertEqual(budget("char_lm", {"units": {2: 150}}, 4), (300, None))
         self.assertEqual(sync_map.hosts(2), 2)
