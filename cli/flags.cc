@@ -1,6 +1,7 @@
 #include "cli/flags.h"
 
 #include <gflags/gflags.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -92,6 +93,17 @@ void ShowHelp(const char* argv0, const std::vector<std::string>& dirs) {
   }
 }
 
+// `bazel run` starts a binary inside its runfiles tree and names the directory
+// the command was typed in: a relative path the user gives (--out_dir=run) is
+// theirs, so the binary works from there, as it would run from bazel-bin.
+void EnterTypedInDirectory() {
+  const char* typed_in = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (typed_in != nullptr && *typed_in != '\0' && chdir(typed_in) != 0) {
+    ExitWithUsageError(std::string("BUILD_WORKING_DIRECTORY=") + typed_in +
+                       " cannot be entered");
+  }
+}
+
 }  // namespace
 
 std::vector<char*> ParseFlagsOrExit(
@@ -99,6 +111,7 @@ std::vector<char*> ParseFlagsOrExit(
     const std::vector<std::string>& help_dirs,
     const std::vector<std::string>& pass_through) {
   gflags::SetUsageMessage(usage);
+  EnterTypedInDirectory();
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

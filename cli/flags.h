@@ -18,7 +18,8 @@ namespace ringlab::cli {
 // `usage` and the flags defined in files whose path contains one of
 // help_dirs (e.g. {"train/", "comm/cluster/"}) and exits 0. Arguments that
 // begin with one of pass_through (e.g. "--benchmark_") are not parsed: they are
-// returned, in order, after argv[0].
+// returned, in order, after argv[0]. Under `bazel run` it first moves to the
+// directory the command was typed in, so that relative paths are the user's.
 std::vector<char*> ParseFlagsOrExit(
     int argc, char** argv, const std::string& usage,
     const std::vector<std::string>& help_dirs,

@@ -5,6 +5,9 @@
 
 #include <gflags/gflags.h>
 #include <gtest/gtest.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -105,6 +108,30 @@ TEST_F(FlagsDeathTest, HelpPrintsUsageAndExitsZero) {
         ::testing::ExitedWithCode(0), "")
         << help;
   }
+}
+
+// Under `bazel run` (BUILD_WORKING_DIRECTORY set) a relative path means the
+// directory the command was typed in, not the runfiles tree it started in.
+TEST_F(FlagsTest, BazelRunWorksWhereTheCommandWasTyped) {
+  char before[PATH_MAX], after[PATH_MAX], typed_in[PATH_MAX];
+  ASSERT_NE(getcwd(before, sizeof(before)), nullptr);
+  ASSERT_NE(realpath(::testing::TempDir().c_str(), typed_in), nullptr);
+  setenv("BUILD_WORKING_DIRECTORY", typed_in, 1);
+  Parse({"bin"});
+  ASSERT_NE(getcwd(after, sizeof(after)), nullptr);
+  unsetenv("BUILD_WORKING_DIRECTORY");
+  ASSERT_EQ(chdir(before), 0);
+  EXPECT_EQ(std::string(after), std::string(typed_in));
+}
+
+TEST_F(FlagsDeathTest, AnUnenterableTypedInDirectoryIsOneErrorLine) {
+  EXPECT_EXIT(
+      {
+        setenv("BUILD_WORKING_DIRECTORY", "/nonexistent/dir", 1);
+        Parse({"bin"});
+      },
+      ::testing::ExitedWithCode(2),
+      "^error: BUILD_WORKING_DIRECTORY=/nonexistent/dir cannot be entered\n$");
 }
 
 TEST(UsageErrorDeathTest, PrintsOneLineAndExitsTwo) {
