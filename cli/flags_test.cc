@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -112,22 +113,36 @@ TEST_F(FlagsDeathTest, HelpPrintsUsageAndExitsZero) {
 
 // Under `bazel run` (BUILD_WORKING_DIRECTORY set) a relative path means the
 // directory the command was typed in, not the runfiles tree it started in.
+// Sets BUILD_WORKING_DIRECTORY for a test; the process's directory and the
+// variable are restored however the test ends.
+class TypedIn {
+ public:
+  explicit TypedIn(const char* dir) {
+    if (getcwd(before_, sizeof(before_)) == nullptr) before_[0] = '\0';
+    setenv("BUILD_WORKING_DIRECTORY", dir, 1);
+  }
+  ~TypedIn() {
+    unsetenv("BUILD_WORKING_DIRECTORY");
+    if (before_[0] != '\0' && chdir(before_) != 0) std::abort();
+  }
+
+ private:
+  char before_[PATH_MAX];
+};
+
 TEST_F(FlagsTest, BazelRunWorksWhereTheCommandWasTyped) {
-  char before[PATH_MAX], after[PATH_MAX], typed_in[PATH_MAX];
-  ASSERT_NE(getcwd(before, sizeof(before)), nullptr);
+  char after[PATH_MAX], typed_in[PATH_MAX];
   ASSERT_NE(realpath(::testing::TempDir().c_str(), typed_in), nullptr);
-  setenv("BUILD_WORKING_DIRECTORY", typed_in, 1);
+  TypedIn guard(typed_in);
   Parse({"bin"});
   ASSERT_NE(getcwd(after, sizeof(after)), nullptr);
-  unsetenv("BUILD_WORKING_DIRECTORY");
-  ASSERT_EQ(chdir(before), 0);
   EXPECT_EQ(std::string(after), std::string(typed_in));
 }
 
 TEST_F(FlagsDeathTest, AnUnenterableTypedInDirectoryIsOneErrorLine) {
   EXPECT_EXIT(
       {
-        setenv("BUILD_WORKING_DIRECTORY", "/nonexistent/dir", 1);
+        TypedIn guard("/nonexistent/dir");
         Parse({"bin"});
       },
       ::testing::ExitedWithCode(2),

@@ -100,8 +100,8 @@ MLP_TARGET = map_model.Target("test_accuracy", 0.85, higher=True, unit="epoch")
 # model: what trains (the trainer's --model, or the language model), its target, its grid, and
 # its budgets in the target's units: tuning, and the most a map point trains at 2 ranks (in
 # epochs, at N ranks N/2 times as many, the same number of steps, but at most 2u + 1 where N/2
-# ranks reached the target in u; in steps, the same at every N). N ranks do not run where N/2
-# did not reach the target.
+# ranks reached the target in u; in steps, the same at every N). N ranks do not run where any
+# fewer did not reach the target.
 MODELS = {
     "mlp_narrow": dict(layers="784,256,10", target=MLP_TARGET, syncs=SYNCS, tune=4, most=6),
     "mlp_wide": dict(layers="784,1024,1024,10", target=MLP_TARGET, syncs=SYNCS, tune=3, most=3),
@@ -161,8 +161,9 @@ def grid_syncs(args, model):
 
 def grid_ranks(args, model):
     """The rank counts `model` runs, fewest first (a point's budget follows from fewer ranks'):
-    --ranks, else the mode's."""
-    return sorted(args.ranks or per_model(args, model, "ranks"))
+    --ranks, else the mode's; and 2 always, whose points give the cost model each
+    synchroniser's compute and bytes (run once: a folder's finished points stay)."""
+    return sorted({2, *(args.ranks or per_model(args, model, "ranks"))})
 
 
 def grid_stragglers(args, model):
@@ -501,7 +502,8 @@ def run_all(args, out):
     if os.path.isfile(os.path.join(out, "tuned.json")):  # models another sitting tuned stay
         with open(os.path.join(out, "tuned.json")) as f:
             tuned = json.load(f)
-    tuned.update(tune(args, out))
+    for model, settings in tune(args, out).items():  # a sitting of other syncs keeps these
+        tuned.setdefault(model, {}).update(settings)
     with open(os.path.join(out, "tuned.json"), "w") as f:
         json.dump(tuned, f, indent=1)
     fits = bench(args, out)
@@ -562,10 +564,13 @@ def check_inputs(args):
         if path is None:
             fail(f"{flag} is needed: the path to its binary")
         cli_errors.executable(flag, path)
-    models = grid_models(args)
-    if not models or not any(grid_syncs(args, m) for m in models):
-        fail(f"--models and --syncs leave nothing of the {args.mode} grid to run (--full has "
-             f"every model)")
+    if not grid_models(args):
+        fail(f"--models={','.join(args.models)} names none of the {args.mode} grid's models "
+             f"(--full has every model)")
+    models = [m for m in grid_models(args) if grid_syncs(args, m)]
+    if not models:
+        fail(f"--syncs={','.join(args.syncs)}: none of them runs on "
+             f"{', '.join(grid_models(args))}")
     if any(MODELS[m]["layers"] for m in models):
         if args.data_dir is not None:
             cli_errors.input_dir("--data_dir", args.data_dir, DATA_FILES)

@@ -208,6 +208,8 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(sync_map.grid_syncs(args, "mlp_narrow"),
                          ["allreduce", "allreduce_nesterov", "fp16"])
         self.assertEqual(sync_map.grid_ranks(args, "mlp_wide"), [2, 4])
+        # 2 ranks always: their points give the cost model compute and bytes.
+        self.assertEqual(sync_map.grid_ranks(grid("full", ranks=[8, 8]), "char_lm"), [2, 8])
         self.assertEqual(sync_map.grid_stragglers(grid("full", ranks=[2]), "mlp_narrow"),
                          [("unlimited", 2), ("1gbit", 2), ("100mbit", 2)])
         with self.assertRaises(SystemExit) as e:
