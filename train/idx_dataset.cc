@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace ringlab::train {
@@ -103,6 +104,42 @@ std::vector<uint32_t> HeaderDimensions(const std::string& path, int rank) {
   return dims;
 }
 
+// An IDX file of unsigned bytes with `rank` dimensions: all of it (limit 0),
+// its data filling the file exactly, or its first `limit` records, which must
+// be there (what follows them is not read, nor decompressed).
+struct IdxFile {
+  std::vector<uint32_t> dims;        // as its header says
+  std::vector<unsigned char> bytes;  // the header, then the records read
+  int64_t records = 0;               // how many were read
+};
+
+IdxFile ReadIdx(const std::string& path, int rank, int64_t limit) {
+  IdxFile f;
+  if (limit <= 0) {
+    f.bytes = ReadAll(path);
+    f.dims = Dimensions(f.bytes, path, rank);
+    f.records = f.dims[0];
+    return f;
+  }
+  f.dims = HeaderDimensions(path, rank);
+  uint64_t record = 1;
+  for (int d = 1; d < rank; ++d) record *= f.dims[d];
+  f.records = std::min<int64_t>(limit, f.dims[0]);
+  if (record * f.records > (uint64_t{1} << 31)) {  // one gzread's worth
+    throw DataError(path + ": dimensions too large");
+  }
+  const size_t header = 4 + 4 * static_cast<size_t>(rank);
+  const size_t wanted = header + record * f.records;
+  f.bytes = ReadHead(path, wanted);
+  if (f.bytes.size() < wanted) {
+    throw DataError(path + ": " + std::to_string(f.bytes.size() - header) +
+                    " bytes of data where " + std::to_string(f.records) +
+                    " records need " + std::to_string(wanted - header) +
+                    " (truncated)");
+  }
+  return f;
+}
+
 }  // namespace
 
 ImageDataSetShape ReadFashionMnistShape(const std::string& dir) {
@@ -133,27 +170,26 @@ ImageDataSetShape ReadFashionMnistShape(const std::string& dir) {
 }
 
 LabelledImages ReadIdxImages(const std::string& images_path,
-                             const std::string& labels_path, int num_classes) {
-  const std::vector<unsigned char> images = ReadAll(images_path);
-  const std::vector<uint32_t> dims = Dimensions(images, images_path, 3);
-  const std::vector<unsigned char> labels = ReadAll(labels_path);
-  const std::vector<uint32_t> label_dims = Dimensions(labels, labels_path, 1);
-  if (label_dims[0] != dims[0]) {
-    throw DataError(labels_path + ": " + std::to_string(label_dims[0]) +
-                    " labels for the " + std::to_string(dims[0]) +
+                             const std::string& labels_path, int num_classes,
+                             int64_t limit) {
+  const IdxFile images = ReadIdx(images_path, 3, limit);
+  const IdxFile labels = ReadIdx(labels_path, 1, limit);
+  if (labels.dims[0] != images.dims[0]) {
+    throw DataError(labels_path + ": " + std::to_string(labels.dims[0]) +
+                    " labels for the " + std::to_string(images.dims[0]) +
                     " images of " + images_path);
   }
   LabelledImages out;
-  out.count = dims[0];
-  out.features = int64_t{dims[1]} * dims[2];
+  out.count = images.records;
+  out.features = int64_t{images.dims[1]} * images.dims[2];
   out.pixels.resize(static_cast<size_t>(out.count * out.features));
-  const unsigned char* pixel = images.data() + 16;
+  const unsigned char* pixel = images.bytes.data() + 16;
   for (size_t i = 0; i < out.pixels.size(); ++i) {
     out.pixels[i] = static_cast<float>(pixel[i]) / 255.0f;
   }
   out.labels.resize(static_cast<size_t>(out.count));
   for (int64_t i = 0; i < out.count; ++i) {
-    out.labels[i] = labels[8 + i];
+    out.labels[i] = labels.bytes[8 + i];
     if (out.labels[i] >= num_classes) {
       throw DataError(labels_path + ": label " + std::to_string(out.labels[i]) +
                       " of image " + std::to_string(i) + " is not below " +
@@ -163,10 +199,11 @@ LabelledImages ReadIdxImages(const std::string& images_path,
   return out;
 }
 
-ImageDataSet ReadFashionMnist(const std::string& dir) {
+ImageDataSet ReadFashionMnist(const std::string& dir, int64_t train_limit) {
   ImageDataSet set;
   set.train = ReadIdxImages(Existing(dir + "/train-images-idx3-ubyte"),
-                            Existing(dir + "/train-labels-idx1-ubyte"), 10);
+                            Existing(dir + "/train-labels-idx1-ubyte"), 10,
+                            train_limit);
   set.test = ReadIdxImages(Existing(dir + "/t10k-images-idx3-ubyte"),
                            Existing(dir + "/t10k-labels-idx1-ubyte"), 10);
   if (set.train.features != set.test.features) {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -104,6 +105,32 @@ TEST(IdxDatasetTest, EveryDefectIsAnErrorNamingTheFile) {
   ExpectError(cut, good_labels, Root() + "/cut");
 }
 
+// A limit reads the first images only: what follows them may be cut short or
+// never checked, but the images read must be there.
+TEST(IdxDatasetTest, ALimitReadsTheFirstImagesOnly) {
+  std::vector<unsigned char> short_tail = Idx({2, 2, 3}, kPixels);
+  short_tail.resize(short_tail.size() - 2);  // the second image cut short
+  const auto labels = Write("lim_lab", Idx({2}, {7, 3}), true);
+  for (bool gzip : {true, false}) {
+    const auto images =
+        Write(std::string("lim_img") + (gzip ? ".gz" : ""), short_tail, gzip);
+    const LabelledImages first = ReadIdxImages(images, labels, 10, 1);
+    EXPECT_EQ(first.count, 1);
+    EXPECT_EQ(first.pixels.size(), 6u);
+    EXPECT_EQ(first.pixels[3], 128.0f / 255.0f);
+    EXPECT_EQ(first.labels, (std::vector<int64_t>{7}));
+    EXPECT_THROW(ReadIdxImages(images, labels, 10, 2), DataError);
+    EXPECT_THROW(ReadIdxImages(images, labels, 10), DataError);
+  }
+  // More than the file holds: all of it.
+  const auto whole = Write("lim_whole", Idx({2, 2, 3}, kPixels), true);
+  EXPECT_EQ(ReadIdxImages(whole, labels, 10, 5).count, 2);
+  // The counts in the headers must still agree.
+  EXPECT_THROW(
+      ReadIdxImages(whole, Write("lim_lab1", Idx({1}, {7}), true), 10, 1),
+      DataError);
+}
+
 // Debian's dataset-fashion-mnist, where installed (tools/setup.sh does).
 TEST(IdxDatasetTest, DebiansFashionMnist) {
   struct stat st;
@@ -120,6 +147,11 @@ TEST(IdxDatasetTest, DebiansFashionMnist) {
   std::vector<int> per_class(10);
   for (int64_t l : set.train.labels) ++per_class[l];
   for (int n : per_class) EXPECT_EQ(n, 6000);  // balanced, as published
+  const ImageDataSet part = ReadFashionMnist(kFashionMnistDir, 3200);
+  ASSERT_EQ(part.train.count, 3200);
+  EXPECT_EQ(part.test.count, 10000);
+  EXPECT_TRUE(std::equal(part.train.pixels.begin(), part.train.pixels.end(),
+                         set.train.pixels.begin()));
   const ImageDataSetShape shape = ReadFashionMnistShape(kFashionMnistDir);
   EXPECT_EQ(shape.train_count, 60000);
   EXPECT_EQ(shape.test_count, 10000);

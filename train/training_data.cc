@@ -42,12 +42,7 @@ TrainingData LoadTrainingData(const TrainConfig& config,
   const std::string kind = DatasetKind(config);
   if (kind == "fashion_mnist") {
     const std::string dir = DataDir(config);
-    ImageDataSet set = ReadFashionMnist(dir);
-    if (config.train_subset > 0 && config.train_subset < set.train.count) {
-      set.train.count = config.train_subset;
-      set.train.pixels.resize(set.train.count * set.train.features);
-      set.train.labels.resize(set.train.count);
-    }
+    ImageDataSet set = ReadFashionMnist(dir, config.train_subset);
     return {
         FromImages(std::move(set.train), "fashion_mnist:" + dir),
         FromImages(std::move(set.test), "fashion_mnist:" + dir + " (test)")};
