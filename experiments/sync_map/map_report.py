@@ -450,24 +450,34 @@ def agreement_lines(out, other):
     lines = [f"## Agreement with the sitting in {os.path.basename(os.path.normpath(other))}",
              ""]
     for model in tuned_a:
-        same_tuning = [s for s in tuned_a[model] if tuned_b.get(model, {}).get(s) ==
-                       tuned_a[model][s]]
+        syncs_a, syncs_b = set(tuned_a[model]), set(tuned_b.get(model, {}))
+        both = sorted(syncs_a & syncs_b)
+        same_tuning = [s for s in both if tuned_b[model][s] == tuned_a[model][s]]
         common = sorted(set(times_a.get(model, {})) & set(times_b.get(model, {})))
         diffs = sorted(abs(times_b[model][k] / times_a[model][k] - 1) for k in common)
-        cells = set(winners_a.get(model, {})) & set(winners_b.get(model, {}))
-        same = sum(winners_a[model][c] == winners_b[model][c] for c in cells)
-        measured_a = _measured_winners(times_a.get(model, {}), common)
-        measured_b = _measured_winners(times_b.get(model, {}), common)
-        lines += [f"- {model}: the same setting kept for {len(same_tuning)} of "
-                  f"{len(tuned_a[model])} synchronisers.",
+        # A fastest is a claim only among two or more synchronisers measured in both.
+        contested = [k for k in common
+                     if sum((s, k[1], k[2]) in common for s in both) >= 2]
+        measured_a = _measured_winners(times_a.get(model, {}), contested)
+        measured_b = _measured_winners(times_b.get(model, {}), contested)
+        lines += [f"- {model}: the same setting kept for {len(same_tuning)} of the "
+                  f"{len(both)} synchronisers tuned in both.",
                   f"- {model}: {len(common)} points measured in both; time to target differs "
                   f"by a median of {100 * diffs[len(diffs) // 2]:.0f}% and at most "
                   f"{100 * diffs[-1]:.0f}%." if diffs else f"- {model}: no point in both.",
                   f"- {model}: the measured fastest is the same at "
                   f"{sum(measured_a[c] == measured_b.get(c) for c in measured_a)} of "
-                  f"{len(measured_a)} settings run in both.",
-                  f"- {model}: the map's predicted fastest is the same in {same} of "
-                  f"{len(cells)} cells."]
+                  f"{len(measured_a)} settings where both measured two or more of the same "
+                  f"synchronisers."]
+        if syncs_a != syncs_b:  # each map picks among its own synchronisers
+            lines.append(f"- {model}: the maps are not compared: their synchronisers differ "
+                         f"(only here: {', '.join(sorted(syncs_a - syncs_b)) or 'none'}; only "
+                         f"there: {', '.join(sorted(syncs_b - syncs_a)) or 'none'}).")
+            continue
+        cells = set(winners_a.get(model, {})) & set(winners_b.get(model, {}))
+        same = sum(winners_a[model][c] == winners_b[model][c] for c in cells)
+        lines.append(f"- {model}: the map's predicted fastest is the same in {same} of "
+                     f"{len(cells)} cells.")
     return lines + [""]
 
 

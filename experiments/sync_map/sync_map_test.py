@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -150,9 +151,24 @@ class ReportTest(unittest.TestCase):
             map_report.build(out, other=out)  # a sitting agrees with itself
             with open(os.path.join(out, "report.md")) as f:
                 report = f.read()
-            self.assertIn("the same setting kept for 2 of 2 synchronisers", report)
+            self.assertIn("the same setting kept for 2 of the 2 synchronisers", report)
             self.assertIn("differs by a median of 0% and at most 0%", report)
             self.assertIn("the measured fastest is the same at 2 of 2 settings", report)
+            self.assertIn("the map's predicted fastest is the same in 42 of 42 cells", report)
+            # Against a sitting of allreduce alone: its points compare, but neither a
+            # fastest (one synchroniser in common) nor the maps (other synchronisers).
+            with tempfile.TemporaryDirectory() as other:
+                shutil.copytree(os.path.join(out, "runs", "mlp_narrow", "map", "allreduce"),
+                                os.path.join(other, "runs", "mlp_narrow", "map", "allreduce"))
+                with open(os.path.join(other, "tuned.json"), "w") as f:
+                    json.dump({"mlp_narrow": {"allreduce": {"lr": 0.1}}}, f)
+                shutil.copy(os.path.join(out, "fits.json"), other)
+                lines = "\n".join(map_report.agreement_lines(out, other))
+            self.assertIn("the same setting kept for 1 of the 1 synchronisers", lines)
+            self.assertIn("2 points measured in both", lines)
+            self.assertIn("the same at 0 of 0 settings", lines)
+            self.assertIn("not compared: their synchronisers differ (only here: diloco; "
+                          "only there: none)", lines)
 
 
 def grid(mode, models=None, syncs=None, ranks=None):
