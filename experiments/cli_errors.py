@@ -187,3 +187,15 @@ def executable(flag, path):
     if not os.path.isfile(name) or not os.access(name, os.X_OK):
         fail(f"{flag}={path} is not an executable file")
     return name
+
+
+def subset(flag, known, kind=str):
+    """An argparse type: a comma-separated subset of `known`, each name made a `kind`."""
+    def parse(text):
+        chosen = [n for n in text.split(",") if n]
+        unknown = [n for n in chosen if n not in known]
+        if unknown or not chosen:
+            fail(f"{flag}={text}: {'unknown ' + ', '.join(unknown) if unknown else 'none named'}"
+                 f" (known: {', '.join(known)})")
+        return [kind(n) for n in chosen]
+    return parse

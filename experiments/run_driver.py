@@ -109,6 +109,21 @@ def machine():
     return model, os.cpu_count()
 
 
+def blas_core(train):
+    """The OpenBLAS kernel the trainer loads, as OPENBLAS_VERBOSE=2 names it ('Haswell'), or
+    '?': two machines with different kernels sum in different orders, so their runs' arithmetic
+    (and times to target) differ, and a sitting's points belong to one kernel."""
+    try:
+        shown = subprocess.run([train, "--help"], env=dict(os.environ, OPENBLAS_VERBOSE="2"),
+                               capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    for line in (shown.stdout + shown.stderr).splitlines():
+        if line.startswith("Core: "):
+            return line[len("Core: "):].strip()
+    return "?"
+
+
 def probe_hosts(on_hosts, link="1gbit"):
     """None when emulated hosts joined by links of this rate can be made here, else why not
     (one line)."""

@@ -64,8 +64,8 @@ import cli_errors  # noqa: E402
 import map_model  # noqa: E402
 import map_report  # noqa: E402
 from cli_errors import fail  # noqa: E402
-from run_driver import (default_out_dir, execute, machine, probe_hosts,  # noqa: E402
-                        stop_on_signal, write_invocation)
+from run_driver import (blas_core, default_out_dir, execute, machine,  # noqa: E402
+                        probe_hosts, stop_on_signal, write_invocation)
 
 LM_TRAIN = os.path.normpath(os.path.join(HERE, "..", "char_lm", "char_lm_train.py"))
 DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
@@ -436,22 +436,6 @@ def map_point(args, out, model, sync, flags, link, ranks, fits, straggler=False)
                                       ranks=ranks, straggler=straggler), label)
 
 
-def blas_core(train):
-    """The OpenBLAS kernel the trainer loads, as OPENBLAS_VERBOSE=2 names it ('Haswell'), or
-    '?': two machines with different kernels sum in different orders, so their runs' arithmetic
-    (and times to target) differ, and a sitting's points belong to one kernel."""
-    import subprocess
-    try:
-        shown = subprocess.run([train, "--help"], env=dict(os.environ, OPENBLAS_VERBOSE="2"),
-                               capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return "?"
-    for line in (shown.stdout + shown.stderr).splitlines():
-        if line.startswith("Core: "):
-            return line[len("Core: "):].strip()
-    return "?"
-
-
 def recorded_argv(argv):
     """The flags a sitting is recorded with: those the wrapper adds left out, and the folders
     named OUT and OTHER (another machine's are elsewhere), however they were typed."""
@@ -526,12 +510,12 @@ def parser():
     p.add_argument("--on_hosts", help="path to the //comm/job:on_hosts binary")
     p.add_argument("--torch_module", help="the directory of ringlab_torch.so (the language "
                    "model's runs)")
-    p.add_argument("--models", type=names("--models", MODELS),
+    p.add_argument("--models", type=cli_errors.subset("--models", MODELS),
                    help=f"a part of the mode's models, comma-separated: {', '.join(MODELS)}")
-    p.add_argument("--syncs", type=names("--syncs", SYNCS),
+    p.add_argument("--syncs", type=cli_errors.subset("--syncs", SYNCS),
                    help="the synchronisers to run on each model that has them, comma-separated "
                         "(default: the mode's)")
-    p.add_argument("--ranks", type=names("--ranks", RANKS, int),
+    p.add_argument("--ranks", type=cli_errors.subset("--ranks", RANKS, int),
                    help=f"the rank counts to run, comma-separated, of {', '.join(RANKS)} "
                         "(default: the mode's)")
     p.add_argument("--data_dir", help=f"the IDX .gz files (default {DEFAULT_DATA_DIR})")
@@ -543,18 +527,6 @@ def parser():
                    help="another sitting's --out_dir: the report says how far its claims "
                         "reproduce there")
     return p
-
-
-def names(flag, known, kind=str):
-    """A parser of a comma-separated subset of `known`, each name made a `kind`."""
-    def parse(text):
-        chosen = [n for n in text.split(",") if n]
-        unknown = [n for n in chosen if n not in known]
-        if unknown or not chosen:
-            fail(f"{flag}={text}: {'unknown ' + ', '.join(unknown) if unknown else 'none named'}"
-                 f" (known: {', '.join(known)})")
-        return [kind(n) for n in chosen]
-    return parse
 
 
 def check_inputs(args):
