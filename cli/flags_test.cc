@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -111,8 +110,6 @@ TEST_F(FlagsDeathTest, HelpPrintsUsageAndExitsZero) {
   }
 }
 
-// Under `bazel run` (BUILD_WORKING_DIRECTORY set) a relative path means the
-// directory the command was typed in, not the runfiles tree it started in.
 // Sets BUILD_WORKING_DIRECTORY for a test; the process's directory and the
 // variable are restored however the test ends.
 class TypedIn {
@@ -123,13 +120,15 @@ class TypedIn {
   }
   ~TypedIn() {
     unsetenv("BUILD_WORKING_DIRECTORY");
-    if (before_[0] != '\0' && chdir(before_) != 0) std::abort();
+    if (before_[0] != '\0' && chdir(before_) != 0) abort();
   }
 
  private:
   char before_[PATH_MAX];
 };
 
+// Under `bazel run` (BUILD_WORKING_DIRECTORY set) a relative path means the
+// directory the command was typed in, not the runfiles tree it started in.
 TEST_F(FlagsTest, BazelRunWorksWhereTheCommandWasTyped) {
   char after[PATH_MAX], typed_in[PATH_MAX];
   ASSERT_NE(realpath(::testing::TempDir().c_str(), typed_in), nullptr);

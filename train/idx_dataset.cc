@@ -4,48 +4,64 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace ringlab::train {
 namespace {
 
-// The whole file, decompressed when it is gzip'd (zlib reads plain files
-// as they are).
-std::vector<unsigned char> ReadAll(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    throw DataError(path + ": no such file");
-  }
-  if (S_ISDIR(st.st_mode)) throw DataError(path + ": is a directory");
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) throw DataError(path + ": cannot open");
-  std::vector<unsigned char> bytes;
-  unsigned char buffer[1 << 16];
-  for (;;) {
-    const int n = gzread(file, buffer, sizeof(buffer));
-    if (n < 0) {
-      int code = 0;
-      const std::string why = gzerror(file, &code);
-      gzclose(file);
-      throw DataError(path + ": cannot decompress (" + why + ")");
+// A file read in order, decompressed when it is gzip'd (zlib reads plain
+// files as they are), so that a header and then only the records wanted are
+// read through one open file.
+class GzInput {
+ public:
+  explicit GzInput(const std::string& path) : path_(path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      throw DataError(path + ": no such file");
     }
-    if (n == 0) break;
-    bytes.insert(bytes.end(), buffer, buffer + n);
+    if (S_ISDIR(st.st_mode)) throw DataError(path + ": is a directory");
+    file_ = gzopen(path.c_str(), "rb");
+    if (file_ == nullptr) throw DataError(path + ": cannot open");
   }
-  gzclose(file);
-  return bytes;
-}
+  ~GzInput() { gzclose(file_); }
+  GzInput(const GzInput&) = delete;
+  GzInput& operator=(const GzInput&) = delete;
+
+  // Appends the next `most` bytes to `out`, fewer where the file ends.
+  void ReadInto(std::vector<unsigned char>& out, uint64_t most) {
+    unsigned char buffer[1 << 16];
+    for (uint64_t read = 0; read < most;) {
+      const uint64_t want = std::min<uint64_t>(sizeof(buffer), most - read);
+      const int n = gzread(file_, buffer, static_cast<unsigned>(want));
+      if (n < 0) {
+        int code = 0;
+        throw DataError(path_ + ": cannot decompress (" +
+                        gzerror(file_, &code) + ")");
+      }
+      if (n == 0) break;
+      out.insert(out.end(), buffer, buffer + n);
+      read += static_cast<uint64_t>(n);
+    }
+  }
+
+ private:
+  std::string path_;
+  gzFile file_ = nullptr;
+};
 
 uint32_t BigEndian32(const std::vector<unsigned char>& b, size_t at) {
   return (uint32_t{b[at]} << 24) | (uint32_t{b[at + 1]} << 16) |
          (uint32_t{b[at + 2]} << 8) | uint32_t{b[at + 3]};
 }
 
-// The dimensions of an IDX file of unsigned bytes with `rank` dimensions;
-// the data must fill the rest of the file exactly.
-std::vector<uint32_t> Dimensions(const std::vector<unsigned char>& b,
-                                 const std::string& path, int rank) {
+// The dimensions in the header of an IDX file of unsigned bytes with `rank`
+// dimensions, read from its start.
+std::vector<uint32_t> ReadHeader(GzInput& in, const std::string& path,
+                                 int rank) {
   const size_t header = 4 + 4 * static_cast<size_t>(rank);
+  std::vector<unsigned char> b;
+  in.ReadInto(b, header);
   if (b.size() < header || b[0] != 0 || b[1] != 0 || b[2] != 0x08 ||
       b[3] != rank) {
     throw DataError(path + ": not an IDX file of " + std::to_string(rank) +
@@ -60,13 +76,6 @@ std::vector<uint32_t> Dimensions(const std::vector<unsigned char>& b,
       throw DataError(path + ": dimensions too large");
     }
   }
-  const uint64_t have = b.size() - header;
-  if (have != elements) {
-    throw DataError(path + ": " + std::to_string(have) +
-                    " bytes of data where its header says " +
-                    std::to_string(elements) +
-                    (have < elements ? " (truncated)" : ""));
-  }
   return dims;
 }
 
@@ -75,67 +84,45 @@ std::string Existing(const std::string& path) {
   return stat((path + ".gz").c_str(), &st) == 0 ? path + ".gz" : path;
 }
 
-// The first `bytes` bytes of a file (decompressed when gzip'd), or fewer
-// when it is shorter.
-std::vector<unsigned char> ReadHead(const std::string& path, size_t bytes) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) throw DataError(path + ": no such file");
-  if (S_ISDIR(st.st_mode)) throw DataError(path + ": is a directory");
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) throw DataError(path + ": cannot open");
-  std::vector<unsigned char> head(bytes);
-  const int n = gzread(file, head.data(), static_cast<unsigned>(bytes));
-  gzclose(file);
-  if (n < 0) throw DataError(path + ": cannot decompress");
-  head.resize(static_cast<size_t>(n));
-  return head;
-}
-
 // An IDX header's dimensions, without reading the data.
 std::vector<uint32_t> HeaderDimensions(const std::string& path, int rank) {
-  const std::vector<unsigned char> head = ReadHead(path, 4 + 4 * rank);
-  if (head.size() < 4 + 4 * static_cast<size_t>(rank) || head[0] != 0 ||
-      head[1] != 0 || head[2] != 0x08 || head[3] != rank) {
-    throw DataError(path + ": not an IDX file of " + std::to_string(rank) +
-                    "-dimensional unsigned bytes");
-  }
-  std::vector<uint32_t> dims;
-  for (int d = 0; d < rank; ++d) dims.push_back(BigEndian32(head, 4 + 4 * d));
-  return dims;
+  GzInput in(path);
+  return ReadHeader(in, path, rank);
 }
 
-// An IDX file of unsigned bytes with `rank` dimensions: all of it (limit 0),
-// its data filling the file exactly, or its first `limit` records, which must
-// be there (what follows them is not read, nor decompressed).
+// An IDX file of unsigned bytes with `rank` dimensions: all of it (a limit of
+// 0, or of at least its count), its data filling the file exactly, or its
+// first `limit` records, which must be there (what follows them is not read,
+// nor decompressed).
 struct IdxFile {
-  std::vector<uint32_t> dims;        // as its header says
-  std::vector<unsigned char> bytes;  // the header, then the records read
-  int64_t records = 0;               // how many were read
+  std::vector<uint32_t> dims;       // as its header says
+  std::vector<unsigned char> data;  // the records read
+  int64_t records = 0;              // how many
 };
 
 IdxFile ReadIdx(const std::string& path, int rank, int64_t limit) {
+  GzInput in(path);
   IdxFile f;
-  if (limit <= 0) {
-    f.bytes = ReadAll(path);
-    f.dims = Dimensions(f.bytes, path, rank);
-    f.records = f.dims[0];
-    return f;
-  }
-  f.dims = HeaderDimensions(path, rank);
+  f.dims = ReadHeader(in, path, rank);
   uint64_t record = 1;
   for (int d = 1; d < rank; ++d) record *= f.dims[d];
-  f.records = std::min<int64_t>(limit, f.dims[0]);
-  if (record * f.records > (uint64_t{1} << 31)) {  // one gzread's worth
-    throw DataError(path + ": dimensions too large");
+  const bool whole = limit <= 0 || limit >= int64_t{f.dims[0]};
+  f.records = whole ? int64_t{f.dims[0]} : limit;
+  const uint64_t wanted = record * static_cast<uint64_t>(f.records);
+  f.data.reserve(wanted);
+  // All of a whole file, to see that nothing follows its records.
+  in.ReadInto(f.data, whole ? UINT64_MAX : wanted);
+  const uint64_t have = f.data.size();
+  if (whole && have != wanted) {
+    throw DataError(path + ": " + std::to_string(have) +
+                    " bytes of data where its header says " +
+                    std::to_string(wanted) +
+                    (have < wanted ? " (truncated)" : ""));
   }
-  const size_t header = 4 + 4 * static_cast<size_t>(rank);
-  const size_t wanted = header + record * f.records;
-  f.bytes = ReadHead(path, wanted);
-  if (f.bytes.size() < wanted) {
-    throw DataError(path + ": " + std::to_string(f.bytes.size() - header) +
+  if (have < wanted) {
+    throw DataError(path + ": " + std::to_string(have) +
                     " bytes of data where " + std::to_string(f.records) +
-                    " records need " + std::to_string(wanted - header) +
-                    " (truncated)");
+                    " records need " + std::to_string(wanted) + " (truncated)");
   }
   return f;
 }
@@ -183,13 +170,13 @@ LabelledImages ReadIdxImages(const std::string& images_path,
   out.count = images.records;
   out.features = int64_t{images.dims[1]} * images.dims[2];
   out.pixels.resize(static_cast<size_t>(out.count * out.features));
-  const unsigned char* pixel = images.bytes.data() + 16;
+  const unsigned char* pixel = images.data.data();
   for (size_t i = 0; i < out.pixels.size(); ++i) {
     out.pixels[i] = static_cast<float>(pixel[i]) / 255.0f;
   }
   out.labels.resize(static_cast<size_t>(out.count));
   for (int64_t i = 0; i < out.count; ++i) {
-    out.labels[i] = labels.bytes[8 + i];
+    out.labels[i] = labels.data[i];
     if (out.labels[i] >= num_classes) {
       throw DataError(labels_path + ": label " + std::to_string(out.labels[i]) +
                       " of image " + std::to_string(i) + " is not below " +

@@ -29,9 +29,10 @@ struct LabelledImages {
 };
 
 // One images file and its labels file; labels must be below num_classes.
-// With a limit > 0, only the first `limit` images and labels: the rest of the
-// files is neither decompressed nor checked (a small subset of Fashion-MNIST
-// then starts a rank in a fraction of the time the whole set takes).
+// With a limit > 0 below their count, only the first `limit` images and
+// labels: the rest of the files is neither decompressed nor checked (a small
+// subset of Fashion-MNIST then starts a rank in a fraction of the time the
+// whole set takes). A larger limit reads and checks all of them.
 LabelledImages ReadIdxImages(const std::string& images_path,
                              const std::string& labels_path, int num_classes,
                              int64_t limit = 0);

@@ -122,9 +122,16 @@ TEST(IdxDatasetTest, ALimitReadsTheFirstImagesOnly) {
     EXPECT_THROW(ReadIdxImages(images, labels, 10, 2), DataError);
     EXPECT_THROW(ReadIdxImages(images, labels, 10), DataError);
   }
-  // More than the file holds: all of it.
+  // More than the file holds: all of it, checked as a whole.
   const auto whole = Write("lim_whole", Idx({2, 2, 3}, kPixels), true);
   EXPECT_EQ(ReadIdxImages(whole, labels, 10, 5).count, 2);
+  std::vector<unsigned char> trailing = Idx({2, 2, 3}, kPixels);
+  trailing.push_back(0);
+  const auto trail = Write("lim_trail", trailing, true);
+  EXPECT_EQ(ReadIdxImages(trail, labels, 10, 1).count, 1);
+  for (int64_t limit : {2, 5}) {
+    EXPECT_THROW(ReadIdxImages(trail, labels, 10, limit), DataError) << limit;
+  }
   // The counts in the headers must still agree.
   EXPECT_THROW(
       ReadIdxImages(whole, Write("lim_lab1", Idx({1}, {7}), true), 10, 1),
