@@ -11,9 +11,11 @@ rank count, from what its runs measured here.
   rank count run here. It does not depend on the link: ringlab's arithmetic is the same bit for bit
   on every link. Beyond the largest N measured, that N's (an assumption: a point using it is
   marked extrapolated).
-- Compute: the run's wall-clock per step on the unlimited link (data loading, encoding and
-  local steps included), less its predicted communication there; at an N not run here, the
-  smallest N's (each rank then has a core of its own, as at 2 ranks here).
+- Compute: a run's wall-clock per step (data loading, encoding and local steps included), less
+  its predicted communication on its link; the median over the synchroniser's runs at that N,
+  one per link, since one run's compute here varies more than the margins between
+  synchronisers (up to 1.5x for the same steps); at an N not run here, the smallest N's (each
+  rank then has a core of its own, as at 2 ranks here).
 - Link bytes: the bytes one rank sends per step, averaged over its steps (losses.csv), scaled
   from 2 ranks by its collective's law: a ring allreduce sends 2(N-1)/N S, a ring allgather
   (N-1) w. The law is the one whose ratio between 4 and 2 ranks (1.5 against 3) is nearer the
@@ -30,6 +32,7 @@ rank count, from what its runs measured here.
 
 import math
 import re
+import statistics
 
 DATASET_SIZE = 60000  # Fashion-MNIST's training images
 BATCH = 64
@@ -126,10 +129,10 @@ def first_reach(evals, target):
     return None
 
 
-def profiles(points, fits, target):
+def profiles(points, fits, target, held_out=None):
     """{sync: profile} from one model's measured points (dicts with sync, link, ranks, evals,
     bytes_per_step, events): bytes and units to the Target per N, the bytes' law, and compute
-    per N from the unlimited link's runs."""
+    per N, the median over the links' runs but `held_out`."""
     out = {}
     for p in points:
         prof = out.setdefault(p["sync"], {"bytes": {}, "units": {}, "compute_ms": {},
@@ -139,13 +142,16 @@ def profiles(points, fits, target):
         prof["units"].setdefault(p["ranks"], reach[0] if reach else None)
     for sync, prof in out.items():
         prof["law"] = bytes_law(prof["bytes"])
+        per_ranks = {}
         for p in points:
-            if p["sync"] != sync or p["link"] != "unlimited" or "unlimited" not in fits:
+            fit = link_fit(fits, p["link"])
+            if p["sync"] != sync or fit is None or p is held_out:
                 continue
             last = p["evals"][-1]
             step_s = last["wall_s"] / target.steps(last[target.unit], p["ranks"])
-            compute = step_s - comm_s(prof, link_fit(fits, "unlimited"), p["ranks"])
-            prof["compute_ms"][p["ranks"]] = max(compute, 0.0) * 1e3
+            per_ranks.setdefault(p["ranks"], []).append(step_s - comm_s(prof, fit, p["ranks"]))
+        for ranks, computes in per_ranks.items():
+            prof["compute_ms"][ranks] = max(statistics.median(computes), 0.0) * 1e3
     return out
 
 

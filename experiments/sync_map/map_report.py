@@ -3,8 +3,9 @@ measured point beside the cost model's prediction, a winner heatmap per model, t
 utilisation table in Douillard's form, and the pick-when table docs/synchronizers.md includes.
 
 A heatmap cell is validated when at least one measured point lies within one row and one column
-of it and every such point is within VALIDATED_ERROR of its prediction; others are hatched
-(unvalidated: extrapolated past what ran here).
+of it and every such point is within VALIDATED_ERROR of its prediction, made with that point's
+own run held out of the compute; others are hatched (unvalidated: extrapolated past what ran
+here).
 """
 
 import glob
@@ -109,12 +110,16 @@ def _columns(count):
                    for i in range(TUNING_COLUMNS)})
 
 
-def checks(points, profiles, fits, target):
-    """[(point, measured s or None, (predicted s, extrapolated) or None, error)]."""
+def checks(points, fits, target):
+    """[(point, measured s or None, (predicted s, extrapolated) or None, error)], each point
+    predicted with its own run held out of its synchroniser's compute: a check of a
+    prediction, not of a fit to the run it checks."""
     rows = []
     for p in points:
         reach = map_model.first_reach(p["evals"], target)
-        predicted = map_model.predict(profiles[p["sync"]], fits, p["link"], p["ranks"])
+        same = [q for q in points if q["sync"] == p["sync"]]
+        profile = map_model.profiles(same, fits, target, held_out=p)[p["sync"]]
+        predicted = map_model.predict(profile, fits, p["link"], p["ranks"])
         error = (predicted[0] / reach[1] - 1 if reach and predicted else None)
         rows.append((p, reach[1] if reach else None, predicted, error))
     return rows
@@ -346,11 +351,13 @@ def model_section(out, model, target, tuned, fits):
     if not points:
         return lines + ["No map point ran.", ""], []
     profiles = map_model.profiles(points, fits, target)
-    rows = checks(points, profiles, fits, target)
+    rows = checks(points, fits, target)
     missing = [s for s in tuned.get(model, {}) if s not in profiles]
     if missing:
         lines += [f"Tuned but not in the map (no point ran): {', '.join(missing)}.", ""]
-    lines += ["### Measured points beside the cost model", ""] + point_lines(rows)
+    lines += ["### Measured points beside the cost model", "",
+              "Each point is predicted with its own run held out: its synchroniser's compute "
+              "is the median of its other runs at that rank count.", ""] + point_lines(rows)
     wins = winner_checks(rows)
     right = sum(w[2] == w[3] for w in wins)
     lines += [f"Where the measured top two differ by more than 20% ({len(wins)} settings), the "

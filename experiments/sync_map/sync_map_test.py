@@ -72,6 +72,26 @@ class ModelTest(unittest.TestCase):
         self.assertTrue(extrapolated)
         self.assertAlmostEqual(seconds, 2 * 118 * (0.010 + 14 * 1e-4 + 1.75e6 / 1e8))
 
+    def test_compute_is_the_median_over_links_and_a_check_holds_its_run_out(self):
+        # 1 MB a step: comm 1.2 ms on the unlimited link and at 10gbit (both 1e9 B/s), 10.2 ms
+        # at 1gbit. Computes of 10, 12 and 30 ms: the median is 12 ms.
+        points = [point("allreduce", link, 2, 1e6, [469 * s, 469 * 2 * s], [0.80, 0.86])
+                  for link, s in (("unlimited", 0.0112), ("10gbit", 0.0132),
+                                  ("1gbit", 0.0402))]
+        profile = map_model.profiles(points, FITS, TARGET)["allreduce"]
+        self.assertAlmostEqual(profile["compute_ms"][2], 12.0)
+        # The 10gbit run held out: the median of 10 and 30 ms, 20 ms.
+        rows = map_report.checks(points, FITS, TARGET)
+        p, measured, (predicted, extrapolated), error = rows[1]
+        self.assertEqual(p["link"], "10gbit")
+        self.assertAlmostEqual(measured, 469 * 2 * 0.0132)
+        self.assertAlmostEqual(predicted, 2 * 469 * (0.020 + 0.0012))
+        self.assertFalse(extrapolated)
+        self.assertAlmostEqual(error, (0.020 + 0.0012) / 0.0132 - 1)
+        # A run alone at its rank count: held out, no compute is left there.
+        alone = map_report.checks(points[:1], FITS, TARGET)
+        self.assertEqual(alone[0][2:], (None, None))
+
     def test_an_unreached_target_predicts_nothing(self):
         points = [point("topk", "unlimited", 2, 1e4, [5, 10], [0.80, 0.84])]
         profiles = map_model.profiles(points, FITS, TARGET)
