@@ -345,7 +345,6 @@ def tune_sync(args, out, model, sync):
 
 def bench(args, out):
     """allreduce_bench across each link; returns {link: (alpha, B_eff)} of those it fits."""
-    import cost_model
     fits = {}
     os.makedirs(os.path.join(out, "bench"), exist_ok=True)
     for link in MODES[args.mode]["links"]:
