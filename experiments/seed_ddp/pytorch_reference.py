@@ -42,7 +42,6 @@ ADDITIONS (not in the seed example; needed for a reproducible reference)
     mean time per step goes to meta.json["timing"].
 """
 
-import datetime
 import json
 import os
 import shlex
