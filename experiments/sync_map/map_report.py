@@ -12,6 +12,7 @@ import glob
 import json
 import math
 import os
+import statistics
 
 import map_model
 
@@ -257,9 +258,9 @@ def pick_when_rows(model, cells, rows, fits):
                                                     validated(rows, link, ranks, fits)))
     out = []
     for sync, where in sorted(won.items(), key=lambda kv: -len(kv[1])):
-        leads = sorted(w[2] for w in where)
+        leads = [w[2] for w in where]
         out.append((model, sync, region({(w[0], w[1]) for w in where}), len(where),
-                    leads[len(leads) // 2], sum(w[3] for w in where)))
+                    statistics.median(leads), sum(w[3] for w in where)))
     return out
 
 
@@ -470,7 +471,7 @@ def agreement_lines(out, other):
         lines += [f"- {model}: the same setting kept for {len(same_tuning)} of the "
                   f"{len(both)} synchronisers tuned in both.",
                   f"- {model}: {len(common)} points measured in both; time to target differs "
-                  f"by a median of {100 * diffs[len(diffs) // 2]:.0f}% and at most "
+                  f"by a median of {100 * statistics.median(diffs):.0f}% and at most "
                   f"{100 * diffs[-1]:.0f}%." if diffs else f"- {model}: no point in both.",
                   f"- {model}: the measured fastest is the same at "
                   f"{sum(measured_a[c] == measured_b.get(c) for c in measured_a)} of "

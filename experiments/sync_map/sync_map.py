@@ -168,8 +168,9 @@ def grid_ranks(args, model):
 
 def grid_stragglers(args, model):
     """The mode's straggler settings for `model` at the rank counts it runs."""
+    runs = grid_ranks(args, model)
     return [(link, ranks) for link, ranks in per_model(args, model, "stragglers")
-            if ranks in grid_ranks(args, model)]
+            if ranks in runs]
 
 
 def hosts(ranks):

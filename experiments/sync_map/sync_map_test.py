@@ -133,6 +133,13 @@ class ReportTest(unittest.TestCase):
         self.assertFalse(map_report.validated(rows[:1], "100gbit", 1024))  # nothing near
         self.assertTrue(map_report.validated(rows[:1], "10gbit", 4))
 
+    def test_a_median_lead_of_an_even_count_is_the_mean_of_the_middle_two(self):
+        cells = {("1gbit", 2): [(10.0, "a"), (11.0, "b")],
+                 ("100mbit", 2): [(10.0, "a"), (13.0, "b")]}
+        [(model, sync, _, won, lead, validated)] = map_report.pick_when_rows("m", cells, [], {})
+        self.assertEqual((model, sync, won, validated), ("m", "a", 2, 0))
+        self.assertAlmostEqual(lead, 0.2)
+
     def test_a_region_is_spans_of_links_with_their_ranks(self):
         cells = {(link, r) for link in ("100mbit", "1gbit") for r in (4, 8, 16)}
         cells |= {("10gbit", 2), ("10gbit", 64)}
