@@ -28,21 +28,26 @@ class GzInput {
   GzInput(const GzInput&) = delete;
   GzInput& operator=(const GzInput&) = delete;
 
-  // Appends the next `most` bytes to `out`, fewer where the file ends.
-  void ReadInto(std::vector<unsigned char>& out, uint64_t most) {
+  const std::string& path() const { return path_; }
+
+  // The next `most` bytes, fewer where the file ends. A gzip stream that
+  // ends early (even within its trailer, so unchecked) is an error.
+  std::vector<unsigned char> Read(uint64_t most) {
+    std::vector<unsigned char> out;
     unsigned char buffer[1 << 16];
-    for (uint64_t read = 0; read < most;) {
-      const uint64_t want = std::min<uint64_t>(sizeof(buffer), most - read);
+    while (out.size() < most) {
+      const uint64_t want =
+          std::min<uint64_t>(sizeof(buffer), most - out.size());
       const int n = gzread(file_, buffer, static_cast<unsigned>(want));
-      if (n < 0) {
-        int code = 0;
-        throw DataError(path_ + ": cannot decompress (" +
-                        gzerror(file_, &code) + ")");
+      int code = Z_OK;
+      const char* why = gzerror(file_, &code);
+      if (n < 0 || (n == 0 && code != Z_OK)) {
+        throw DataError(path_ + ": cannot decompress (" + why + ")");
       }
       if (n == 0) break;
       out.insert(out.end(), buffer, buffer + n);
-      read += static_cast<uint64_t>(n);
     }
+    return out;
   }
 
  private:
@@ -57,11 +62,10 @@ uint32_t BigEndian32(const std::vector<unsigned char>& b, size_t at) {
 
 // The dimensions in the header of an IDX file of unsigned bytes with `rank`
 // dimensions, read from its start.
-std::vector<uint32_t> ReadHeader(GzInput& in, const std::string& path,
-                                 int rank) {
+std::vector<uint32_t> ReadHeader(GzInput& in, int rank) {
+  const std::string& path = in.path();
   const size_t header = 4 + 4 * static_cast<size_t>(rank);
-  std::vector<unsigned char> b;
-  in.ReadInto(b, header);
+  const std::vector<unsigned char> b = in.Read(header);
   if (b.size() < header || b[0] != 0 || b[1] != 0 || b[2] != 0x08 ||
       b[3] != rank) {
     throw DataError(path + ": not an IDX file of " + std::to_string(rank) +
@@ -87,7 +91,7 @@ std::string Existing(const std::string& path) {
 // An IDX header's dimensions, without reading the data.
 std::vector<uint32_t> HeaderDimensions(const std::string& path, int rank) {
   GzInput in(path);
-  return ReadHeader(in, path, rank);
+  return ReadHeader(in, rank);
 }
 
 // An IDX file of unsigned bytes with `rank` dimensions: all of it (a limit of
@@ -103,21 +107,18 @@ struct IdxFile {
 IdxFile ReadIdx(const std::string& path, int rank, int64_t limit) {
   GzInput in(path);
   IdxFile f;
-  f.dims = ReadHeader(in, path, rank);
+  f.dims = ReadHeader(in, rank);
   uint64_t record = 1;
   for (int d = 1; d < rank; ++d) record *= f.dims[d];
   const bool whole = limit <= 0 || limit >= int64_t{f.dims[0]};
   f.records = whole ? int64_t{f.dims[0]} : limit;
   const uint64_t wanted = record * static_cast<uint64_t>(f.records);
-  f.data.reserve(wanted);
-  // All of a whole file, to see that nothing follows its records.
-  in.ReadInto(f.data, whole ? UINT64_MAX : wanted);
+  // A whole file: one byte more, to see whether anything follows its records.
+  f.data = in.Read(whole ? wanted + 1 : wanted);
   const uint64_t have = f.data.size();
-  if (whole && have != wanted) {
-    throw DataError(path + ": " + std::to_string(have) +
-                    " bytes of data where its header says " +
-                    std::to_string(wanted) +
-                    (have < wanted ? " (truncated)" : ""));
+  if (whole && have > wanted) {
+    throw DataError(path + ": more bytes of data than the " +
+                    std::to_string(wanted) + " its header says");
   }
   if (have < wanted) {
     throw DataError(path + ": " + std::to_string(have) +

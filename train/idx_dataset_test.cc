@@ -68,9 +68,9 @@ TEST(IdxDatasetTest, ReadsGzippedAndPlainFilesAsTorchvisionDoes) {
 }
 
 void ExpectError(const std::string& images, const std::string& labels,
-                 const std::string& fragment) {
+                 const std::string& fragment, int64_t limit = 0) {
   try {
-    ReadIdxImages(images, labels, 10);
+    ReadIdxImages(images, labels, 10, limit);
     ADD_FAILURE() << "accepted; wanted an error with '" << fragment << "'";
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
@@ -89,7 +89,7 @@ TEST(IdxDatasetTest, EveryDefectIsAnErrorNamingTheFile) {
   ExpectError(Root(), good_labels, "is a directory");
   ExpectError(Write("trunc", truncated, true), good_labels, "(truncated)");
   ExpectError(Write("trail", Idx({1, 2, 3}, kPixels), false), good_labels,
-              "bytes of data where its header says 6");
+              "more bytes of data than the 6 its header says");
   ExpectError(Write("notidx", not_idx, true), good_labels,
               "not an IDX file of 3-dimensional");
   ExpectError(good_images, Write("lab1", Idx({1}, {7}), true),
@@ -103,6 +103,11 @@ TEST(IdxDatasetTest, EveryDefectIsAnErrorNamingTheFile) {
   std::string bytes((std::istreambuf_iterator<char>(in)), {});
   std::ofstream(cut, std::ios::binary).write(bytes.data(), bytes.size() - 12);
   ExpectError(cut, good_labels, Root() + "/cut");
+  // Cut within its 8-byte trailer: every record is there, its CRC is not.
+  std::string trailer = Write("trailer", Idx({2, 2, 3}, kPixels), true);
+  std::ofstream(trailer, std::ios::binary)
+      .write(bytes.data(), bytes.size() - 4);
+  ExpectError(trailer, good_labels, Root() + "/trailer: cannot decompress");
 }
 
 // A limit reads the first images only: what follows them may be cut short or
@@ -130,8 +135,13 @@ TEST(IdxDatasetTest, ALimitReadsTheFirstImagesOnly) {
   const auto trail = Write("lim_trail", trailing, true);
   EXPECT_EQ(ReadIdxImages(trail, labels, 10, 1).count, 1);
   for (int64_t limit : {2, 5}) {
-    EXPECT_THROW(ReadIdxImages(trail, labels, 10, limit), DataError) << limit;
+    ExpectError(trail, labels, "more bytes of data than the 12 its header says",
+                limit);
   }
+  // No records: a limit reads the none there are.
+  const auto none = Write("lim_none", Idx({0, 2, 3}, {}), true);
+  const auto no_labels = Write("lim_none_lab", Idx({0}, {}), true);
+  EXPECT_EQ(ReadIdxImages(none, no_labels, 10, 3).count, 0);
   // The counts in the headers must still agree.
   EXPECT_THROW(
       ReadIdxImages(whole, Write("lim_lab1", Idx({1}, {7}), true), 10, 1),
