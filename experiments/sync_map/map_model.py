@@ -13,9 +13,9 @@ rank count, from what its runs measured here.
   marked extrapolated).
 - Compute: a run's wall-clock per step (data loading, encoding and local steps included), less
   its predicted communication on its link; the median over the synchroniser's runs at that N,
-  one per link, since one run's compute here varies more than the margins between
-  synchronisers (up to 1.5x for the same steps); at an N not run here, the smallest N's (each
-  rank then has a core of its own, as at 2 ranks here).
+  one per link, since the same steps' wall-clock here varies from run to run more than the
+  margins between synchronisers (up to 1.6x on the language model); at an N not run here, the
+  smallest N's (each rank then has a core of its own, as at 2 ranks here).
 - Link bytes: the bytes one rank sends per step, averaged over its steps (losses.csv), scaled
   from 2 ranks by its collective's law: a ring allreduce sends 2(N-1)/N S, a ring allgather
   (N-1) w. The law is the one whose ratio between 4 and 2 ranks (1.5 against 3) is nearer the

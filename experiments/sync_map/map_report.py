@@ -114,13 +114,15 @@ def _columns(count):
 def checks(points, fits, target):
     """[(point, measured s or None, (predicted s, extrapolated) or None, error)], each point
     predicted with its own run held out of its synchroniser's compute: a check of a
-    prediction, not of a fit to the run it checks."""
+    prediction, not of a fit to the run it checks. A run alone at its rank count has no such
+    prediction (another rank count's compute would check the scaling, not the run)."""
     rows = []
     for p in points:
         reach = map_model.first_reach(p["evals"], target)
         same = [q for q in points if q["sync"] == p["sync"]]
         profile = map_model.profiles(same, fits, target, held_out=p)[p["sync"]]
-        predicted = map_model.predict(profile, fits, p["link"], p["ranks"])
+        predicted = (map_model.predict(profile, fits, p["link"], p["ranks"])
+                     if p["ranks"] in profile["compute_ms"] else None)
         error = (predicted[0] / reach[1] - 1 if reach and predicted else None)
         rows.append((p, reach[1] if reach else None, predicted, error))
     return rows
@@ -310,8 +312,11 @@ def point_lines(rows):
                      f"{'n/a' if error is None else f'{100 * error:+.0f}%'} |")
     within = [r for r in rows if r[3] is not None]
     good = sum(abs(r[3]) <= VALIDATED_ERROR for r in within)
+    unchecked = sum(r[1] is not None and r[2] is None for r in rows)
     return lines + ["", f"Within 20%: {good} of {len(within)} measured points that reached the "
-                        f"target.", ""]
+                        f"target with a held-out prediction"
+                        + (f" ({unchecked} more reached it with none: n/a above)."
+                           if unchecked else "."), ""]
 
 
 def straggler_lines(out, model, rows, profiles, fits, target, factor):

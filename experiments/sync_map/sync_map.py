@@ -422,7 +422,8 @@ def map_point(args, out, model, sync, flags, link, ranks, fits, straggler=False)
         print(f"{label}: skipped ({why_not})")
         return
     existing = read_point(run_dir)
-    # The unlimited link's point measures compute and always runs; a straggler's is capped too.
+    # The unlimited link's point always runs (the first, it gives the compute the others' caps
+    # are predicted with); a straggler's is capped too.
     if existing is None and (link != "unlimited" or straggler):
         stretch = STRAGGLER_FACTOR if straggler else 1.0
         predicted = map_model.predict(profile, fits, link, ranks, stretch) if profile else None

@@ -88,9 +88,13 @@ class ModelTest(unittest.TestCase):
         self.assertAlmostEqual(predicted, 2 * 469 * (0.020 + 0.0012))
         self.assertFalse(extrapolated)
         self.assertAlmostEqual(error, (0.020 + 0.0012) / 0.0132 - 1)
-        # A run alone at its rank count: held out, no compute is left there.
-        alone = map_report.checks(points[:1], FITS, TARGET)
-        self.assertEqual(alone[0][2:], (None, None))
+        # A run alone at its rank count has no held-out prediction, though other rank counts
+        # have compute: theirs would check the scaling, not the run.
+        four = point("allreduce", "1gbit", 4, 1.5e6, [469, 938], [0.80, 0.86])
+        rows = map_report.checks(points + [four], FITS, TARGET)
+        self.assertEqual(rows[-1][2:], (None, None))
+        self.assertIn("with a held-out prediction (1 more reached it with none",
+                      "\n".join(map_report.point_lines(rows)))
 
     def test_an_unreached_target_predicts_nothing(self):
         points = [point("topk", "unlimited", 2, 1e4, [5, 10], [0.80, 0.84])]
