@@ -131,6 +131,36 @@ class ReproducibilityTest(unittest.TestCase):
         self.assertEqual(plain, slow)  # the straggler only waits: the same bits
 
 
+@unittest.skipUnless(torch is not None, "torch does not import")
+class BytesTest(unittest.TestCase):
+    def test_bytes_sent_between_steps_count_in_the_next(self):
+        import argparse
+        import char_lm_train
+
+        class Sync:  # 100 bytes a step; 7 more each time an evaluation swaps its parameters
+            bytes_sent, last_sync_ms = 50, 0.0
+
+            def step(self, before_optimizer):
+                before_optimizer()
+                optimizer.step()
+                self.bytes_sent += 100
+
+        def swap():
+            sync.bytes_sent += 7
+
+        model = torch.nn.Embedding(5, 5)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.tensor([[0, 1, 2]])
+        sync = Sync()
+        run = dict(model=model, net=model, optimizer=optimizer, sync=sync, swap=swap,
+                   stretch=1.0, batches=iter(lambda: (None, x, x), None),
+                   validation=[(x, x)])
+        args = argparse.Namespace(lr=0.1, warmup=0, steps=4, clip=0, eval_every=2)
+        losses, evals = char_lm_train.train(torch, None, 0, 1, run, args)
+        self.assertEqual([int(row.split(",")[-1]) for row in losses], [100, 100, 114, 100])
+        self.assertEqual([int(row.split(",")[-1]) for row in evals], [200, 414])
+
+
 class ScheduleTest(unittest.TestCase):
     def test_warm_up_then_cosine_to_a_tenth(self):
         self.assertAlmostEqual(gpt.learning_rate(0, 1.0, 10, 100), 0.1)

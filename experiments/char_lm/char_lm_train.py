@@ -172,7 +172,8 @@ def validation_loss(torch, run):
 
 
 def one_step(torch, run, step, args):
-    """(loss, compute_ms, comm_ms, optim_ms, bytes sent) of one training step."""
+    """(loss, compute_ms, comm_ms, optim_ms, the bytes its synchroniser has sent so far) of one
+    training step."""
     optimizer, sync = run["optimizer"], run["sync"]
     lr = gpt.learning_rate(step, args.lr, args.warmup, args.steps)
     for group in optimizer.param_groups:
@@ -180,7 +181,6 @@ def one_step(torch, run, step, args):
     _, x, y = next(run["batches"])
     clip = ((lambda: torch.nn.utils.clip_grad_norm_(run["model"].parameters(), args.clip))
             if args.clip > 0 else (lambda: None))
-    sent = sync.bytes_sent if sync is not None else 0  # buckets go out during backward
     t0 = time.perf_counter()
     optimizer.zero_grad()
     loss = gpt.loss(torch, run["net"], x, y)
@@ -194,7 +194,7 @@ def one_step(torch, run, step, args):
         t2 = time.perf_counter()
         comm_ms = sync.last_sync_ms
         return (loss.item(), (t1 - t0) * 1e3, comm_ms, (t2 - t1) * 1e3 - comm_ms,
-                sync.bytes_sent - sent)
+                sync.bytes_sent)
     clip()
     optimizer.step()
     t2 = time.perf_counter()
@@ -205,9 +205,14 @@ def train(torch, dist, rank, world, run, args):
     """The loop: (losses.csv rows of this rank, eval.csv rows of rank 0)."""
     losses, evals = [], []
     wall, sent = 0.0, 0
+    mark = run["sync"].bytes_sent if run["sync"] is not None else math.nan
     start = last_line = time.monotonic()
     for step in range(args.steps):
-        loss, compute_ms, comm_ms, optim_ms, step_bytes = one_step(torch, run, step, args)
+        loss, compute_ms, comm_ms, optim_ms, counter = one_step(torch, run, step, args)
+        # Since the last step's end, as the C++ trainer counts: what a synchroniser's own thread
+        # sends between two steps (streaming_diloco's fragments, during an evaluation) counts in
+        # the next.
+        step_bytes, mark = counter - mark, counter
         step_ms = compute_ms + (0 if math.isnan(comm_ms) else comm_ms) + optim_ms
         wall += step_ms / 1e3
         sent = sent + step_bytes if not math.isnan(step_bytes) else math.nan

@@ -149,7 +149,14 @@ def winner_checks(rows):
 
 
 def grid(profiles, fits):
-    """{(link, ranks): [(seconds, sync)] sorted}, the predicted times over the map."""
+    """{(link, ranks): [(seconds, sync)] sorted}, the predicted times over the map. A cell
+    compares compute of one kind: at a rank count not every synchroniser ran, each takes its
+    smallest rank count's (one core a rank here), not some their N's (two ranks a core)."""
+    measured = [set(p["compute_ms"]) for p in profiles.values() if p["compute_ms"]]
+    common = set.intersection(*measured) if measured else set()
+    profiles = {sync: dict(p, compute_ms={n: c for n, c in p["compute_ms"].items()
+                                          if n in common or n == min(p["compute_ms"])})
+                for sync, p in profiles.items()}
     cells = {}
     for link in MAP_LINKS:
         for ranks in MAP_RANKS:

@@ -144,6 +144,19 @@ class ReportTest(unittest.TestCase):
         self.assertEqual((model, sync, won, validated), ("m", "a", 2, 0))
         self.assertAlmostEqual(lead, 0.2)
 
+    def test_a_cell_compares_compute_of_one_kind(self):
+        # a ran at 4 ranks (two to a core here, 20 ms), b did not: at 4 ranks both take their
+        # 2-rank compute, and a's 10 ms beats b's 12.
+        def profile(compute_ms):
+            return {"bytes": {2: 1e6}, "law": "allreduce", "events": 1.0, "units": {2: 2},
+                    "compute_ms": compute_ms, "target": TARGET}
+        cells = map_report.grid({"a": profile({2: 10.0, 4: 20.0}), "b": profile({2: 12.0})},
+                                FITS)
+        self.assertEqual([s for _, s in cells[("1gbit", 4)]], ["a", "b"])
+        both = map_report.grid({"a": profile({2: 10.0, 4: 20.0}),
+                                "b": profile({2: 12.0, 4: 13.0})}, FITS)
+        self.assertEqual([s for _, s in both[("1gbit", 4)]], ["b", "a"])
+
     def test_a_region_is_spans_of_links_with_their_ranks(self):
         cells = {(link, r) for link in ("100mbit", "1gbit") for r in (4, 8, 16)}
         cells |= {("10gbit", 2), ("10gbit", 64)}
