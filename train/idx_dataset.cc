@@ -128,6 +128,24 @@ IdxFile ReadIdx(const std::string& path, int rank, int64_t limit) {
   return f;
 }
 
+// The checks that a data set's files agree, as their headers say: one label
+// an image, and as many pixels an image in training as in test.
+void CheckOneLabelPerImage(const std::string& images_path, uint32_t images,
+                           const std::string& labels_path, uint32_t labels) {
+  if (labels != images) {
+    throw DataError(labels_path + ": " + std::to_string(labels) +
+                    " labels for the " + std::to_string(images) +
+                    " images of " + images_path);
+  }
+}
+
+void CheckSamePixels(const std::string& dir, int64_t train, int64_t test) {
+  if (train != test) {
+    throw DataError(dir + ": training images have " + std::to_string(train) +
+                    " pixels, test images " + std::to_string(test));
+  }
+}
+
 }  // namespace
 
 ImageDataSetShape ReadFashionMnistShape(const std::string& dir) {
@@ -140,18 +158,10 @@ ImageDataSetShape ReadFashionMnistShape(const std::string& dir) {
         Existing(dir + "/" + kinds[i] + "-labels-idx1-ubyte");
     const std::vector<uint32_t> dims = HeaderDimensions(images, 3);
     const std::vector<uint32_t> label_dims = HeaderDimensions(labels, 1);
-    if (label_dims[0] != dims[0]) {
-      throw DataError(labels + ": " + std::to_string(label_dims[0]) +
-                      " labels for the " + std::to_string(dims[0]) +
-                      " images of " + images);
-    }
+    CheckOneLabelPerImage(images, dims[0], labels, label_dims[0]);
     (i == 0 ? shape.train_count : shape.test_count) = dims[0];
     const int64_t features = int64_t{dims[1]} * dims[2];
-    if (i == 1 && features != shape.features) {
-      throw DataError(dir + ": training images have " +
-                      std::to_string(shape.features) + " pixels, test images " +
-                      std::to_string(features));
-    }
+    if (i == 1) CheckSamePixels(dir, shape.features, features);
     shape.features = features;
   }
   return shape;
@@ -162,11 +172,8 @@ LabelledImages ReadIdxImages(const std::string& images_path,
                              int64_t limit) {
   const IdxFile images = ReadIdx(images_path, 3, limit);
   const IdxFile labels = ReadIdx(labels_path, 1, limit);
-  if (labels.dims[0] != images.dims[0]) {
-    throw DataError(labels_path + ": " + std::to_string(labels.dims[0]) +
-                    " labels for the " + std::to_string(images.dims[0]) +
-                    " images of " + images_path);
-  }
+  CheckOneLabelPerImage(images_path, images.dims[0], labels_path,
+                        labels.dims[0]);
   LabelledImages out;
   out.count = images.records;
   out.features = int64_t{images.dims[1]} * images.dims[2];
@@ -194,11 +201,7 @@ ImageDataSet ReadFashionMnist(const std::string& dir, int64_t train_limit) {
                             train_limit);
   set.test = ReadIdxImages(Existing(dir + "/t10k-images-idx3-ubyte"),
                            Existing(dir + "/t10k-labels-idx1-ubyte"), 10);
-  if (set.train.features != set.test.features) {
-    throw DataError(
-        dir + ": training images have " + std::to_string(set.train.features) +
-        " pixels, test images " + std::to_string(set.test.features));
-  }
+  CheckSamePixels(dir, set.train.features, set.test.features);
   return set;
 }
 
