@@ -204,8 +204,8 @@ def one_step(torch, run, step, args):
 def train(torch, dist, rank, world, run, args):
     """The loop: (losses.csv rows of this rank, eval.csv rows of rank 0)."""
     losses, evals = [], []
-    wall, sent = 0.0, 0
-    mark = run["sync"].bytes_sent if run["sync"] is not None else math.nan
+    wall = 0.0
+    first = mark = run["sync"].bytes_sent if run["sync"] is not None else math.nan
     start = last_line = time.monotonic()
     for step in range(args.steps):
         loss, compute_ms, comm_ms, optim_ms, counter = one_step(torch, run, step, args)
@@ -215,7 +215,6 @@ def train(torch, dist, rank, world, run, args):
         step_bytes, mark = counter - mark, counter
         step_ms = compute_ms + (0 if math.isnan(comm_ms) else comm_ms) + optim_ms
         wall += step_ms / 1e3
-        sent = sent + step_bytes if not math.isnan(step_bytes) else math.nan
         losses.append(f"{rank},{step},{loss!r},{step_ms:.4f},{compute_ms:.4f},{comm_ms:.4f},"
                       f"{optim_ms:.4f},{step_bytes}")
         if not math.isfinite(loss):
@@ -226,7 +225,7 @@ def train(torch, dist, rank, world, run, args):
                 run["swap"]()
                 val = validation_loss(torch, run)
                 run["swap"]()
-                evals.append(f"{done},{val!r},{wall:.6f},{sent}")
+                evals.append(f"{done},{val!r},{wall:.6f},{mark - first}")
             if world > 1:
                 dist.barrier()  # the others wait here, outside their timed steps
         now = time.monotonic()

@@ -14,6 +14,7 @@ import math
 import os
 import statistics
 
+import map_grid
 import map_model
 
 MAP_LINKS = ("100mbit", "1gbit", "10gbit", "25gbit", "100gbit", "400gbit")
@@ -75,8 +76,7 @@ def at_edge(flags, points):
 def tuning_lines(out, model, tuned):
     """A table per synchroniser: each grid point's metric at each tuning evaluation (at most
     TUNING_COLUMNS of them, the last among them)."""
-    import sync_map
-    target = sync_map.MODELS[model]["target"]
+    target = map_grid.MODELS[model]["target"]
     lines = []
     by_sync = {}
     for p in read_points(out, model, "tune"):
@@ -116,11 +116,12 @@ def checks(points, fits, target):
     predicted with its own run held out of its synchroniser's compute: a check of a
     prediction, not of a fit to the run it checks. A run alone at its rank count has no such
     prediction (another rank count's compute would check the scaling, not the run)."""
-    rows = []
+    rows, by_sync = [], {}
+    for p in points:
+        by_sync.setdefault(p["sync"], []).append(p)
     for p in points:
         reach = map_model.first_reach(p["evals"], target)
-        same = [q for q in points if q["sync"] == p["sync"]]
-        profile = map_model.profiles(same, fits, target, held_out=p)[p["sync"]]
+        profile = map_model.profiles(by_sync[p["sync"]], fits, target, held_out=p)[p["sync"]]
         predicted = (map_model.predict(profile, fits, p["link"], p["ranks"])
                      if p["ranks"] in profile["compute_ms"] else None)
         error = (predicted[0] / reach[1] - 1 if reach and predicted else None)
@@ -128,14 +129,26 @@ def checks(points, fits, target):
     return rows
 
 
+def runs_by_point(rows):
+    """{(sync, link, ranks): [(measured s, predicted s) of each run that reached the target
+    (predicted None where it has no prediction)]}: a point's repeats together."""
+    runs = {}
+    for p, measured, predicted, _ in rows:
+        if measured is not None:
+            runs.setdefault((p["sync"], p["link"], p["ranks"]), []).append(
+                (measured, predicted[0] if predicted else None))
+    return runs
+
+
 def winner_checks(rows):
     """[(link, ranks, measured winner, predicted winner, margin)] where the measured top two
-    differ by more than CLEAR_MARGIN."""
+    differ by more than CLEAR_MARGIN: a point's time its runs' median, measured and predicted."""
     cells = {}
-    for p, measured, predicted, _ in rows:
-        if measured is not None and predicted is not None:
-            cells.setdefault((p["link"], p["ranks"]), []).append(
-                (measured, predicted[0], p["sync"]))
+    for (sync, link, ranks), runs in runs_by_point(rows).items():
+        predicted = [r[1] for r in runs if r[1] is not None]
+        if predicted:
+            cells.setdefault((link, ranks), []).append(
+                (statistics.median(r[0] for r in runs), statistics.median(predicted), sync))
     out = []
     for (link, ranks), entries in sorted(cells.items()):
         if len(entries) < 2:
@@ -326,6 +339,44 @@ def point_lines(rows):
                            if unchecked else "."), ""]
 
 
+def repeat_lines(rows):
+    """Where points ran more than once: each one's spread, and at each setting whether the
+    fastest's lead exceeds it (its slowest run beats the runner-up's fastest)."""
+    runs = {key: sorted(r[0] for r in v) for key, v in runs_by_point(rows).items()
+            if len(v) > 1}
+    if not runs:
+        return []
+    total = {}
+    for p, _, _, _ in rows:
+        key = (p["sync"], p["link"], p["ranks"])
+        total[key] = total.get(key, 0) + 1
+    lines = ["### Repeated points", "",
+             "A point's time is its runs' median; the spread is its slowest run over its "
+             "fastest. The same arithmetic each run: only the wall-clock differs.", "",
+             "| synchroniser | link | ranks | runs that reached the target | median | "
+             "fastest – slowest | spread |", "|---|---|---|---|---|---|---|"]
+    for (sync, link, ranks), t in sorted(runs.items()):
+        lines.append(f"| {sync} | {link} | {ranks} | {len(t)} of {total[(sync, link, ranks)]} "
+                     f"| {statistics.median(t):.1f} s | {t[0]:.1f} – {t[-1]:.1f} s | "
+                     f"{100 * (t[-1] / t[0] - 1):.0f}% |")
+    spreads = [t[-1] / t[0] - 1 for t in runs.values()]
+    lines += ["", f"Spread: a median of {100 * statistics.median(spreads):.0f}%, at most "
+                  f"{100 * max(spreads):.0f}%.", ""]
+    cells = {}
+    for (sync, link, ranks), t in runs.items():
+        cells.setdefault((link, ranks), []).append((statistics.median(t), sync, t))
+    for (link, ranks), entries in sorted(cells.items()):
+        if len(entries) < 2:
+            continue
+        (first, sync, t), (second, runner, u) = sorted(entries)[:2]
+        apart = t[-1] < u[0]
+        lines.append(f"- {link}, {ranks} ranks: {sync} fastest (median {first:.1f} s), "
+                     f"{100 * (second / first - 1):.0f}% ahead of {runner}; "
+                     + ("its slowest run beats the runner-up's fastest: settled." if apart
+                        else "their runs overlap: within the spread, not settled."))
+    return lines + [""]
+
+
 def straggler_lines(out, model, rows, profiles, fits, target, factor):
     """Each straggler point beside the same point without one, and the prediction."""
     slow = read_points(out, model, "straggler")
@@ -336,8 +387,8 @@ def straggler_lines(out, model, rows, profiles, fits, target, factor):
              "predicted with | error |", "|---|---|---|---|---|---|---|---|"]
     for p in slow:
         reach = map_model.first_reach(p["evals"], target)
-        base = next((m for q, m, _, _ in rows if (q["sync"], q["link"], q["ranks"]) ==
-                     (p["sync"], p["link"], p["ranks"])), None)
+        base = runs_by_point(rows).get((p["sync"], p["link"], p["ranks"]))
+        base = statistics.median(r[0] for r in base) if base else None
         predicted = map_model.predict(profiles[p["sync"]], fits, p["link"], p["ranks"], factor)
         measured = reach[1] if reach else None
         lines.append(
@@ -352,13 +403,12 @@ def straggler_lines(out, model, rows, profiles, fits, target, factor):
 
 
 def model_section(out, model, target, tuned, fits):
-    import sync_map
     points = read_points(out, model, "map")
     lines = [f"## {model} (target: {target.describe()})", "",
              f"### Tuning (2 ranks, one host; the setting kept is the best "
              f"{target.metric.replace('_', ' ')} at the last evaluation; a grid whose best "
              f"learning rate is at its edge is widened by a factor of "
-             f"{sync_map.WIDEN_FACTOR:g} past it, at most {sync_map.WIDEN_STEPS} times a "
+             f"{map_grid.WIDEN_FACTOR:g} past it, at most {map_grid.WIDEN_STEPS} times a "
              f"side)", ""]
     lines += tuning_lines(out, model, tuned.get(model, {}))
     if not points:
@@ -377,8 +427,9 @@ def model_section(out, model, target, tuned, fits):
               f"predicted fastest is the measured one at {right}."]
     lines += [f"- {link}, {ranks} ranks: measured {m}, predicted {p} (lead {100 * g:.0f}%)"
               for link, ranks, m, p, g in wins] + [""]
+    lines += repeat_lines(rows)
     lines += straggler_lines(out, model, rows, profiles, fits, target,
-                             sync_map.STRAGGLER_FACTOR)
+                             map_grid.STRAGGLER_FACTOR)
     cells = grid(profiles, fits)
     heatmap(model, cells, rows, fits, os.path.join(out, f"map_{model}.png"))
     lines += [f"![{model}](map_{model}.png)", "", "### Gbit/s for compute utilisation", "",
@@ -399,7 +450,6 @@ def minutes(sitting):
 def build(out, other=None):
     """Writes <out>/report.md, pick_when.md and map_<model>.png, with the agreement with the
     sitting in `other` when given; returns the failed runs."""
-    import sync_map
     with open(os.path.join(out, "tuned.json")) as f:
         tuned = json.load(f)
     invocation = {}
@@ -420,7 +470,7 @@ def build(out, other=None):
                  for link, (a, b) in fits.items()), ""]
     picks = []
     for model in tuned:
-        section, model_picks = model_section(out, model, sync_map.MODELS[model]["target"],
+        section, model_picks = model_section(out, model, map_grid.MODELS[model]["target"],
                                              tuned, fits)
         lines += section
         picks += model_picks
@@ -448,17 +498,19 @@ def build(out, other=None):
 def _sitting(out):
     """(tuned, {model: {(sync, link, ranks): seconds to target}}, {model: predicted winners})
     of one sitting's folder."""
-    import sync_map
     with open(os.path.join(out, "tuned.json")) as f:
         tuned = json.load(f)
     fits = _fits(out)
     times, winners = {}, {}
     for model in tuned:
-        target = sync_map.MODELS[model]["target"]
+        target = map_grid.MODELS[model]["target"]
         points = read_points(out, model, "map")
         profiles = map_model.profiles(points, fits, target)
-        times[model] = {(p["sync"], p["link"], p["ranks"]): reach[1] for p in points
-                        if (reach := map_model.first_reach(p["evals"], target))}
+        runs = {}
+        for p in points:
+            if reach := map_model.first_reach(p["evals"], target):
+                runs.setdefault((p["sync"], p["link"], p["ranks"]), []).append(reach[1])
+        times[model] = {key: statistics.median(t) for key, t in runs.items()}
         winners[model] = {cell: t[0][1] for cell, t in grid(profiles, fits).items() if t}
     return tuned, times, winners
 

@@ -3,11 +3,12 @@
 count, each tuned by the same rule; measured where this machine reaches, predicted beyond.
 
     bazel run -c opt //experiments:sync_map -- [--quick|--full] [--models=M,..] [--syncs=S,..]
-        [--ranks=N,..] [--out_dir=DIR] [--report_only]
+        [--ranks=N,..] [--repeats=R] [--out_dir=DIR] [--report_only]
 
-The models (MODELS): the Fashion-MNIST MLP at two widths (SGD, the C++ trainer), to 85% test
-accuracy, and the character language model of experiments/char_lm (AdamW, its PyTorch loop
-through ringlab_torch.Synchronizer), to a validation loss of 2.0.
+The models (map_grid.py declares them and the grids): the Fashion-MNIST MLP at two widths
+(SGD, the C++ trainer), to 85% test accuracy, and the character language model of
+experiments/char_lm (AdamW, its PyTorch loop through ringlab_torch.Synchronizer), to a
+validation loss of 2.0.
 
 1. Tuning. Every synchroniser trains each point of its declared grid (its learning rate, and
    for the DiLoCo family its outer learning rate) for the model's tuning budget on one host
@@ -38,6 +39,9 @@ too, and the language model with three synchronisers on the same links at 2 and 
 3 hours here).
 --models runs a part of the mode's models; --syncs and --ranks replace its synchronisers and
 rank counts (a model runs the named synchronisers it has).
+--repeats=R runs each map and straggler point R times (the grid once, then again: a point's
+runs are apart in time); the report takes each point's median time to target and says where
+the fastest's lead exceeds the runs' spread. A continued sweep with more repeats adds them.
 --second_sitting=DIR adds to the report how far its claims reproduce in another sitting's
 folder (the quick grid run twice, say). Exit status 0 when every run finished, 1 when one
 failed, 2 for bad input (one error line, before anything runs).
@@ -63,6 +67,9 @@ for path in ("..", "../fashion_mnist", "../cost_model", "../char_lm"):  # the ki
 import cli_errors  # noqa: E402
 import map_model  # noqa: E402
 import map_report  # noqa: E402
+from map_grid import (LM_SYNCS, MODELS, MODES, RANKS, STRAGGLER_FACTOR,  # noqa: E402
+                      SYNCS, grid_models, grid_ranks, grid_stragglers, grid_syncs, hosts,
+                      lr_points, per_model, widened_lr)
 from cli_errors import fail  # noqa: E402
 from run_driver import (blas_core, default_out_dir, execute, machine,  # noqa: E402
                         probe_hosts, stop_on_signal, write_invocation)
@@ -72,139 +79,9 @@ DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 MAX_TIMEOUT_S = 86400
-LR = (0.05, 0.1, 0.2, 0.4)
-INNER_LR = (0.05, 0.1, 0.2, 0.4)
-# name: (--sync, fixed flags, learning rates, (outer flag, its values) or None). Nesterov's lr
-# is a tenth of plain SGD's: with momentum 0.9 a steady gradient moves 1/(1-0.9) times as far.
-SYNCS = {
-    "allreduce": ("allreduce", {}, LR, None),
-    "allreduce_nesterov": ("allreduce", {"momentum": 0.9, "nesterov": "true"},
-                           (0.005, 0.01, 0.02, 0.04), None),
-    "fp16": ("fp16", {}, LR, None),
-    "topk": ("topk", {}, LR, None),
-    "int8": ("int8", {}, LR, None),
-    "ef_signsgd": ("ef_signsgd", {}, LR, None),
-    "sparta": ("sparta", {}, LR, None),
-    "demo": ("demo", {}, (0.001, 0.002, 0.004, 0.008), None),
-    "diloco": ("diloco", {"inner_steps": 16}, INNER_LR, ("outer_lr", (0.7, 1.0))),
-    "streaming_diloco": ("streaming_diloco", {}, INNER_LR, ("outer_lr", (0.7, 1.0))),
-    "sparseloco": ("sparseloco", {}, INNER_LR, ("sparseloco_outer_lr", (0.8, 1.0))),
-}
-# The language model's: AdamW's peak learning rate around char_lm's 3e-3, the same outer grids
-# (ringlab_torch.Synchronizer's options are the trainer's flags). No Nesterov twin: AdamW has
-# its own momentum.
-LM_LR = (0.0015, 0.003, 0.006)
-LM_SYNCS = {name: (sync, fixed, LM_LR, outer) for name, (sync, fixed, _, outer) in SYNCS.items()
-            if name != "allreduce_nesterov"}
-MLP_TARGET = map_model.Target("test_accuracy", 0.85, higher=True, unit="epoch")
-# model: what trains (the trainer's --model, or the language model), its target, its grid, and
-# its budgets in the target's units: tuning, and the most a map point trains at 2 ranks (in
-# epochs, at N ranks N/2 times as many, the same number of steps, but at most 2u + 1 where N/2
-# ranks reached the target in u; in steps, the same at every N). N ranks do not run where any
-# fewer did not reach the target.
-MODELS = {
-    "mlp_narrow": dict(layers="784,256,10", target=MLP_TARGET, syncs=SYNCS, tune=4, most=6),
-    "mlp_wide": dict(layers="784,1024,1024,10", target=MLP_TARGET, syncs=SYNCS, tune=3, most=3),
-    "char_lm": dict(layers=None, target=map_model.Target("val_loss", 2.0, higher=False,
-                                                         unit="step"),
-                    syncs=LM_SYNCS, tune=200, most=300),
-}
+MAX_REPEATS = 9
 LM_EVAL_EVERY = 25
-DEFAULT_MODE = dict(models=("mlp_narrow",), syncs=tuple(SYNCS),
-                    links=("unlimited", "10gbit", "1gbit", "100mbit"), ranks=(2, 4, 8),
-                    point_cap_s=40,
-                    stragglers=(("unlimited", 2), ("1gbit", 2), ("100mbit", 2), ("1gbit", 4)))
-MODES = {
-    "quick": dict(models=("mlp_narrow",),
-                  syncs=("allreduce", "allreduce_nesterov", "diloco", "streaming_diloco"),
-                  links=("unlimited", "1gbit", "100mbit"), ranks=(2, 4), point_cap_s=40,
-                  stragglers=(("1gbit", 2),)),
-    # What fits in an hour here: the narrow MLP's whole grid.
-    "default": DEFAULT_MODE,
-    # Every model: the default's grid, less what the language model cannot afford.
-    "full": dict(DEFAULT_MODE, models=("mlp_narrow", "mlp_wide", "char_lm"),
-                 model_syncs={"char_lm": ("allreduce", "diloco", "streaming_diloco")},
-                 model_ranks={"char_lm": (2, 4)},
-                 model_stragglers={"char_lm": (("1gbit", 2),)},
-                 model_point_cap_s={"char_lm": 150}),
-}
-# The rank counts --ranks may name (8 on 4 emulated hosts, the most this machine holds).
-RANKS = ("2", "4", "8")
-# Ranks sit contiguously on emulated hosts: 2 hosts up to 4 ranks, then 2 ranks a host.
-RANKS_PER_HOST = 2
-# The slow rank of the straggler points: the last one, computing this much slower.
-STRAGGLER_FACTOR = 1.5
 BENCH_MAX_BYTES = 4 << 20
-# While the best learning rate is the largest or smallest tried, tuning tries one a factor
-# WIDEN_FACTOR past it, at most WIDEN_STEPS past the declared grid on each side.
-WIDEN_FACTOR = 2.0
-WIDEN_STEPS = 2
-
-
-def grid_models(args):
-    return [m for m in MODES[args.mode]["models"] if not args.models or m in args.models]
-
-
-def per_model(args, model, key):
-    """The mode's setting `key` for `model`: its model_<key> entry for the model, else the
-    mode's own."""
-    mode = MODES[args.mode]
-    return mode.get(f"model_{key}", {}).get(model, mode[key])
-
-
-def grid_syncs(args, model):
-    """The synchronisers `model` runs, in order: those --syncs names that it has, else the
-    mode's."""
-    syncs = args.syncs or per_model(args, model, "syncs")
-    return [s for s in MODELS[model]["syncs"] if s in syncs]
-
-
-def grid_ranks(args, model):
-    """The rank counts `model` runs, fewest first (a point's budget follows from fewer ranks'):
-    --ranks, else the mode's; and 2 always, whose points give the cost model each
-    synchroniser's compute and bytes (run once: a folder's finished points stay)."""
-    return sorted({2, *(args.ranks or per_model(args, model, "ranks"))})
-
-
-def grid_stragglers(args, model):
-    """The mode's straggler settings for `model` at the rank counts it runs."""
-    runs = grid_ranks(args, model)
-    return [(link, ranks) for link, ranks in per_model(args, model, "stragglers")
-            if ranks in runs]
-
-
-def hosts(ranks):
-    """The emulated hosts `ranks` ranks sit on."""
-    return max(2, ranks // RANKS_PER_HOST)
-
-
-def tune_runs(args):
-    """[(model, sync, {flag: value})] of every point of the declared tuning grids, in order
-    (tune() may widen them)."""
-    return [(model, sync, flags) for model in grid_models(args)
-            for sync in grid_syncs(args, model)
-            for lr in MODELS[model]["syncs"][sync][2]
-            for flags in lr_points(model, sync, lr)]
-
-
-def lr_points(model, sync, lr):
-    """The tuning points of one learning rate: with each outer value, where there is one."""
-    outer = MODELS[model]["syncs"][sync][3]
-    if not outer:
-        return [{"lr": lr}]
-    return [{"lr": lr, outer[0]: value} for value in outer[1]]
-
-
-def widened_lr(declared, tried, best_lr):
-    """The learning rate to try next when the best so far is the largest or smallest tried: a
-    factor WIDEN_FACTOR past it, at most WIDEN_STEPS past the declared grid; else None."""
-    top = max(declared) * WIDEN_FACTOR ** WIDEN_STEPS
-    bottom = min(declared) / WIDEN_FACTOR ** WIDEN_STEPS
-    if best_lr == max(tried) and best_lr * WIDEN_FACTOR <= top * (1 + 1e-9):
-        return float(f"{best_lr * WIDEN_FACTOR:.6g}")
-    if best_lr == min(tried) and best_lr / WIDEN_FACTOR >= bottom * (1 - 1e-9):
-        return float(f"{best_lr / WIDEN_FACTOR:.6g}")
-    return None
 
 
 def point_name(flags):
@@ -368,22 +245,27 @@ def bench(args, out):
 
 
 def map_points(args, out, tuned, fits):
-    """Each tuned synchroniser at each link and rank count that fits in point_cap_s."""
+    """Each tuned synchroniser at each link and rank count that fits in point_cap_s, the whole
+    grid once per repeat: a repeat's runs are apart in time, as a second sitting's are."""
     mode = MODES[args.mode]
-    for model in grid_models(args):
-        for sync in grid_syncs(args, model):
-            flags = tuned.get(model, {}).get(sync)
-            if flags is None:
-                continue
-            # The sync's points of an earlier setting leave first: none may feed its profile.
-            for kind in ("map", "straggler"):
-                for run_dir in glob.glob(os.path.join(out, "runs", model, kind, sync, "*")):
-                    supersede(run_dir, flags)
-            for ranks in grid_ranks(args, model):
-                for link in mode["links"]:  # unlimited first: it gives the compute
-                    map_point(args, out, model, sync, flags, link, ranks, fits)
-            for link, ranks in grid_stragglers(args, model):
-                map_point(args, out, model, sync, flags, link, ranks, fits, straggler=True)
+    for repeat in range(1, args.repeats + 1):
+        for model in grid_models(args):
+            for sync in grid_syncs(args, model):
+                flags = tuned.get(model, {}).get(sync)
+                if flags is None:
+                    continue
+                # The sync's points of an earlier setting leave first: none may feed its
+                # profile.
+                for kind in ("map", "straggler"):
+                    for run_dir in glob.glob(os.path.join(out, "runs", model, kind, sync,
+                                                          "*")):
+                        supersede(run_dir, flags)
+                for ranks in grid_ranks(args, model):
+                    for link in mode["links"]:  # unlimited first: it gives the compute
+                        map_point(args, out, model, sync, flags, (link, ranks), fits, repeat)
+                for link, ranks in grid_stragglers(args, model):
+                    map_point(args, out, model, sync, flags, (link, ranks), fits, repeat,
+                              straggler=True)
 
 
 def point_budget(model, profile, ranks):
@@ -408,14 +290,29 @@ def point_budget(model, profile, ranks):
     return budget, None
 
 
-def map_point(args, out, model, sync, flags, link, ranks, fits, straggler=False):
-    """One point of the map (with straggler, its last rank STRAGGLER_FACTOR times slower, kept
-    apart under straggler/): run unless done, skipped or predicted past the cap."""
+def repeat_dir(first_dir, repeat):
+    """Where a point's repeat runs: its first run's directory, then <that>_r2, <that>_r3..."""
+    return first_dir if repeat == 1 else f"{first_dir}_r{repeat}"
+
+
+def map_point(args, out, model, sync, flags, setting, fits, repeat=1, straggler=False):
+    """One run of a point (link, ranks) of the map (with straggler, its last rank
+    STRAGGLER_FACTOR times slower, kept apart under straggler/): the first run unless done,
+    skipped or predicted past the cap; a repeat where the first run finished."""
+    link, ranks = setting
     kind = "straggler" if straggler else "map"
-    run_dir = os.path.join(out, "runs", model, kind, sync, f"{link}_n{ranks}")
-    label = f"[{kind}] {model} {sync} @ {link}, {ranks} ranks"
-    done = [p for p in map_report.read_points(out, model, "map") if p["sync"] == sync]
+    first_dir = os.path.join(out, "runs", model, kind, sync, f"{link}_n{ranks}")
+    run_dir = repeat_dir(first_dir, repeat)
+    label = (f"[{kind}] {model} {sync} @ {link}, {ranks} ranks"
+             + (f", run {repeat}" if repeat > 1 else ""))
     target = MODELS[model]["target"]
+    if repeat > 1:
+        first = read_point(first_dir)
+        if first is not None:  # as far as the first run trained: the same arithmetic again
+            run_point(args, model, sync, flags, setting, first["evals"][-1][target.unit],
+                      run_dir, label, straggler)
+        return
+    done = [p for p in map_report.read_points(out, model, "map") if p["sync"] == sync]
     profile = map_model.profiles(done, fits, target).get(sync)
     budget, why_not = point_budget(model, profile, ranks)
     if why_not:
@@ -430,6 +327,11 @@ def map_point(args, out, model, sync, flags, link, ranks, fits, straggler=False)
         if predicted is None or predicted[0] * 1.2 > per_model(args, model, "point_cap_s"):
             print(f"{label}: predicted only ({map_report.seconds(predicted)} to target)")
             return
+    run_point(args, model, sync, flags, setting, budget, run_dir, label, straggler)
+
+
+def run_point(args, model, sync, flags, setting, budget, run_dir, label, straggler):
+    link, ranks = setting
     argv = train_argv(args, model, sync, flags, budget, run_dir, link, ranks)
     if straggler:
         argv += [f"--straggler_rank={ranks - 1}", f"--straggler_factor={STRAGGLER_FACTOR}"]
@@ -522,6 +424,9 @@ def parser():
     p.add_argument("--data_dir", help=f"the IDX .gz files (default {DEFAULT_DATA_DIR})")
     p.add_argument("--timeout", type=float, default=120,
                    help=f"seconds any wait between ranks may take, in (0, {MAX_TIMEOUT_S}]")
+    p.add_argument("--repeats", type=int, default=1,
+                   help=f"runs of each map and straggler point, 1 to {MAX_REPEATS}: the "
+                        "report takes a point's median and shows its spread")
     p.add_argument("--report_only", action="store_true",
                    help="rewrite the report from the runs already in --out_dir")
     p.add_argument("--second_sitting",
@@ -567,6 +472,7 @@ def parse_args(argv=None):
     args.argv = list(sys.argv[1:] if argv is None else argv)
     cli_errors.positive_finite("--timeout", args.timeout, MAX_TIMEOUT_S)
     args.run_deadline_s = max(600.0, 4 * args.timeout)
+    cli_errors.int_in_range("--repeats", args.repeats, 1, MAX_REPEATS)
     args.out_dir = cli_errors.output_dir("--out_dir", args.out_dir)
     if args.second_sitting is not None and not os.path.isfile(
             os.path.join(args.second_sitting, "tuned.json")):

@@ -15,12 +15,13 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import map_grid  # noqa: E402
 import map_model  # noqa: E402
 import map_report  # noqa: E402
 import sync_map  # noqa: E402
 
 FITS = {"unlimited": (1e-4, 1e9), "1gbit": (1e-4, 1e8)}  # alpha s, B_eff bytes/s
-TARGET = sync_map.MLP_TARGET  # 85% test accuracy, in epochs
+TARGET = map_grid.MLP_TARGET  # 85% test accuracy, in epochs
 
 
 def point(sync, link, ranks, bytes_per_step, walls, accuracies, events=1.0):
@@ -106,7 +107,7 @@ class ModelTest(unittest.TestCase):
         # 50 steps of 0.1 s. At 4 ranks the same steps (steps are the unit), bytes 1.5 times.
         evals = [dict(step=25, val_loss=2.3, wall_s=2.5), dict(step=50, val_loss=1.9,
                                                                wall_s=5.0)]
-        target = sync_map.MODELS["char_lm"]["target"]
+        target = map_grid.MODELS["char_lm"]["target"]
         self.assertEqual(map_model.first_reach(evals, target), (50, 5.0))
         self.assertIsNone(map_model.first_reach(evals[:1], target))
         lm = dict(sync="allreduce", link="unlimited", ranks=2, bytes_per_step=1e6, events=1.0,
@@ -156,6 +157,26 @@ class ReportTest(unittest.TestCase):
         both = map_report.grid({"a": profile({2: 10.0, 4: 20.0}),
                                 "b": profile({2: 12.0, 4: 13.0})}, FITS)
         self.assertEqual([s for _, s in both[("1gbit", 4)]], ["b", "a"])
+
+    def test_a_points_runs_give_its_median_and_their_spread(self):
+        def runs(sync, link, times):
+            return [(point(sync, link, 2, 1, [1], [1]), t, (t, False), 0.0) for t in times]
+        # At 1gbit a's runs (10, 11, 12) all beat b's (15, 16, 30); at 10gbit they overlap.
+        rows = (runs("a", "1gbit", [10.0, 12.0, 11.0]) + runs("b", "1gbit", [15.0, 30.0, 16.0])
+                + runs("a", "10gbit", [10.0, 14.0]) + runs("b", "10gbit", [12.0, 13.0])
+                + [(point("b", "10gbit", 2, 1, [1], [1]), None, None, None)])
+        # Medians, not the first run: 16 against 11 at 1gbit; 12.5 against 12 at 10gbit.
+        [(link, ranks, fastest, predicted, lead)] = map_report.winner_checks(rows)
+        self.assertEqual((link, ranks, fastest, predicted), ("1gbit", 2, "a", "a"))
+        self.assertAlmostEqual(lead, 16 / 11 - 1)
+        lines = "\n".join(map_report.repeat_lines(rows))
+        self.assertIn("| b | 1gbit | 2 | 3 of 3 | 16.0 s | 15.0 – 30.0 s | 100% |", lines)
+        self.assertIn("| b | 10gbit | 2 | 2 of 3 | 12.5 s | 12.0 – 13.0 s | 8% |", lines)
+        self.assertIn("- 1gbit, 2 ranks: a fastest (median 11.0 s), 45% ahead of b; its "
+                      "slowest run beats the runner-up's fastest: settled.", lines)
+        self.assertIn("- 10gbit, 2 ranks: a fastest (median 12.0 s), 4% ahead of b; their "
+                      "runs overlap: within the spread, not settled.", lines)
+        self.assertEqual(map_report.repeat_lines(rows[:1] + rows[3:4]), [])  # one run each
 
     def test_a_region_is_spans_of_links_with_their_ranks(self):
         cells = {(link, r) for link in ("100mbit", "1gbit") for r in (4, 8, 16)}
@@ -227,20 +248,21 @@ class FlagsTest(unittest.TestCase):
                      ["--train=/nonexistent"], ["--models=mlp_narrow,gpt"], ["--syncs="],
                      ["--full", "--syncs=allreduce_nesterov", "--models=char_lm"] + binaries,
                      ["--full", "--models=char_lm", "--torch_module=/nonexistent"] + binaries,
-                     ["--quick", "--full"]):
+                     ["--quick", "--full"], ["--repeats=0"], ["--repeats=10"],
+                     ["--repeats=two"]):
             with self.assertRaises(SystemExit) as e:
                 sync_map.parse_args(argv)
             self.assertEqual(e.exception.code, 2, argv)
 
     def test_every_grid_point_is_named_once(self):
         names = [(m, s, sync_map.point_name(f))
-                 for m, s, f in sync_map.tune_runs(grid("full"))]
+                 for m, s, f in map_grid.tune_runs(grid("full"))]
         self.assertEqual(len(names), len(set(names)))
-        self.assertEqual(len(sync_map.tune_runs(grid("quick"))), 4 + 4 + 8 + 8)
+        self.assertEqual(len(map_grid.tune_runs(grid("quick"))), 4 + 4 + 8 + 8)
         # The language model: its three synchronisers, 3 learning rates (x 2 outer ones).
-        lm = sync_map.tune_runs(grid("full", models=["char_lm"]))
+        lm = map_grid.tune_runs(grid("full", models=["char_lm"]))
         self.assertEqual(len(lm), 3 + 6 + 6)
-        self.assertEqual(len(sync_map.tune_runs(grid("full", syncs=["diloco"]))),
+        self.assertEqual(len(map_grid.tune_runs(grid("full", syncs=["diloco"]))),
                          8 + 8 + 6)
 
     def test_bazel_run_takes_paths_from_where_the_command_was_typed(self):
@@ -256,21 +278,21 @@ class FlagsTest(unittest.TestCase):
 
     def test_the_grid_takes_each_models_own_settings(self):
         args = grid("full")
-        self.assertEqual(sync_map.per_model(args, "mlp_wide", "ranks"), (2, 4, 8))
-        self.assertEqual(sync_map.per_model(args, "char_lm", "ranks"), (2, 4))
-        self.assertEqual(sync_map.per_model(args, "char_lm", "stragglers"), (("1gbit", 2),))
-        self.assertEqual(sync_map.grid_syncs(args, "char_lm"),
+        self.assertEqual(map_grid.per_model(args, "mlp_wide", "ranks"), (2, 4, 8))
+        self.assertEqual(map_grid.per_model(args, "char_lm", "ranks"), (2, 4))
+        self.assertEqual(map_grid.per_model(args, "char_lm", "stragglers"), (("1gbit", 2),))
+        self.assertEqual(map_grid.grid_syncs(args, "char_lm"),
                          ["allreduce", "diloco", "streaming_diloco"])
         # --syncs and --ranks replace the mode's lists; a model runs the named syncs it has,
         # and the straggler settings at the rank counts it runs.
         args = grid("full", syncs=["fp16", "allreduce_nesterov", "allreduce"], ranks=[4, 2])
-        self.assertEqual(sync_map.grid_syncs(args, "char_lm"), ["allreduce", "fp16"])
-        self.assertEqual(sync_map.grid_syncs(args, "mlp_narrow"),
+        self.assertEqual(map_grid.grid_syncs(args, "char_lm"), ["allreduce", "fp16"])
+        self.assertEqual(map_grid.grid_syncs(args, "mlp_narrow"),
                          ["allreduce", "allreduce_nesterov", "fp16"])
-        self.assertEqual(sync_map.grid_ranks(args, "mlp_wide"), [2, 4])
+        self.assertEqual(map_grid.grid_ranks(args, "mlp_wide"), [2, 4])
         # 2 ranks always: their points give the cost model compute and bytes.
-        self.assertEqual(sync_map.grid_ranks(grid("full", ranks=[8, 8]), "char_lm"), [2, 8])
-        self.assertEqual(sync_map.grid_stragglers(grid("full", ranks=[2]), "mlp_narrow"),
+        self.assertEqual(map_grid.grid_ranks(grid("full", ranks=[8, 8]), "char_lm"), [2, 8])
+        self.assertEqual(map_grid.grid_stragglers(grid("full", ranks=[2]), "mlp_narrow"),
                          [("unlimited", 2), ("1gbit", 2), ("100mbit", 2)])
         with self.assertRaises(SystemExit) as e:
             sync_map.parse_args(["--ranks=2,3"])
@@ -309,8 +331,8 @@ class FlagsTest(unittest.TestCase):
         # edge again, so 0.0125 runs too.
         runs, kept = tried(0.03, sync="diloco")
         self.assertEqual((runs[8:], kept), ([0.025, 0.025, 0.0125, 0.0125], 0.025))
-        self.assertEqual(sync_map.widened_lr((0.001, 0.002), [0.001, 0.002], 0.001), 0.0005)
-        self.assertIsNone(sync_map.widened_lr((0.001, 0.002, 0.004), [0.001, 0.002, 0.004],
+        self.assertEqual(map_grid.widened_lr((0.001, 0.002), [0.001, 0.002], 0.001), 0.0005)
+        self.assertIsNone(map_grid.widened_lr((0.001, 0.002, 0.004), [0.001, 0.002, 0.004],
                                               0.002))
 
     def test_a_map_point_trains_to_the_target_and_no_further(self):
@@ -325,9 +347,44 @@ class FlagsTest(unittest.TestCase):
         self.assertIsNone(budget("mlp_narrow", {"units": {2: None}}, 8)[0])
         # The language model always runs its schedule's steps.
         self.assertEqual(budget("char_lm", {"units": {2: 150}}, 4), (300, None))
-        self.assertEqual(sync_map.hosts(2), 2)
-        self.assertEqual(sync_map.hosts(4), 2)
-        self.assertEqual(sync_map.hosts(8), 4)
+        self.assertEqual(map_grid.hosts(2), 2)
+        self.assertEqual(map_grid.hosts(4), 2)
+        self.assertEqual(map_grid.hosts(8), 4)
+
+    def test_a_repeat_runs_the_whole_grid_again_where_its_first_run_finished(self):
+        calls = []
+        real, sync_map.map_point = sync_map.map_point, lambda *a, **k: calls.append(
+            (a[3], a[5], a[7], k.get("straggler", False)))
+        try:
+            sync_map.map_points(argparse.Namespace(mode="quick", models=None, ranks=None,
+                                                   syncs=["allreduce", "diloco"], repeats=2),
+                                tempfile.mkdtemp(), {"mlp_narrow": {"allreduce": {"lr": 0.1},
+                                                                    "diloco": {"lr": 0.1}}}, {})
+        finally:
+            sync_map.map_point = real
+        # The quick grid: 3 links x 2 rank counts and a straggler, per synchroniser.
+        self.assertEqual([c[2] for c in calls], [1] * 14 + [2] * 14)
+        self.assertEqual(calls[:14], [(c[0], c[1], 1, c[3]) for c in calls[14:]])
+        self.assertEqual(calls[6], ("allreduce", ("1gbit", 2), 1, True))
+        out = tempfile.mkdtemp()
+        first = os.path.join(out, "runs", "mlp_narrow", "map", "allreduce", "1gbit_n2")
+        os.makedirs(first)
+        with open(os.path.join(first, "point.json"), "w") as f:
+            json.dump(point("allreduce", "1gbit", 2, 1, [1, 2, 3], [0.8, 0.86, 0.87]), f)
+        ran = []
+        real, sync_map.run_one = sync_map.run_one, lambda args, argv, run_dir, meta, label: \
+            ran.append((argv, run_dir))
+        try:
+            args = argparse.Namespace(train="/t", timeout=60, data_dir=None)
+            for link in ("1gbit", "100mbit"):  # 100mbit's first run has not finished
+                sync_map.map_point(args, out, "mlp_narrow", "allreduce", {"lr": 0.1},
+                                   (link, 2), FITS, repeat=3)
+        finally:
+            sync_map.run_one = real
+        [(argv, run_dir)] = ran
+        self.assertEqual(run_dir, first + "_r3")
+        self.assertIn("--epochs=3", argv)  # as far as the first run trained
+        self.assertIn("--link=1gbit", argv)
 
     def test_the_language_model_runs_through_the_synchronizer(self):
         args = argparse.Namespace(timeout=60, torch_module="/tm", on_hosts="/oh")
