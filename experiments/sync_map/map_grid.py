@@ -3,6 +3,8 @@ grid, the modes' grids of links, ranks and stragglers, and which of them a model
 flags --models, --syncs and --ranks narrow them). The driver (sync_map.py) runs them; the
 report (map_report.py) reads the same declarations."""
 
+import os
+
 import map_model
 
 LR = (0.05, 0.1, 0.2, 0.4)
@@ -70,6 +72,21 @@ STRAGGLER_FACTOR = 1.5
 # WIDEN_FACTOR past it, at most WIDEN_STEPS past the declared grid on each side.
 WIDEN_FACTOR = 2.0
 WIDEN_STEPS = 2
+# --repeats: a point's runs after the first run in <its directory>_r2, _r3...; more than
+# MAX_REPEATS is a typo's count, not a sitting's (each repeat is the whole grid again).
+REPEAT_SUFFIX = "_r"
+MAX_REPEATS = 9
+
+
+def repeat_dir(first_dir, repeat):
+    """Where a point's repeat runs: its first run's directory, then <that>_r2, <that>_r3..."""
+    return first_dir if repeat == 1 else f"{first_dir}{REPEAT_SUFFIX}{repeat}"
+
+
+def repeat_of(run_dir):
+    """Which run of its point a run directory holds (1 for the first)."""
+    _, suffix, number = os.path.basename(run_dir).rpartition(REPEAT_SUFFIX)
+    return int(number) if suffix and number.isdigit() else 1
 
 
 def grid_models(args):

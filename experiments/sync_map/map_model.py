@@ -129,10 +129,16 @@ def first_reach(evals, target):
     return None
 
 
+def same_point(p, q):
+    """True when two runs are of one point: one synchroniser, link and rank count."""
+    return all(p[k] == q[k] for k in ("sync", "link", "ranks"))
+
+
 def profiles(points, fits, target, held_out=None):
     """{sync: profile} from one model's measured points (dicts with sync, link, ranks, evals,
     bytes_per_step, events): bytes and units to the Target per N, the bytes' law, and compute
-    per N, the median over the links' runs but `held_out`."""
+    per N, the median over the links' runs but those of the point `held_out` (every run of its
+    synchroniser, link and rank count: a repeat of it would predict it from itself)."""
     out = {}
     for p in points:
         prof = out.setdefault(p["sync"], {"bytes": {}, "units": {}, "compute_ms": {},
@@ -145,7 +151,8 @@ def profiles(points, fits, target, held_out=None):
         per_ranks = {}
         for p in points:
             fit = link_fit(fits, p["link"])
-            if p["sync"] != sync or fit is None or p is held_out:
+            if p["sync"] != sync or fit is None or (held_out is not None and same_point(
+                    p, held_out)):
                 continue
             last = p["evals"][-1]
             step_s = last["wall_s"] / target.steps(last[target.unit], p["ranks"])

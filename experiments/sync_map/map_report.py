@@ -4,7 +4,7 @@ utilisation table in Douillard's form, and the pick-when table docs/synchronizer
 
 A heatmap cell is validated when at least one measured point lies within one row and one column
 of it and every such point is within VALIDATED_ERROR of its prediction, made with that point's
-own run held out of the compute; others are hatched (unvalidated: extrapolated past what ran
+own runs held out of the compute; others are hatched (unvalidated: extrapolated past what ran
 here).
 """
 
@@ -40,12 +40,13 @@ def bench_fit(path, hosts):
 
 
 def read_points(out, model, kind):
-    """The points under <out>/runs/<model>/<kind>/, in a fixed order."""
+    """The points under <out>/runs/<model>/<kind>/, in a fixed order, each with which run of
+    its point it is (repeat)."""
     points = []
     for path in sorted(glob.glob(os.path.join(out, "runs", model, kind, "*", "*",
                                               "point.json"))):
         with open(path) as f:
-            points.append(json.load(f))
+            points.append(dict(json.load(f), repeat=map_grid.repeat_of(os.path.dirname(path))))
     return points
 
 
@@ -114,14 +115,19 @@ def _columns(count):
 def checks(points, fits, target):
     """[(point, measured s or None, (predicted s, extrapolated) or None, error)], each point
     predicted with its own run held out of its synchroniser's compute: a check of a
-    prediction, not of a fit to the run it checks. A run alone at its rank count has no such
-    prediction (another rank count's compute would check the scaling, not the run)."""
-    rows, by_sync = [], {}
+    prediction, not of a fit to the run it checks. Its repeats are held out with it, and a
+    point alone at its rank count has no such prediction (another rank count's compute would
+    check the scaling, not the point)."""
+    rows, by_sync, held_out = [], {}, {}
     for p in points:
         by_sync.setdefault(p["sync"], []).append(p)
     for p in points:
         reach = map_model.first_reach(p["evals"], target)
-        profile = map_model.profiles(by_sync[p["sync"]], fits, target, held_out=p)[p["sync"]]
+        key = (p["sync"], p["link"], p["ranks"])
+        if key not in held_out:
+            held_out[key] = map_model.profiles(by_sync[p["sync"]], fits, target,
+                                               held_out=p)[p["sync"]]
+        profile = held_out[key]
         predicted = (map_model.predict(profile, fits, p["link"], p["ranks"])
                      if p["ranks"] in profile["compute_ms"] else None)
         error = (predicted[0] / reach[1] - 1 if reach and predicted else None)
@@ -326,73 +332,85 @@ def point_lines(rows):
     lines = ["| synchroniser | link | ranks | measured to target | predicted | error |",
              "|---|---|---|---|---|---|"]
     for p, measured, predicted, error in rows:
-        lines.append(f"| {p['sync']} | {p['link']} | {p['ranks']} | "
+        lines.append(f"| {run_name(p)} | {p['link']} | {p['ranks']} | "
                      f"{'not reached' if measured is None else f'{measured:.1f} s'} | "
                      f"{seconds(predicted)} | "
                      f"{'n/a' if error is None else f'{100 * error:+.0f}%'} |")
     within = [r for r in rows if r[3] is not None]
     good = sum(abs(r[3]) <= VALIDATED_ERROR for r in within)
     unchecked = sum(r[1] is not None and r[2] is None for r in rows)
-    return lines + ["", f"Within 20%: {good} of {len(within)} measured points that reached the "
-                        f"target with a held-out prediction"
+    runs = " (each run of a repeated point counts)" if any(
+        p.get("repeat", 1) > 1 for p, _, _, _ in rows) else ""
+    return lines + ["", f"Within 20%: {good} of {len(within)} measured points{runs} that "
+                        f"reached the target with a held-out prediction"
                         + (f" ({unchecked} more reached it with none: n/a above)."
                            if unchecked else "."), ""]
 
 
+def run_name(p):
+    """A run's synchroniser, and which run of its point it is when not the first."""
+    return p["sync"] + (f" (run {p['repeat']})" if p.get("repeat", 1) > 1 else "")
+
+
 def repeat_lines(rows):
-    """Where points ran more than once: each one's spread, and at each setting whether the
-    fastest's lead exceeds it (its slowest run beats the runner-up's fastest)."""
-    runs = {key: sorted(r[0] for r in v) for key, v in runs_by_point(rows).items()
-            if len(v) > 1}
-    if not runs:
+    """Where points ran more than once: each one's spread, and at each setting with such a
+    point whether the fastest's lead exceeds the spread (its slowest run beats the runner-up's
+    fastest)."""
+    runs = {key: sorted(r[0] for r in v) for key, v in runs_by_point(rows).items()}
+    repeated = {key: t for key, t in runs.items() if len(t) > 1}
+    if not repeated:
         return []
-    total = {}
-    for p, _, _, _ in rows:
-        key = (p["sync"], p["link"], p["ranks"])
-        total[key] = total.get(key, 0) + 1
     lines = ["### Repeated points", "",
              "A point's time is its runs' median; the spread is its slowest run over its "
              "fastest. The same arithmetic each run: only the wall-clock differs.", "",
-             "| synchroniser | link | ranks | runs that reached the target | median | "
-             "fastest – slowest | spread |", "|---|---|---|---|---|---|---|"]
-    for (sync, link, ranks), t in sorted(runs.items()):
-        lines.append(f"| {sync} | {link} | {ranks} | {len(t)} of {total[(sync, link, ranks)]} "
-                     f"| {statistics.median(t):.1f} s | {t[0]:.1f} – {t[-1]:.1f} s | "
-                     f"{100 * (t[-1] / t[0] - 1):.0f}% |")
-    spreads = [t[-1] / t[0] - 1 for t in runs.values()]
+             "| synchroniser | link | ranks | runs | median to target | fastest – slowest | "
+             "spread |", "|---|---|---|---|---|---|---|"]
+    for (sync, link, ranks), t in sorted(repeated.items()):
+        lines.append(f"| {sync} | {link} | {ranks} | {len(t)} | {statistics.median(t):.1f} s | "
+                     f"{t[0]:.1f} – {t[-1]:.1f} s | {100 * (t[-1] / t[0] - 1):.0f}% |")
+    spreads = [t[-1] / t[0] - 1 for t in repeated.values()]
     lines += ["", f"Spread: a median of {100 * statistics.median(spreads):.0f}%, at most "
                   f"{100 * max(spreads):.0f}%.", ""]
     cells = {}
     for (sync, link, ranks), t in runs.items():
         cells.setdefault((link, ranks), []).append((statistics.median(t), sync, t))
     for (link, ranks), entries in sorted(cells.items()):
-        if len(entries) < 2:
+        if len(entries) < 2 or all(len(e[2]) < 2 for e in entries):
             continue
         (first, sync, t), (second, runner, u) = sorted(entries)[:2]
-        apart = t[-1] < u[0]
+        if min(len(t), len(u)) < 2:
+            verdict = "one of the two ran once: its spread is not known, nor whether it is settled."
+        elif t[-1] < u[0]:
+            verdict = "its slowest run beats the runner-up's fastest: settled."
+        else:
+            verdict = "their runs overlap: within the spread, not settled."
         lines.append(f"- {link}, {ranks} ranks: {sync} fastest (median {first:.1f} s), "
-                     f"{100 * (second / first - 1):.0f}% ahead of {runner}; "
-                     + ("its slowest run beats the runner-up's fastest: settled." if apart
-                        else "their runs overlap: within the spread, not settled."))
+                     f"{100 * (second / first - 1):.0f}% ahead of {runner}; {verdict}")
     return lines + [""]
 
 
 def straggler_lines(out, model, rows, profiles, fits, target, factor):
-    """Each straggler point beside the same point without one, and the prediction."""
-    slow = read_points(out, model, "straggler")
+    """Each straggler point beside the same point without one, and the prediction: a point's
+    time its runs' median."""
+    slow = {}
+    for p in read_points(out, model, "straggler"):
+        reach = map_model.first_reach(p["evals"], target)
+        slow.setdefault((p["sync"], p["link"], p["ranks"]), []).append(
+            reach[1] if reach else None)
     if not slow:
         return []
     lines = [f"### A straggler (the last rank computes {factor}× as long)", "",
              "| synchroniser | link | ranks | to target without | with | slower by | "
              "predicted with | error |", "|---|---|---|---|---|---|---|---|"]
-    for p in slow:
-        reach = map_model.first_reach(p["evals"], target)
-        base = runs_by_point(rows).get((p["sync"], p["link"], p["ranks"]))
+    without = runs_by_point(rows)
+    for (sync, link, ranks), times in slow.items():
+        base = without.get((sync, link, ranks))
         base = statistics.median(r[0] for r in base) if base else None
-        predicted = map_model.predict(profiles[p["sync"]], fits, p["link"], p["ranks"], factor)
-        measured = reach[1] if reach else None
+        reached = [t for t in times if t is not None]
+        measured = statistics.median(reached) if reached else None
+        predicted = map_model.predict(profiles[sync], fits, link, ranks, factor)
         lines.append(
-            f"| {p['sync']} | {p['link']} | {p['ranks']} | "
+            f"| {sync}{f' ({len(times)} runs)' if len(times) > 1 else ''} | {link} | {ranks} | "
             f"{'n/a' if base is None else f'{base:.1f} s'} | "
             f"{'not reached' if measured is None else f'{measured:.1f} s'} | "
             f"{f'{100 * (measured / base - 1):.0f}%' if base and measured else 'n/a'} | "
@@ -419,8 +437,8 @@ def model_section(out, model, target, tuned, fits):
     if missing:
         lines += [f"Tuned but not in the map (no point ran): {', '.join(missing)}.", ""]
     lines += ["### Measured points beside the cost model", "",
-              "Each point is predicted with its own run held out: its synchroniser's compute "
-              "is the median of its other runs at that rank count.", ""] + point_lines(rows)
+              "Each point is predicted with its own runs held out: its synchroniser's compute "
+              "is the median of its other points' runs at that rank count.", ""] + point_lines(rows)
     wins = winner_checks(rows)
     right = sum(w[2] == w[3] for w in wins)
     lines += [f"Where the measured top two differ by more than 20% ({len(wins)} settings), the "

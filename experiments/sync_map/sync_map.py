@@ -67,9 +67,9 @@ for path in ("..", "../fashion_mnist", "../cost_model", "../char_lm"):  # the ki
 import cli_errors  # noqa: E402
 import map_model  # noqa: E402
 import map_report  # noqa: E402
-from map_grid import (LM_SYNCS, MODELS, MODES, RANKS, STRAGGLER_FACTOR,  # noqa: E402
-                      SYNCS, grid_models, grid_ranks, grid_stragglers, grid_syncs, hosts,
-                      lr_points, per_model, widened_lr)
+from map_grid import (LM_SYNCS, MAX_REPEATS, MODELS, MODES, RANKS,  # noqa: E402
+                      STRAGGLER_FACTOR, SYNCS, grid_models, grid_ranks, grid_stragglers,
+                      grid_syncs, hosts, lr_points, per_model, repeat_dir, widened_lr)
 from cli_errors import fail  # noqa: E402
 from run_driver import (blas_core, default_out_dir, execute, machine,  # noqa: E402
                         probe_hosts, stop_on_signal, write_invocation)
@@ -79,7 +79,6 @@ DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 MAX_TIMEOUT_S = 86400
-MAX_REPEATS = 9
 LM_EVAL_EVERY = 25
 BENCH_MAX_BYTES = 4 << 20
 
@@ -288,11 +287,6 @@ def point_budget(model, profile, ranks):
         # The language model's schedule decays over its steps: it always runs them all.
         return units[ranks], None
     return budget, None
-
-
-def repeat_dir(first_dir, repeat):
-    """Where a point's repeat runs: its first run's directory, then <that>_r2, <that>_r3..."""
-    return first_dir if repeat == 1 else f"{first_dir}_r{repeat}"
 
 
 def map_point(args, out, model, sync, flags, setting, fits, repeat=1, straggler=False):

@@ -170,13 +170,31 @@ class ReportTest(unittest.TestCase):
         self.assertEqual((link, ranks, fastest, predicted), ("1gbit", 2, "a", "a"))
         self.assertAlmostEqual(lead, 16 / 11 - 1)
         lines = "\n".join(map_report.repeat_lines(rows))
-        self.assertIn("| b | 1gbit | 2 | 3 of 3 | 16.0 s | 15.0 – 30.0 s | 100% |", lines)
-        self.assertIn("| b | 10gbit | 2 | 2 of 3 | 12.5 s | 12.0 – 13.0 s | 8% |", lines)
+        self.assertIn("| b | 1gbit | 2 | 3 | 16.0 s | 15.0 – 30.0 s | 100% |", lines)
+        self.assertIn("| b | 10gbit | 2 | 2 | 12.5 s | 12.0 – 13.0 s | 8% |", lines)
         self.assertIn("- 1gbit, 2 ranks: a fastest (median 11.0 s), 45% ahead of b; its "
                       "slowest run beats the runner-up's fastest: settled.", lines)
         self.assertIn("- 10gbit, 2 ranks: a fastest (median 12.0 s), 4% ahead of b; their "
                       "runs overlap: within the spread, not settled.", lines)
         self.assertEqual(map_report.repeat_lines(rows[:1] + rows[3:4]), [])  # one run each
+        # A runner-up that ran once is still the runner-up, but settles nothing.
+        lines = "\n".join(map_report.repeat_lines(rows[:3] + runs("b", "1gbit", [11.5])))
+        self.assertIn("a fastest (median 11.0 s), 5% ahead of b; one of the two ran once", lines)
+
+    def test_a_points_repeats_are_held_out_with_it(self):
+        def run(link, ranks, wall, repeat=1):
+            return dict(point("a", link, ranks, 1e6, [wall, 2 * wall], [0.84, 0.86]),
+                        repeat=repeat)
+        runs = [run("unlimited", 2, 4.0), run("unlimited", 2, 4.4, 2), run("1gbit", 2, 6.0),
+                run("1gbit", 4, 6.0), run("1gbit", 4, 7.0, 2)]
+        rows = map_report.checks(runs, FITS, TARGET)
+        # Alone at 4 ranks, both runs: neither is predicted from the other.
+        self.assertEqual([r[2] for r in rows[3:]], [None, None])
+        # Both unlimited runs are predicted from the 1gbit run alone.
+        self.assertEqual(rows[0][2], rows[1][2])
+        self.assertEqual(rows[0][2], map_model.predict(map_model.profiles(
+            runs[2:], FITS, TARGET)["a"], FITS, "unlimited", 2))
+        self.assertEqual(map_report.run_name(runs[1]), "a (run 2)")
 
     def test_a_region_is_spans_of_links_with_their_ranks(self):
         cells = {(link, r) for link in ("100mbit", "1gbit") for r in (4, 8, 16)}
@@ -371,20 +389,31 @@ class FlagsTest(unittest.TestCase):
         os.makedirs(first)
         with open(os.path.join(first, "point.json"), "w") as f:
             json.dump(point("allreduce", "1gbit", 2, 1, [1, 2, 3], [0.8, 0.86, 0.87]), f)
+        lm_first = os.path.join(out, "runs", "char_lm", "map", "fp16", "1gbit_n2")
+        os.makedirs(lm_first)
+        with open(os.path.join(lm_first, "point.json"), "w") as f:
+            json.dump(dict(sync="fp16", evals=[dict(step=s, val_loss=2.5 - s / 200, wall_s=s)
+                                               for s in range(25, 301, 25)]), f)
         ran = []
         real, sync_map.run_one = sync_map.run_one, lambda args, argv, run_dir, meta, label: \
             ran.append((argv, run_dir))
         try:
-            args = argparse.Namespace(train="/t", timeout=60, data_dir=None)
+            args = argparse.Namespace(train="/t", timeout=60, data_dir=None, on_hosts="/oh",
+                                      torch_module="/tm")
             for link in ("1gbit", "100mbit"):  # 100mbit's first run has not finished
                 sync_map.map_point(args, out, "mlp_narrow", "allreduce", {"lr": 0.1},
                                    (link, 2), FITS, repeat=3)
+            sync_map.map_point(args, out, "char_lm", "fp16", {"lr": 0.006}, ("1gbit", 2),
+                               FITS, repeat=2)
         finally:
             sync_map.run_one = real
-        [(argv, run_dir)] = ran
+        [(argv, run_dir), (lm_argv, lm_dir)] = ran
         self.assertEqual(run_dir, first + "_r3")
         self.assertIn("--epochs=3", argv)  # as far as the first run trained
         self.assertIn("--link=1gbit", argv)
+        self.assertEqual(lm_dir, lm_first + "_r2")
+        self.assertIn("--steps=300", lm_argv)  # 12 evaluations, the last at step 300
+        self.assertEqual([map_grid.repeat_of(d) for d in (first, run_dir, lm_dir)], [1, 3, 2])
 
     def test_the_language_model_runs_through_the_synchronizer(self):
         args = argparse.Namespace(timeout=60, torch_module="/tm", on_hosts="/oh")
