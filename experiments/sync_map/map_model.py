@@ -129,9 +129,9 @@ def first_reach(evals, target):
     return None
 
 
-def same_point(p, q):
-    """True when two runs are of one point: one synchroniser, link and rank count."""
-    return all(p[k] == q[k] for k in ("sync", "link", "ranks"))
+def point_key(p):
+    """(sync, link, ranks): what makes a run one point's; its repeats share it."""
+    return p["sync"], p["link"], p["ranks"]
 
 
 def profiles(points, fits, target, held_out=None):
@@ -149,10 +149,10 @@ def profiles(points, fits, target, held_out=None):
     for sync, prof in out.items():
         prof["law"] = bytes_law(prof["bytes"])
         per_ranks = {}
+        skipped = point_key(held_out) if held_out is not None else None
         for p in points:
             fit = link_fit(fits, p["link"])
-            if p["sync"] != sync or fit is None or (held_out is not None and same_point(
-                    p, held_out)):
+            if p["sync"] != sync or fit is None or point_key(p) == skipped:
                 continue
             last = p["evals"][-1]
             step_s = last["wall_s"] / target.steps(last[target.unit], p["ranks"])

@@ -118,16 +118,16 @@ def checks(points, fits, target):
     prediction, not of a fit to the run it checks. Its repeats are held out with it, and a
     point alone at its rank count has no such prediction (another rank count's compute would
     check the scaling, not the point)."""
-    rows, by_sync, held_out = [], {}, {}
+    rows, by_sync, profile_of = [], {}, {}
     for p in points:
         by_sync.setdefault(p["sync"], []).append(p)
     for p in points:
         reach = map_model.first_reach(p["evals"], target)
-        key = (p["sync"], p["link"], p["ranks"])
-        if key not in held_out:
-            held_out[key] = map_model.profiles(by_sync[p["sync"]], fits, target,
-                                               held_out=p)[p["sync"]]
-        profile = held_out[key]
+        key = map_model.point_key(p)
+        if key not in profile_of:
+            profile_of[key] = map_model.profiles(by_sync[p["sync"]], fits, target,
+                                                 held_out=p)[p["sync"]]
+        profile = profile_of[key]
         predicted = (map_model.predict(profile, fits, p["link"], p["ranks"])
                      if p["ranks"] in profile["compute_ms"] else None)
         error = (predicted[0] / reach[1] - 1 if reach and predicted else None)
@@ -141,16 +141,17 @@ def runs_by_point(rows):
     runs = {}
     for p, measured, predicted, _ in rows:
         if measured is not None:
-            runs.setdefault((p["sync"], p["link"], p["ranks"]), []).append(
+            runs.setdefault(map_model.point_key(p), []).append(
                 (measured, predicted[0] if predicted else None))
     return runs
 
 
-def winner_checks(rows):
+def winner_checks(point_runs):
     """[(link, ranks, measured winner, predicted winner, margin)] where the measured top two
-    differ by more than CLEAR_MARGIN: a point's time its runs' median, measured and predicted."""
+    differ by more than CLEAR_MARGIN, from runs_by_point: a point's time its runs' median,
+    measured and predicted."""
     cells = {}
-    for (sync, link, ranks), runs in runs_by_point(rows).items():
+    for (sync, link, ranks), runs in point_runs.items():
         predicted = [r[1] for r in runs if r[1] is not None]
         if predicted:
             cells.setdefault((link, ranks), []).append(
@@ -352,11 +353,11 @@ def run_name(p):
     return p["sync"] + (f" (run {p['repeat']})" if p.get("repeat", 1) > 1 else "")
 
 
-def repeat_lines(rows):
-    """Where points ran more than once: each one's spread, and at each setting with such a
-    point whether the fastest's lead exceeds the spread (its slowest run beats the runner-up's
-    fastest)."""
-    runs = {key: sorted(r[0] for r in v) for key, v in runs_by_point(rows).items()}
+def repeat_lines(point_runs):
+    """Where points ran more than once (runs_by_point): each one's spread, and at each setting
+    with such a point whether the fastest's lead exceeds the spread (its slowest run beats the
+    runner-up's fastest)."""
+    runs = {key: sorted(r[0] for r in v) for key, v in point_runs.items()}
     repeated = {key: t for key, t in runs.items() if len(t) > 1}
     if not repeated:
         return []
@@ -389,20 +390,18 @@ def repeat_lines(rows):
     return lines + [""]
 
 
-def straggler_lines(out, model, rows, profiles, fits, target, factor):
-    """Each straggler point beside the same point without one, and the prediction: a point's
-    time its runs' median."""
+def straggler_lines(out, model, without, profiles, fits, target, factor):
+    """Each straggler point beside the same point without one (`without`, runs_by_point), and
+    the prediction: a point's time its runs' median."""
     slow = {}
     for p in read_points(out, model, "straggler"):
         reach = map_model.first_reach(p["evals"], target)
-        slow.setdefault((p["sync"], p["link"], p["ranks"]), []).append(
-            reach[1] if reach else None)
+        slow.setdefault(map_model.point_key(p), []).append(reach[1] if reach else None)
     if not slow:
         return []
     lines = [f"### A straggler (the last rank computes {factor}× as long)", "",
              "| synchroniser | link | ranks | to target without | with | slower by | "
              "predicted with | error |", "|---|---|---|---|---|---|---|---|"]
-    without = runs_by_point(rows)
     for (sync, link, ranks), times in slow.items():
         base = without.get((sync, link, ranks))
         base = statistics.median(r[0] for r in base) if base else None
@@ -439,14 +438,15 @@ def model_section(out, model, target, tuned, fits):
     lines += ["### Measured points beside the cost model", "",
               "Each point is predicted with its own runs held out: its synchroniser's compute "
               "is the median of its other points' runs at that rank count.", ""] + point_lines(rows)
-    wins = winner_checks(rows)
+    point_runs = runs_by_point(rows)
+    wins = winner_checks(point_runs)
     right = sum(w[2] == w[3] for w in wins)
     lines += [f"Where the measured top two differ by more than 20% ({len(wins)} settings), the "
               f"predicted fastest is the measured one at {right}."]
     lines += [f"- {link}, {ranks} ranks: measured {m}, predicted {p} (lead {100 * g:.0f}%)"
               for link, ranks, m, p, g in wins] + [""]
-    lines += repeat_lines(rows)
-    lines += straggler_lines(out, model, rows, profiles, fits, target,
+    lines += repeat_lines(point_runs)
+    lines += straggler_lines(out, model, point_runs, profiles, fits, target,
                              map_grid.STRAGGLER_FACTOR)
     cells = grid(profiles, fits)
     heatmap(model, cells, rows, fits, os.path.join(out, f"map_{model}.png"))
@@ -527,7 +527,7 @@ def _sitting(out):
         runs = {}
         for p in points:
             if reach := map_model.first_reach(p["evals"], target):
-                runs.setdefault((p["sync"], p["link"], p["ranks"]), []).append(reach[1])
+                runs.setdefault(map_model.point_key(p), []).append(reach[1])
         times[model] = {key: statistics.median(t) for key, t in runs.items()}
         winners[model] = {cell: t[0][1] for cell, t in grid(profiles, fits).items() if t}
     return tuned, times, winners

@@ -133,7 +133,8 @@ class ReportTest(unittest.TestCase):
     def test_winner_checks_and_validation(self):
         rows = [(point("a", "1gbit", 2, 1, [1], [1]), 10.0, (11.0, False), 0.1),
                 (point("b", "1gbit", 2, 1, [1], [1]), 20.0, (9.0, False), -0.55)]
-        self.assertEqual(map_report.winner_checks(rows), [("1gbit", 2, "a", "b", 1.0)])
+        self.assertEqual(map_report.winner_checks(map_report.runs_by_point(rows)),
+                         [("1gbit", 2, "a", "b", 1.0)])
         self.assertFalse(map_report.validated(rows, "1gbit", 4))  # b is 55% off
         self.assertFalse(map_report.validated(rows[:1], "100gbit", 1024))  # nothing near
         self.assertTrue(map_report.validated(rows[:1], "10gbit", 4))
@@ -166,19 +167,22 @@ class ReportTest(unittest.TestCase):
                 + runs("a", "10gbit", [10.0, 14.0]) + runs("b", "10gbit", [12.0, 13.0])
                 + [(point("b", "10gbit", 2, 1, [1], [1]), None, None, None)])
         # Medians, not the first run: 16 against 11 at 1gbit; 12.5 against 12 at 10gbit.
-        [(link, ranks, fastest, predicted, lead)] = map_report.winner_checks(rows)
+        point_runs = map_report.runs_by_point(rows)
+        [(link, ranks, fastest, predicted, lead)] = map_report.winner_checks(point_runs)
         self.assertEqual((link, ranks, fastest, predicted), ("1gbit", 2, "a", "a"))
         self.assertAlmostEqual(lead, 16 / 11 - 1)
-        lines = "\n".join(map_report.repeat_lines(rows))
+        lines = "\n".join(map_report.repeat_lines(point_runs))
         self.assertIn("| b | 1gbit | 2 | 3 | 16.0 s | 15.0 – 30.0 s | 100% |", lines)
         self.assertIn("| b | 10gbit | 2 | 2 | 12.5 s | 12.0 – 13.0 s | 8% |", lines)
         self.assertIn("- 1gbit, 2 ranks: a fastest (median 11.0 s), 45% ahead of b; its "
                       "slowest run beats the runner-up's fastest: settled.", lines)
         self.assertIn("- 10gbit, 2 ranks: a fastest (median 12.0 s), 4% ahead of b; their "
                       "runs overlap: within the spread, not settled.", lines)
-        self.assertEqual(map_report.repeat_lines(rows[:1] + rows[3:4]), [])  # one run each
+        one_each = map_report.runs_by_point(rows[:1] + rows[3:4])
+        self.assertEqual(map_report.repeat_lines(one_each), [])
         # A runner-up that ran once is still the runner-up, but settles nothing.
-        lines = "\n".join(map_report.repeat_lines(rows[:3] + runs("b", "1gbit", [11.5])))
+        lines = "\n".join(map_report.repeat_lines(
+            map_report.runs_by_point(rows[:3] + runs("b", "1gbit", [11.5]))))
         self.assertIn("a fastest (median 11.0 s), 5% ahead of b; one of the two ran once", lines)
 
     def test_a_points_repeats_are_held_out_with_it(self):
