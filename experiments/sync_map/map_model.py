@@ -146,13 +146,13 @@ def profiles(points, fits, target, held_out=None):
         prof["bytes"].setdefault(p["ranks"], p["bytes_per_step"])
         reach = first_reach(p["evals"], target)
         prof["units"].setdefault(p["ranks"], reach[0] if reach else None)
+    held_out_key = point_key(held_out) if held_out is not None else None
     for sync, prof in out.items():
         prof["law"] = bytes_law(prof["bytes"])
         per_ranks = {}
-        skipped = point_key(held_out) if held_out is not None else None
         for p in points:
             fit = link_fit(fits, p["link"])
-            if p["sync"] != sync or fit is None or point_key(p) == skipped:
+            if p["sync"] != sync or fit is None or point_key(p) == held_out_key:
                 continue
             last = p["evals"][-1]
             step_s = last["wall_s"] / target.steps(last[target.unit], p["ranks"])

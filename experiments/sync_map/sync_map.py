@@ -247,15 +247,15 @@ def map_points(args, out, tuned, fits):
     """Each tuned synchroniser at each link and rank count that fits in point_cap_s, the whole
     grid once per repeat: a repeat's runs are apart in time, as a second sitting's are."""
     mode = MODES[args.mode]
-    runnable = [(model, sync, tuned[model][sync]) for model in grid_models(args)
+    tuned_syncs = [(model, sync, tuned[model][sync]) for model in grid_models(args)
                 for sync in grid_syncs(args, model) if tuned.get(model, {}).get(sync) is not None]
     # A sync's points of an earlier setting leave first: none may feed its profile.
-    for model, sync, flags in runnable:
+    for model, sync, flags in tuned_syncs:
         for kind in ("map", "straggler"):
             for run_dir in glob.glob(os.path.join(out, "runs", model, kind, sync, "*")):
                 supersede(run_dir, flags)
     for repeat in range(1, args.repeats + 1):
-        for model, sync, flags in runnable:
+        for model, sync, flags in tuned_syncs:
             for ranks in grid_ranks(args, model):
                 for link in mode["links"]:  # unlimited first: it gives the compute
                     map_point(args, out, model, sync, flags, (link, ranks), fits, repeat)
