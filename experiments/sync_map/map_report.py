@@ -387,7 +387,27 @@ def repeat_lines(point_runs):
             verdict = "their runs overlap: within the spread, not settled."
         lines.append(f"- {link}, {ranks} ranks: {sync} fastest (median {first:.1f} s), "
                      f"{100 * (second / first - 1):.0f}% ahead of {runner}; {verdict}")
-    return lines + [""]
+    return lines + [""] + against_baseline(runs)
+
+
+def against_baseline(runs, baseline="allreduce"):
+    """At each setting where the baseline and others ran more than once ({key: sorted times}):
+    which beat its fastest run in every run, which lost to its slowest in every run."""
+    lines = []
+    for link, ranks in sorted({key[1:] for key in runs}):
+        base = runs.get((baseline, link, ranks), [])
+        others = {s: t for (s, *setting), t in runs.items()
+                  if tuple(setting) == (link, ranks) and s != baseline and len(t) > 1}
+        if len(base) < 2 or not others:
+            continue
+        faster = [s for s, t in sorted(others.items()) if t[-1] < base[0]]
+        slower = [s for s, t in sorted(others.items()) if t[0] > base[-1]]
+        overlap = sorted(set(others) - set(faster) - set(slower))
+        lines.append(f"- {link}, {ranks} ranks, against {baseline} ({base[0]:.1f} – "
+                     f"{base[-1]:.1f} s): faster in every run: {', '.join(faster) or 'none'}; "
+                     f"slower in every run: {', '.join(slower) or 'none'}; overlapping: "
+                     f"{', '.join(overlap) or 'none'}.")
+    return lines + [""] if lines else []
 
 
 def straggler_lines(out, model, without, profiles, fits, target, factor):

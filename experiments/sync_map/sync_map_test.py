@@ -185,6 +185,16 @@ class ReportTest(unittest.TestCase):
             map_report.runs_by_point(rows[:3] + runs("b", "1gbit", [11.5]))))
         self.assertIn("a fastest (median 11.0 s), 5% ahead of b; one of the two ran once", lines)
 
+    def test_a_point_beats_the_baseline_only_when_all_its_runs_beat_all_of_the_baselines(self):
+        runs = {("allreduce", "1gbit", 2): [20.0, 30.0], ("a", "1gbit", 2): [10.0, 19.0],
+                ("b", "1gbit", 2): [15.0, 25.0], ("c", "1gbit", 2): [31.0, 40.0],
+                ("d", "1gbit", 2): [5.0], ("a", "10gbit", 2): [1.0, 2.0]}
+        self.assertEqual(map_report.against_baseline(runs), [
+            "- 1gbit, 2 ranks, against allreduce (20.0 – 30.0 s): faster in every run: a; "
+            "slower in every run: c; overlapping: b.", ""])
+        del runs[("allreduce", "1gbit", 2)]
+        self.assertEqual(map_report.against_baseline(runs), [])
+
     def test_a_points_repeats_are_held_out_with_it(self):
         def run(link, ranks, wall, repeat=1):
             return dict(point("a", link, ranks, 1e6, [wall, 2 * wall], [0.84, 0.86]),
