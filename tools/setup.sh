@@ -18,6 +18,7 @@ PACKAGES=(
   iproute2 util-linux                            # ip, unshare, nsenter: the two-host test
   strace                                         # counting a job's file opens
   python3-torch python3-numpy python3-matplotlib # the PyTorch reference and the plots
+  python3-scipy                                  # the sync map's rank test of repeated runs
   bible-kjv                                      # the char LM's text (with bible-kjv-text)
   libtorch-dev pybind11-dev python3-dev          # the torch.distributed backend
   clang-format                                   # CI's formatting check (clang-format 14)

@@ -16,6 +16,7 @@ import statistics
 
 import map_grid
 import map_model
+import map_repeats
 
 MAP_LINKS = ("100mbit", "1gbit", "10gbit", "25gbit", "100gbit", "400gbit")
 MAP_RANKS = (2, 4, 8, 16, 64, 256, 1024)
@@ -353,63 +354,6 @@ def run_name(p):
     return p["sync"] + (f" (run {p['repeat']})" if p.get("repeat", 1) > 1 else "")
 
 
-def repeat_lines(point_runs):
-    """Where points ran more than once (runs_by_point): each one's spread, and at each setting
-    with such a point whether the fastest's lead exceeds the spread (its slowest run beats the
-    runner-up's fastest)."""
-    runs = {key: sorted(r[0] for r in v) for key, v in point_runs.items()}
-    repeated = {key: t for key, t in runs.items() if len(t) > 1}
-    if not repeated:
-        return []
-    lines = ["### Repeated points", "",
-             "A point's time is its runs' median; the spread is its slowest run over its "
-             "fastest. The same arithmetic each run: only the wall-clock differs.", "",
-             "| synchroniser | link | ranks | runs | median to target | fastest – slowest | "
-             "spread |", "|---|---|---|---|---|---|---|"]
-    for (sync, link, ranks), t in sorted(repeated.items()):
-        lines.append(f"| {sync} | {link} | {ranks} | {len(t)} | {statistics.median(t):.1f} s | "
-                     f"{t[0]:.1f} – {t[-1]:.1f} s | {100 * (t[-1] / t[0] - 1):.0f}% |")
-    spreads = [t[-1] / t[0] - 1 for t in repeated.values()]
-    lines += ["", f"Spread: a median of {100 * statistics.median(spreads):.0f}%, at most "
-                  f"{100 * max(spreads):.0f}%.", ""]
-    cells = {}
-    for (sync, link, ranks), t in runs.items():
-        cells.setdefault((link, ranks), []).append((statistics.median(t), sync, t))
-    for (link, ranks), entries in sorted(cells.items()):
-        if len(entries) < 2 or all(len(e[2]) < 2 for e in entries):
-            continue
-        (first, sync, t), (second, runner, u) = sorted(entries)[:2]
-        if min(len(t), len(u)) < 2:
-            verdict = "one of the two ran once: its spread is not known, nor whether it is settled."
-        elif t[-1] < u[0]:
-            verdict = "its slowest run beats the runner-up's fastest: settled."
-        else:
-            verdict = "their runs overlap: within the spread, not settled."
-        lines.append(f"- {link}, {ranks} ranks: {sync} fastest (median {first:.1f} s), "
-                     f"{100 * (second / first - 1):.0f}% ahead of {runner}; {verdict}")
-    return lines + [""] + against_baseline(runs)
-
-
-def against_baseline(runs, baseline="allreduce"):
-    """At each setting where the baseline and others ran more than once ({key: sorted times}):
-    which beat its fastest run in every run, which lost to its slowest in every run."""
-    lines = []
-    for link, ranks in sorted({key[1:] for key in runs}):
-        base = runs.get((baseline, link, ranks), [])
-        others = {s: t for (s, *setting), t in runs.items()
-                  if tuple(setting) == (link, ranks) and s != baseline and len(t) > 1}
-        if len(base) < 2 or not others:
-            continue
-        faster = [s for s, t in sorted(others.items()) if t[-1] < base[0]]
-        slower = [s for s, t in sorted(others.items()) if t[0] > base[-1]]
-        overlap = sorted(set(others) - set(faster) - set(slower))
-        lines.append(f"- {link}, {ranks} ranks, against {baseline} ({base[0]:.1f} – "
-                     f"{base[-1]:.1f} s): faster in every run: {', '.join(faster) or 'none'}; "
-                     f"slower in every run: {', '.join(slower) or 'none'}; overlapping: "
-                     f"{', '.join(overlap) or 'none'}.")
-    return lines + [""] if lines else []
-
-
 def straggler_lines(out, model, without, profiles, fits, target, factor):
     """Each straggler point beside the same point without one (`without`, runs_by_point), and
     the prediction: a point's time its runs' median."""
@@ -465,7 +409,7 @@ def model_section(out, model, target, tuned, fits):
               f"predicted fastest is the measured one at {right}."]
     lines += [f"- {link}, {ranks} ranks: measured {m}, predicted {p} (lead {100 * g:.0f}%)"
               for link, ranks, m, p, g in wins] + [""]
-    lines += repeat_lines(point_runs)
+    lines += map_repeats.repeat_lines(point_runs)
     lines += straggler_lines(out, model, point_runs, profiles, fits, target,
                              map_grid.STRAGGLER_FACTOR)
     cells = grid(profiles, fits)

@@ -18,6 +18,7 @@ sys.path.insert(0, HERE)
 import map_grid  # noqa: E402
 import map_model  # noqa: E402
 import map_report  # noqa: E402
+import map_repeats  # noqa: E402
 import sync_map  # noqa: E402
 
 FITS = {"unlimited": (1e-4, 1e9), "1gbit": (1e-4, 1e8)}  # alpha s, B_eff bytes/s
@@ -171,29 +172,40 @@ class ReportTest(unittest.TestCase):
         [(link, ranks, fastest, predicted, lead)] = map_report.winner_checks(point_runs)
         self.assertEqual((link, ranks, fastest, predicted), ("1gbit", 2, "a", "a"))
         self.assertAlmostEqual(lead, 16 / 11 - 1)
-        lines = "\n".join(map_report.repeat_lines(point_runs))
+        lines = "\n".join(map_repeats.repeat_lines(point_runs))
         self.assertIn("| b | 1gbit | 2 | 3 | 16.0 s | 15.0 – 30.0 s | 100% |", lines)
         self.assertIn("| b | 10gbit | 2 | 2 | 12.5 s | 12.0 – 13.0 s | 8% |", lines)
-        self.assertIn("- 1gbit, 2 ranks: a fastest (median 11.0 s), 45% ahead of b; its "
-                      "slowest run beats the runner-up's fastest: settled.", lines)
-        self.assertIn("- 10gbit, 2 ranks: a fastest (median 12.0 s), 4% ahead of b; their "
-                      "runs overlap: within the spread, not settled.", lines)
+        # Three runs apart: p = 1/20, the least three against three can give.
+        self.assertIn("- 1gbit, 2 ranks: a fastest (median 11.0 s), 45% ahead of b; "
+                      "p = 0.050 over their runs: settled.", lines)
+        self.assertIn("- 10gbit, 2 ranks: a fastest (median 12.0 s), 4% ahead of b; "
+                      "p = 0.667 over their runs: within the spread, not settled.", lines)
         one_each = map_report.runs_by_point(rows[:1] + rows[3:4])
-        self.assertEqual(map_report.repeat_lines(one_each), [])
+        self.assertEqual(map_repeats.repeat_lines(one_each), [])
         # A runner-up that ran once is still the runner-up, but settles nothing.
-        lines = "\n".join(map_report.repeat_lines(
+        lines = "\n".join(map_repeats.repeat_lines(
             map_report.runs_by_point(rows[:3] + runs("b", "1gbit", [11.5]))))
         self.assertIn("a fastest (median 11.0 s), 5% ahead of b; one of the two ran once", lines)
 
-    def test_a_point_beats_the_baseline_only_when_all_its_runs_beat_all_of_the_baselines(self):
-        runs = {("allreduce", "1gbit", 2): [20.0, 30.0], ("a", "1gbit", 2): [10.0, 19.0],
-                ("b", "1gbit", 2): [15.0, 25.0], ("c", "1gbit", 2): [31.0, 40.0],
-                ("d", "1gbit", 2): [5.0], ("a", "10gbit", 2): [1.0, 2.0]}
-        self.assertEqual(map_report.against_baseline(runs), [
-            "- 1gbit, 2 ranks, against allreduce (20.0 – 30.0 s): faster in every run: a; "
-            "slower in every run: c; overlapping: b.", ""])
+    def test_a_lead_is_settled_by_a_one_sided_rank_test(self):
+        # Four runs each: one pair the other way round still settles (U = 1, p = 2/70), two
+        # do not (U = 2, p = 4/70); nor does a lead in the other direction.
+        self.assertTrue(map_repeats.settled([1.0, 2.0, 3.0, 5.0], [4.0, 6.0, 7.0, 8.0]))
+        self.assertFalse(map_repeats.settled([1.0, 2.0, 3.0, 6.0], [4.0, 5.0, 7.0, 8.0]))
+        self.assertFalse(map_repeats.settled([4.0, 6.0, 7.0, 8.0], [1.0, 2.0, 3.0, 5.0]))
+        # Two runs each never settle: p is at least 1/6.
+        self.assertFalse(map_repeats.settled([1.0, 2.0], [3.0, 4.0]))
+
+    def test_each_synchroniser_against_the_baseline(self):
+        runs = {("allreduce", "1gbit", 2): [20.0, 25.0, 30.0],
+                ("a", "1gbit", 2): [10.0, 15.0, 19.0], ("b", "1gbit", 2): [15.0, 22.0, 35.0],
+                ("c", "1gbit", 2): [31.0, 35.0, 40.0], ("d", "1gbit", 2): [5.0],
+                ("a", "10gbit", 2): [1.0, 2.0, 3.0]}
+        self.assertEqual(map_repeats.against_baseline(runs), [
+            "- 1gbit, 2 ranks, against allreduce (3 runs, 20.0 – 30.0 s): settled faster: a; "
+            "settled slower: c; not settled: b.", ""])
         del runs[("allreduce", "1gbit", 2)]
-        self.assertEqual(map_report.against_baseline(runs), [])
+        self.assertEqual(map_repeats.against_baseline(runs), [])
 
     def test_a_points_repeats_are_held_out_with_it(self):
         def run(link, ranks, wall, repeat=1):

@@ -1,0 +1,88 @@
+"""The sync map's report on repeated points (--repeats): a point's runs do the same arithmetic,
+so only their wall-clock differs, and only that spread says whether one synchroniser's lead
+over another is real.
+
+A lead is settled when a one-sided exact Mann-Whitney U test over the two points' runs gives
+p <= SETTLED_P, the test Google Benchmark's compare.py applies to two benchmarks' repetitions.
+It assumes nothing of the spread's shape, which here is far from normal (a run can take 2.6x
+another). With three runs each, p reaches 0.05 only when every run of one beats every run of the
+other; with four each, one pair of runs may be the other way round (p = 0.029).
+"""
+
+import statistics
+
+from scipy import stats
+
+SETTLED_P = 0.05
+BASELINE = "allreduce"  # the synchroniser every other is held against: DDP's
+
+
+def lead_p(faster, slower):
+    """The one-sided exact Mann-Whitney U p-value that runs `faster` take less time than runs
+    `slower`."""
+    return stats.mannwhitneyu(faster, slower, alternative="less", method="exact").pvalue
+
+
+def settled(faster, slower):
+    """True when the lead of `faster` over `slower` is settled (1e-9: p = 0.05 exactly, three
+    runs against three, must not fall to rounding)."""
+    return lead_p(faster, slower) <= SETTLED_P + 1e-9
+
+
+def repeat_lines(point_runs):
+    """Where points ran more than once ({(sync, link, ranks): [(measured s, predicted s)]}):
+    each one's spread, and at each setting with such a point whether the fastest's lead over
+    the runner-up is settled; then each synchroniser against BASELINE."""
+    runs = {key: sorted(r[0] for r in v) for key, v in point_runs.items()}
+    repeated = {key: t for key, t in runs.items() if len(t) > 1}
+    if not repeated:
+        return []
+    lines = ["### Repeated points", "",
+             "A point's time is its runs' median; the spread is its slowest run over its "
+             "fastest. The same arithmetic each run: only the wall-clock differs. A lead is "
+             f"settled where a one-sided Mann-Whitney U test over the two points' runs gives "
+             f"p ≤ {SETTLED_P:g}.", "",
+             "| synchroniser | link | ranks | runs | median to target | fastest – slowest | "
+             "spread |", "|---|---|---|---|---|---|---|"]
+    for (sync, link, ranks), t in sorted(repeated.items()):
+        lines.append(f"| {sync} | {link} | {ranks} | {len(t)} | {statistics.median(t):.1f} s | "
+                     f"{t[0]:.1f} – {t[-1]:.1f} s | {100 * (t[-1] / t[0] - 1):.0f}% |")
+    spreads = [t[-1] / t[0] - 1 for t in repeated.values()]
+    lines += ["", f"Spread: a median of {100 * statistics.median(spreads):.0f}%, at most "
+                  f"{100 * max(spreads):.0f}%.", ""]
+    cells = {}
+    for (sync, link, ranks), t in runs.items():
+        cells.setdefault((link, ranks), []).append((statistics.median(t), sync, t))
+    for (link, ranks), entries in sorted(cells.items()):
+        if len(entries) < 2 or all(len(e[2]) < 2 for e in entries):
+            continue
+        (first, sync, t), (second, runner, u) = sorted(entries)[:2]
+        if min(len(t), len(u)) < 2:
+            verdict = "one of the two ran once: its spread is not known, nor whether it is settled."
+        else:
+            p = lead_p(t, u)
+            verdict = (f"p = {p:.3f} over their runs: "
+                       + ("settled." if settled(t, u) else "within the spread, not settled."))
+        lines.append(f"- {link}, {ranks} ranks: {sync} fastest (median {first:.1f} s), "
+                     f"{100 * (second / first - 1):.0f}% ahead of {runner}; {verdict}")
+    return lines + [""] + against_baseline(runs)
+
+
+def against_baseline(runs, baseline=BASELINE):
+    """At each setting where the baseline and others ran more than once ({key: sorted times}):
+    which are settled faster than it, which settled slower, and which neither."""
+    lines = []
+    for link, ranks in sorted({key[1:] for key in runs}):
+        base = runs.get((baseline, link, ranks), [])
+        others = {s: t for (s, *setting), t in runs.items()
+                  if tuple(setting) == (link, ranks) and s != baseline and len(t) > 1}
+        if len(base) < 2 or not others:
+            continue
+        faster = [s for s, t in sorted(others.items()) if settled(t, base)]
+        slower = [s for s, t in sorted(others.items()) if settled(base, t)]
+        neither = sorted(set(others) - set(faster) - set(slower))
+        lines.append(f"- {link}, {ranks} ranks, against {baseline} ({len(base)} runs, "
+                     f"{base[0]:.1f} – {base[-1]:.1f} s): settled faster: "
+                     f"{', '.join(faster) or 'none'}; settled slower: "
+                     f"{', '.join(slower) or 'none'}; not settled: {', '.join(neither) or 'none'}.")
+    return lines + [""] if lines else []
