@@ -2,11 +2,13 @@
 so only their wall-clock differs, and only that spread says whether one synchroniser's lead
 over another is real.
 
-A lead is settled when a one-sided exact Mann-Whitney U test over the two points' runs gives
-p <= SETTLED_P, the test Google Benchmark's compare.py applies to two benchmarks' repetitions.
-It assumes nothing of the spread's shape, which here is far from normal (a run can take 2.6x
-another). With three runs each, p reaches 0.05 only when every run of one beats every run of the
-other; with four each, one pair of runs may be the other way round (p = 0.029).
+A lead is settled when a two-sided exact Mann-Whitney U test over the two points' runs gives
+p <= SETTLED_P, the test Google Benchmark's compare.py applies to two benchmarks' repetitions;
+two-sided, since which of the two leads is read off the same runs. It assumes nothing of the
+spread's shape, which here is far from normal (a run can take 2.6x another). With three runs
+each no lead can be settled (p >= 0.1); with four each, only when every run of one beats every
+run of the other (p = 0.029). Each test stands alone: no correction for the several made at a
+setting.
 """
 
 import statistics
@@ -18,15 +20,15 @@ BASELINE = "allreduce"  # the synchroniser every other is held against: DDP's
 
 
 def lead_p(faster, slower):
-    """The one-sided exact Mann-Whitney U p-value that runs `faster` take less time than runs
-    `slower`."""
-    return stats.mannwhitneyu(faster, slower, alternative="less", method="exact").pvalue
+    """The two-sided exact Mann-Whitney U p-value of runs `faster` against runs `slower`."""
+    return stats.mannwhitneyu(faster, slower, alternative="two-sided", method="exact").pvalue
 
 
 def settled(faster, slower):
-    """True when the lead of `faster` over `slower` is settled (1e-9: p = 0.05 exactly, three
-    runs against three, must not fall to rounding)."""
-    return lead_p(faster, slower) <= SETTLED_P + 1e-9
+    """True when `faster`'s median is the lower and the two sets of runs differ at SETTLED_P
+    (1e-9: an exact p of 0.05 must not fall to rounding)."""
+    return (statistics.median(faster) < statistics.median(slower)
+            and lead_p(faster, slower) <= SETTLED_P + 1e-9)
 
 
 def repeat_lines(point_runs):
@@ -40,7 +42,7 @@ def repeat_lines(point_runs):
     lines = ["### Repeated points", "",
              "A point's time is its runs' median; the spread is its slowest run over its "
              "fastest. The same arithmetic each run: only the wall-clock differs. A lead is "
-             f"settled where a one-sided Mann-Whitney U test over the two points' runs gives "
+             f"settled where a two-sided Mann-Whitney U test over the two points' runs gives "
              f"p ≤ {SETTLED_P:g}.", "",
              "| synchroniser | link | ranks | runs | median to target | fastest – slowest | "
              "spread |", "|---|---|---|---|---|---|---|"]

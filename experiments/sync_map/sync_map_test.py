@@ -175,11 +175,14 @@ class ReportTest(unittest.TestCase):
         lines = "\n".join(map_repeats.repeat_lines(point_runs))
         self.assertIn("| b | 1gbit | 2 | 3 | 16.0 s | 15.0 – 30.0 s | 100% |", lines)
         self.assertIn("| b | 10gbit | 2 | 2 | 12.5 s | 12.0 – 13.0 s | 8% |", lines)
-        # Three runs apart: p = 1/20, the least three against three can give.
+        # Three runs apart: p = 2/20, the least three against three can give: not settled.
         self.assertIn("- 1gbit, 2 ranks: a fastest (median 11.0 s), 45% ahead of b; "
-                      "p = 0.050 over their runs: settled.", lines)
+                      "p = 0.100 over their runs: within the spread, not settled.", lines)
         self.assertIn("- 10gbit, 2 ranks: a fastest (median 12.0 s), 4% ahead of b; "
-                      "p = 0.667 over their runs: within the spread, not settled.", lines)
+                      "p = 1.000 over their runs: within the spread, not settled.", lines)
+        four = map_repeats.repeat_lines({("a", "1gbit", 2): [(t, None) for t in (1, 2, 3, 4)],
+                                         ("b", "1gbit", 2): [(t, None) for t in (5, 6, 7, 8)]})
+        self.assertIn("p = 0.029 over their runs: settled.", "\n".join(four))
         one_each = map_report.runs_by_point(rows[:1] + rows[3:4])
         self.assertEqual(map_repeats.repeat_lines(one_each), [])
         # A runner-up that ran once is still the runner-up, but settles nothing.
@@ -187,22 +190,23 @@ class ReportTest(unittest.TestCase):
             map_report.runs_by_point(rows[:3] + runs("b", "1gbit", [11.5]))))
         self.assertIn("a fastest (median 11.0 s), 5% ahead of b; one of the two ran once", lines)
 
-    def test_a_lead_is_settled_by_a_one_sided_rank_test(self):
-        # Four runs each: one pair the other way round still settles (U = 1, p = 2/70), two
-        # do not (U = 2, p = 4/70); nor does a lead in the other direction.
-        self.assertTrue(map_repeats.settled([1.0, 2.0, 3.0, 5.0], [4.0, 6.0, 7.0, 8.0]))
-        self.assertFalse(map_repeats.settled([1.0, 2.0, 3.0, 6.0], [4.0, 5.0, 7.0, 8.0]))
-        self.assertFalse(map_repeats.settled([4.0, 6.0, 7.0, 8.0], [1.0, 2.0, 3.0, 5.0]))
-        # Two runs each never settle: p is at least 1/6.
-        self.assertFalse(map_repeats.settled([1.0, 2.0], [3.0, 4.0]))
+    def test_a_lead_is_settled_by_a_two_sided_rank_test(self):
+        # Four runs each: all apart settles (p = 2/70); one pair the other way round does not
+        # (p = 4/70); nor does a lead in the other direction.
+        self.assertTrue(map_repeats.settled([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]))
+        self.assertFalse(map_repeats.settled([1.0, 2.0, 3.0, 5.0], [4.0, 6.0, 7.0, 8.0]))
+        self.assertFalse(map_repeats.settled([5.0, 6.0, 7.0, 8.0], [1.0, 2.0, 3.0, 4.0]))
+        # Three runs each never settle: p is at least 2/20.
+        self.assertFalse(map_repeats.settled([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]))
 
     def test_each_synchroniser_against_the_baseline(self):
-        runs = {("allreduce", "1gbit", 2): [20.0, 25.0, 30.0],
-                ("a", "1gbit", 2): [10.0, 15.0, 19.0], ("b", "1gbit", 2): [15.0, 22.0, 35.0],
-                ("c", "1gbit", 2): [31.0, 35.0, 40.0], ("d", "1gbit", 2): [5.0],
-                ("a", "10gbit", 2): [1.0, 2.0, 3.0]}
+        runs = {("allreduce", "1gbit", 2): [20.0, 25.0, 28.0, 30.0],
+                ("a", "1gbit", 2): [10.0, 15.0, 17.0, 19.0],
+                ("b", "1gbit", 2): [15.0, 22.0, 26.0, 35.0],
+                ("c", "1gbit", 2): [31.0, 35.0, 38.0, 40.0], ("d", "1gbit", 2): [5.0],
+                ("a", "10gbit", 2): [1.0, 2.0, 3.0, 4.0]}
         self.assertEqual(map_repeats.against_baseline(runs), [
-            "- 1gbit, 2 ranks, against allreduce (3 runs, 20.0 – 30.0 s): settled faster: a; "
+            "- 1gbit, 2 ranks, against allreduce (4 runs, 20.0 – 30.0 s): settled faster: a; "
             "settled slower: c; not settled: b.", ""])
         del runs[("allreduce", "1gbit", 2)]
         self.assertEqual(map_repeats.against_baseline(runs), [])
