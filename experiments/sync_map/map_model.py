@@ -134,6 +134,14 @@ def point_key(p):
     return p["sync"], p["link"], p["ranks"]
 
 
+def by_point(pairs):
+    """{point_key: [value, ...]} of (point, value) pairs: a point's repeats together."""
+    grouped = {}
+    for p, value in pairs:
+        grouped.setdefault(point_key(p), []).append(value)
+    return grouped
+
+
 def profiles(points, fits, target, held_out=None):
     """{sync: profile} from one model's measured points (dicts with sync, link, ranks, evals,
     bytes_per_step, events): bytes and units to the Target per N, the bytes' law, and compute

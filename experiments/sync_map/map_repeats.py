@@ -19,16 +19,15 @@ SETTLED_P = 0.05
 BASELINE = "allreduce"  # the synchroniser every other is held against: DDP's
 
 
-def lead_p(faster, slower):
-    """The two-sided exact Mann-Whitney U p-value of runs `faster` against runs `slower`."""
-    return stats.mannwhitneyu(faster, slower, alternative="two-sided", method="exact").pvalue
-
-
-def settled(faster, slower):
-    """True when `faster`'s median is the lower and the two sets of runs differ at SETTLED_P
-    (1e-9: an exact p of 0.05 must not fall to rounding)."""
-    return (statistics.median(faster) < statistics.median(slower)
-            and lead_p(faster, slower) <= SETTLED_P + 1e-9)
+def rank_test(a, b):
+    """(p, lead): the two-sided exact Mann-Whitney U p-value of runs `a` against runs `b`, and
+    -1 where `a` is settled the faster (its median the lower, p <= SETTLED_P), +1 where `b` is,
+    0 where neither (1e-9: an exact p of 0.05 must not fall to rounding)."""
+    p = stats.mannwhitneyu(a, b, alternative="two-sided", method="exact").pvalue
+    if p > SETTLED_P + 1e-9:
+        return p, 0
+    median_a, median_b = statistics.median(a), statistics.median(b)
+    return p, (median_a > median_b) - (median_a < median_b)
 
 
 def repeat_lines(point_runs):
@@ -62,9 +61,9 @@ def repeat_lines(point_runs):
         if min(len(t), len(u)) < 2:
             verdict = "one of the two ran once: its spread is not known, nor whether it is settled."
         else:
-            p = lead_p(t, u)
+            p, lead = rank_test(t, u)
             verdict = (f"p = {p:.3f} over their runs: "
-                       + ("settled." if settled(t, u) else "within the spread, not settled."))
+                       + ("settled." if lead < 0 else "within the spread, not settled."))
         lines.append(f"- {link}, {ranks} ranks: {sync} fastest (median {first:.1f} s), "
                      f"{100 * (second / first - 1):.0f}% ahead of {runner}; {verdict}")
     return lines + [""] + against_baseline(runs)
@@ -80,11 +79,20 @@ def against_baseline(runs, baseline=BASELINE):
                   if tuple(setting) == (link, ranks) and s != baseline and len(t) > 1}
         if len(base) < 2 or not others:
             continue
-        faster = [s for s, t in sorted(others.items()) if settled(t, base)]
-        slower = [s for s, t in sorted(others.items()) if settled(base, t)]
-        neither = sorted(set(others) - set(faster) - set(slower))
+        lead = {s: rank_test(t, base)[1] for s, t in others.items()}
+        faster, slower, neither = ([s for s in sorted(others) if lead[s] == sign]
+                                   for sign in (-1, 1, 0))
         lines.append(f"- {link}, {ranks} ranks, against {baseline} ({len(base)} runs, "
                      f"{base[0]:.1f} – {base[-1]:.1f} s): settled faster: "
                      f"{', '.join(faster) or 'none'}; settled slower: "
                      f"{', '.join(slower) or 'none'}; not settled: {', '.join(neither) or 'none'}.")
     return lines + [""] if lines else []
+
+
+def slowdown_cell(without, with_straggler):
+    """A straggler table's cell: the rank test of a point's runs without a straggler against
+    its runs with one; n/a where either side ran once."""
+    if min(len(without), len(with_straggler)) < 2:
+        return "n/a (one run)"
+    p, lead = rank_test(without, with_straggler)
+    return f"p = {p:.3f}: " + {-1: "settled", 0: "not settled", 1: "faster with it, settled"}[lead]

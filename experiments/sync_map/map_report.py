@@ -139,12 +139,8 @@ def checks(points, fits, target):
 def runs_by_point(rows):
     """{(sync, link, ranks): [(measured s, predicted s) of each run that reached the target
     (predicted None where it has no prediction)]}: a point's repeats together."""
-    runs = {}
-    for p, measured, predicted, _ in rows:
-        if measured is not None:
-            runs.setdefault(map_model.point_key(p), []).append(
-                (measured, predicted[0] if predicted else None))
-    return runs
+    return map_model.by_point((p, (measured, predicted[0] if predicted else None))
+                              for p, measured, predicted, _ in rows if measured is not None)
 
 
 def winner_checks(point_runs):
@@ -355,20 +351,22 @@ def run_name(p):
 
 
 def straggler_lines(out, model, without, profiles, fits, target, factor):
-    """Each straggler point beside the same point without one (`without`, runs_by_point), and
-    the prediction: a point's time its runs' median."""
-    slow = {}
-    for p in read_points(out, model, "straggler"):
-        reach = map_model.first_reach(p["evals"], target)
-        slow.setdefault(map_model.point_key(p), []).append(reach[1] if reach else None)
+    """Each straggler point beside the same point without one (`without`, runs_by_point), the
+    rank test of its slowdown, and the prediction: a point's time its runs' median."""
+    slow = map_model.by_point(
+        (p, reach[1] if (reach := map_model.first_reach(p["evals"], target)) else None)
+        for p in read_points(out, model, "straggler"))
     if not slow:
         return []
     lines = [f"### A straggler (the last rank computes {factor}× as long)", "",
+             "A slowdown is settled where a two-sided Mann-Whitney U test over the runs with "
+             f"and without the straggler gives p ≤ {map_repeats.SETTLED_P:g}.", "",
              "| synchroniser | link | ranks | to target without | with | slower by | "
-             "predicted with | error |", "|---|---|---|---|---|---|---|---|"]
+             "slowdown settled | predicted with | error |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for (sync, link, ranks), times in slow.items():
-        base = without.get((sync, link, ranks))
-        base = statistics.median(r[0] for r in base) if base else None
+        base_runs = [r[0] for r in without.get((sync, link, ranks), [])]
+        base = statistics.median(base_runs) if base_runs else None
         reached = [t for t in times if t is not None]
         measured = statistics.median(reached) if reached else None
         predicted = map_model.predict(profiles[sync], fits, link, ranks, factor)
@@ -377,7 +375,7 @@ def straggler_lines(out, model, without, profiles, fits, target, factor):
             f"{'n/a' if base is None else f'{base:.1f} s'} | "
             f"{'not reached' if measured is None else f'{measured:.1f} s'} | "
             f"{f'{100 * (measured / base - 1):.0f}%' if base and measured else 'n/a'} | "
-            f"{seconds(predicted)} | "
+            f"{map_repeats.slowdown_cell(base_runs, reached)} | {seconds(predicted)} | "
             f"{f'{100 * (predicted[0] / measured - 1):+.0f}%' if predicted and measured else 'n/a'}"
             f" |")
     return lines + [""]
@@ -488,10 +486,8 @@ def _sitting(out):
         target = map_grid.MODELS[model]["target"]
         points = read_points(out, model, "map")
         profiles = map_model.profiles(points, fits, target)
-        runs = {}
-        for p in points:
-            if reach := map_model.first_reach(p["evals"], target):
-                runs.setdefault(map_model.point_key(p), []).append(reach[1])
+        runs = map_model.by_point((p, reach[1]) for p in points
+                                  if (reach := map_model.first_reach(p["evals"], target)))
         times[model] = {key: statistics.median(t) for key, t in runs.items()}
         winners[model] = {cell: t[0][1] for cell, t in grid(profiles, fits).items() if t}
     return tuned, times, winners

@@ -248,7 +248,8 @@ def map_points(args, out, tuned, fits):
     grid once per repeat: a repeat's runs are apart in time, as a second sitting's are."""
     mode = MODES[args.mode]
     tuned_syncs = [(model, sync, tuned[model][sync]) for model in grid_models(args)
-                for sync in grid_syncs(args, model) if tuned.get(model, {}).get(sync) is not None]
+                   for sync in grid_syncs(args, model)
+                   if tuned.get(model, {}).get(sync) is not None]
     # A sync's points of an earlier setting leave first: none may feed its profile.
     for model, sync, flags in tuned_syncs:
         for kind in ("map", "straggler"):

@@ -191,13 +191,25 @@ class ReportTest(unittest.TestCase):
         self.assertIn("a fastest (median 11.0 s), 5% ahead of b; one of the two ran once", lines)
 
     def test_a_lead_is_settled_by_a_two_sided_rank_test(self):
-        # Four runs each: all apart settles (p = 2/70); one pair the other way round does not
-        # (p = 4/70); nor does a lead in the other direction.
-        self.assertTrue(map_repeats.settled([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]))
-        self.assertFalse(map_repeats.settled([1.0, 2.0, 3.0, 5.0], [4.0, 6.0, 7.0, 8.0]))
-        self.assertFalse(map_repeats.settled([5.0, 6.0, 7.0, 8.0], [1.0, 2.0, 3.0, 4.0]))
+        # Four runs each: all apart settles (p = 2/70), either way round; one pair the other
+        # way round does not (p = 4/70).
+        apart_p, lead = map_repeats.rank_test([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0])
+        self.assertEqual((round(apart_p * 70, 6), lead), (2, -1))
+        self.assertEqual(map_repeats.rank_test([5.0, 6.0, 7.0, 8.0], [1.0, 2.0, 3.0, 4.0])[1], 1)
+        crossed_p, lead = map_repeats.rank_test([1.0, 2.0, 3.0, 5.0], [4.0, 6.0, 7.0, 8.0])
+        self.assertEqual((round(crossed_p * 70, 6), lead), (4, 0))
         # Three runs each never settle: p is at least 2/20.
-        self.assertFalse(map_repeats.settled([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]))
+        self.assertEqual(map_repeats.rank_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])[1], 0)
+
+    def test_a_stragglers_slowdown_is_rank_tested(self):
+        without = [10.0, 11.0, 12.0, 13.0]
+        self.assertEqual(map_repeats.slowdown_cell(without, [14.0, 15.0, 16.0, 17.0]),
+                         "p = 0.029: settled")
+        self.assertEqual(map_repeats.slowdown_cell(without, [12.5, 15.0, 16.0, 17.0]),
+                         "p = 0.057: not settled")
+        self.assertEqual(map_repeats.slowdown_cell(without, [6.0, 7.0, 8.0, 9.0]),
+                         "p = 0.029: faster with it, settled")
+        self.assertEqual(map_repeats.slowdown_cell(without, [20.0]), "n/a (one run)")
 
     def test_each_synchroniser_against_the_baseline(self):
         runs = {("allreduce", "1gbit", 2): [20.0, 25.0, 28.0, 30.0],
@@ -259,7 +271,8 @@ class ReportTest(unittest.TestCase):
                 self.assertIn("| mlp_narrow |", f.read())
             self.assertIn("## mlp_narrow (target: 85% test accuracy)", report)
             # Without a straggler 12 s at 1gbit (8 s x 1.5), with one 18 s: 50% slower.
-            self.assertIn("| allreduce | 1gbit | 2 | 12.0 s | 18.0 s | 50% |", report)
+            self.assertIn("| allreduce | 1gbit | 2 | 12.0 s | 18.0 s | 50% | n/a (one run) |",
+                          report)
             self.assertTrue(os.path.isfile(os.path.join(out, "map_mlp_narrow.png")))
             map_report.build(out, other=out)  # a sitting agrees with itself
             with open(os.path.join(out, "report.md")) as f:
