@@ -57,16 +57,30 @@ def repeat_lines(point_runs):
     for (link, ranks), entries in sorted(cells.items()):
         if len(entries) < 2 or all(len(e[2]) < 2 for e in entries):
             continue
-        (first, sync, t), (second, runner, u) = sorted(entries)[:2]
-        if min(len(t), len(u)) < 2:
-            verdict = "one of the two ran once: its spread is not known, nor whether it is settled."
-        else:
-            p, lead = rank_test(t, u)
-            verdict = (f"p = {p:.3f} over their runs: "
-                       + ("settled." if lead < 0 else "within the spread, not settled."))
+        entries = sorted(entries)
+        (first, sync, _), (second, runner, _) = entries[:2]
         lines.append(f"- {link}, {ranks} ranks: {sync} fastest (median {first:.1f} s), "
-                     f"{100 * (second / first - 1):.0f}% ahead of {runner}; {verdict}")
+                     f"{100 * (second / first - 1):.0f}% ahead of {runner}; "
+                     f"{lead_verdict(entries)}")
     return lines + [""] + against_baseline(runs)
+
+
+def lead_verdict(entries):
+    """Whether the fastest's lead at a setting ([(median, sync, sorted runs)], by median) is
+    settled over the runner-up and then over each other point that ran more than once: a
+    lead over the runner-up by medians need not be one over a point whose runs spread wider."""
+    (_, _, fastest), (_, _, runner_up) = entries[:2]
+    if min(len(fastest), len(runner_up)) < 2:
+        return "one of the two ran once: its spread is not known, nor whether it is settled."
+    p, lead = rank_test(fastest, runner_up)
+    if lead >= 0:
+        return f"p = {p:.3f} over their runs: within the spread, not settled."
+    others = [(sync, *rank_test(fastest, runs)) for _, sync, runs in entries[2:] if len(runs) > 1]
+    open_leads = [f"{sync} (p = {q:.3f})" for sync, q, lead in others if lead >= 0]
+    if open_leads:
+        return (f"p = {p:.3f} over their runs: settled; its lead over "
+                f"{', '.join(open_leads)} is not.")
+    return f"p = {p:.3f} over their runs: settled" + (", and over every other." if others else ".")
 
 
 def against_baseline(runs, baseline=BASELINE):

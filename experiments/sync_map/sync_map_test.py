@@ -183,6 +183,17 @@ class ReportTest(unittest.TestCase):
         four = map_repeats.repeat_lines({("a", "1gbit", 2): [(t, None) for t in (1, 2, 3, 4)],
                                          ("b", "1gbit", 2): [(t, None) for t in (5, 6, 7, 8)]})
         self.assertIn("p = 0.029 over their runs: settled.", "\n".join(four))
+        # Settled over the runner-up by medians, not over c, whose runs spread wider.
+        wide = {("a", "1gbit", 2): [1, 2, 3, 4], ("b", "1gbit", 2): [5, 6, 7, 8],
+                ("c", "1gbit", 2): [0.5, 9, 10, 11], ("d", "1gbit", 2): [9, 10, 11, 12]}
+        lines = "\n".join(map_repeats.repeat_lines(
+            {key: [(x, None) for x in runs] for key, runs in wide.items()}))
+        self.assertIn("p = 0.029 over their runs: settled; its lead over c (p = 0.343) is not.",
+                      lines)
+        del wide[("c", "1gbit", 2)]
+        lines = "\n".join(map_repeats.repeat_lines(
+            {key: [(x, None) for x in runs] for key, runs in wide.items()}))
+        self.assertIn("p = 0.029 over their runs: settled, and over every other.", lines)
         one_each = map_report.runs_by_point(rows[:1] + rows[3:4])
         self.assertEqual(map_repeats.repeat_lines(one_each), [])
         # A runner-up that ran once is still the runner-up, but settles nothing.
