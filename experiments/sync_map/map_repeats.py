@@ -68,7 +68,8 @@ def repeat_lines(point_runs):
 def lead_verdict(entries):
     """Whether the fastest's lead at a setting ([(median, sync, sorted runs)], by median) is
     settled over the runner-up and then over each other point that ran more than once: a
-    lead over the runner-up by medians need not be one over a point whose runs spread wider."""
+    lead settled over the runner-up need not be settled over a point behind it whose runs
+    overlap the fastest's more."""
     (_, _, fastest), (_, _, runner_up) = entries[:2]
     if min(len(fastest), len(runner_up)) < 2:
         return "one of the two ran once: its spread is not known, nor whether it is settled."
