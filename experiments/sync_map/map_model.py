@@ -142,6 +142,14 @@ def by_point(pairs):
     return grouped
 
 
+def by_setting(per_point):
+    """{(link, ranks): {sync: value}} of {point_key: value}: the points one setting compares."""
+    grouped = {}
+    for (sync, link, ranks), value in per_point.items():
+        grouped.setdefault((link, ranks), {})[sync] = value
+    return grouped
+
+
 def profiles(points, fits, target, held_out=None):
     """{sync: profile} from one model's measured points (dicts with sync, link, ranks, evals,
     bytes_per_step, events): bytes and units to the Target per N, the bytes' law, and compute

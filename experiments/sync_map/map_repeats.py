@@ -15,6 +15,8 @@ import statistics
 
 from scipy import stats
 
+import map_model
+
 SETTLED_P = 0.05
 BASELINE = "allreduce"  # the synchroniser every other is held against: DDP's
 
@@ -51,13 +53,10 @@ def repeat_lines(point_runs):
     spreads = [t[-1] / t[0] - 1 for t in repeated.values()]
     lines += ["", f"Spread: a median of {100 * statistics.median(spreads):.0f}%, at most "
                   f"{100 * max(spreads):.0f}%.", ""]
-    cells = {}
-    for (sync, link, ranks), t in runs.items():
-        cells.setdefault((link, ranks), []).append((statistics.median(t), sync, t))
-    for (link, ranks), entries in sorted(cells.items()):
+    for (link, ranks), by_sync in sorted(map_model.by_setting(runs).items()):
+        entries = sorted((statistics.median(t), sync, t) for sync, t in by_sync.items())
         if len(entries) < 2 or all(len(e[2]) < 2 for e in entries):
             continue
-        entries = sorted(entries)
         (first, sync, _), (second, runner, _) = entries[:2]
         lines.append(f"- {link}, {ranks} ranks: {sync} fastest (median {first:.1f} s), "
                      f"{100 * (second / first - 1):.0f}% ahead of {runner}; "
@@ -88,10 +87,9 @@ def against_baseline(runs, baseline=BASELINE):
     """At each setting where the baseline and others ran more than once ({key: sorted times}):
     which are settled faster than it, which settled slower, and which neither."""
     lines = []
-    for link, ranks in sorted({key[1:] for key in runs}):
-        base = runs.get((baseline, link, ranks), [])
-        others = {s: t for (s, *setting), t in runs.items()
-                  if tuple(setting) == (link, ranks) and s != baseline and len(t) > 1}
+    for (link, ranks), by_sync in sorted(map_model.by_setting(runs).items()):
+        base = by_sync.get(baseline, [])
+        others = {s: t for s, t in by_sync.items() if s != baseline and len(t) > 1}
         if len(base) < 2 or not others:
             continue
         lead = {s: rank_test(t, base)[1] for s, t in others.items()}

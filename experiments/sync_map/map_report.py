@@ -147,14 +147,11 @@ def winner_checks(point_runs):
     """[(link, ranks, measured winner, predicted winner, margin)] where the measured top two
     differ by more than CLEAR_MARGIN, from runs_by_point: a point's time its runs' median,
     measured and predicted."""
-    cells = {}
-    for (sync, link, ranks), runs in point_runs.items():
-        predicted = [r[1] for r in runs if r[1] is not None]
-        if predicted:
-            cells.setdefault((link, ranks), []).append(
-                (statistics.median(r[0] for r in runs), statistics.median(predicted), sync))
     out = []
-    for (link, ranks), entries in sorted(cells.items()):
+    for (link, ranks), by_sync in sorted(map_model.by_setting(point_runs).items()):
+        entries = [(statistics.median(r[0] for r in runs),
+                    statistics.median(r[1] for r in runs if r[1] is not None), sync)
+                   for sync, runs in by_sync.items() if any(r[1] is not None for r in runs)]
         if len(entries) < 2:
             continue
         by_measured = sorted(entries)

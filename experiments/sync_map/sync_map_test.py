@@ -183,7 +183,8 @@ class ReportTest(unittest.TestCase):
         four = map_repeats.repeat_lines({("a", "1gbit", 2): [(t, None) for t in (1, 2, 3, 4)],
                                          ("b", "1gbit", 2): [(t, None) for t in (5, 6, 7, 8)]})
         self.assertIn("p = 0.029 over their runs: settled.", "\n".join(four))
-        # Settled over the runner-up by medians, not over c, whose runs spread wider.
+        # Settled over the runner-up by medians, not over c: c's one run faster than all of a's
+        # leaves a's lead over it unsettled.
         wide = {("a", "1gbit", 2): [1, 2, 3, 4], ("b", "1gbit", 2): [5, 6, 7, 8],
                 ("c", "1gbit", 2): [0.5, 9, 10, 11], ("d", "1gbit", 2): [9, 10, 11, 12]}
         lines = "\n".join(map_repeats.repeat_lines(
