@@ -7,8 +7,8 @@ p <= SETTLED_P, the test Google Benchmark's compare.py applies to two benchmarks
 two-sided, since which of the two leads is read off the same runs. It assumes nothing of the
 spread's shape, which here is far from normal (a run can take 2.6x another). With three runs
 each no lead can be settled (p >= 0.1); with four each, only when every run of one beats every
-run of the other (p = 0.029). Each test stands alone: no correction for the several made at a
-setting.
+run of the other (p = 0.029). Each test stands alone; those against BASELINE at a setting are
+also given under Holm's correction for their number.
 """
 
 import statistics
@@ -92,14 +92,34 @@ def against_baseline(runs, baseline=BASELINE):
         others = {s: t for s, t in by_sync.items() if s != baseline and len(t) > 1}
         if len(base) < 2 or not others:
             continue
-        lead = {s: rank_test(t, base)[1] for s, t in others.items()}
-        faster, slower, neither = ([s for s in sorted(others) if lead[s] == sign]
+        names = sorted(others)
+        tests = [rank_test(others[s], base) for s in names]
+        faster, slower, neither = ([s for s, (_, lead) in zip(names, tests) if lead == sign]
                                    for sign in (-1, 1, 0))
+        kept = holm([p for p, _ in tests])
+        held_faster, held_slower = ([s for k, s in enumerate(names)
+                                     if k in kept and tests[k][1] == sign] for sign in (-1, 1))
         lines.append(f"- {link}, {ranks} ranks, against {baseline} ({len(base)} runs, "
                      f"{base[0]:.1f} – {base[-1]:.1f} s): settled faster: "
                      f"{', '.join(faster) or 'none'}; settled slower: "
-                     f"{', '.join(slower) or 'none'}; not settled: {', '.join(neither) or 'none'}.")
+                     f"{', '.join(slower) or 'none'}; not settled: {', '.join(neither) or 'none'}. "
+                     f"With Holm's correction for these {len(names)} tests: settled faster: "
+                     f"{', '.join(held_faster) or 'none'}; settled slower: "
+                     f"{', '.join(held_slower) or 'none'}.")
     return lines + [""] if lines else []
+
+
+def holm(p_values):
+    """The indices of the tests Holm's step-down procedure keeps settled at SETTLED_P: the
+    smallest p against SETTLED_P / m, the next against SETTLED_P / (m - 1), and so on until
+    one fails; so the chance that any of the m is settled falsely stays at most SETTLED_P."""
+    order = sorted(range(len(p_values)), key=p_values.__getitem__)
+    kept = set()
+    for k, i in enumerate(order):
+        if p_values[i] > SETTLED_P / (len(p_values) - k) + 1e-9:
+            break
+        kept.add(i)
+    return kept
 
 
 def slowdown_cell(without, with_straggler):

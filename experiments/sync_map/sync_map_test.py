@@ -140,6 +140,20 @@ class ReportTest(unittest.TestCase):
         self.assertFalse(map_report.validated(rows[:1], "100gbit", 1024))  # nothing near
         self.assertTrue(map_report.validated(rows[:1], "10gbit", 4))
 
+    def test_a_point_is_checked_by_its_runs_median(self):
+        # Three runs of one point, 15, 8 and 10 s, against the prediction 11 s they share: run
+        # by run two are more than 20% off (-27%, +37.5%); their median, 10 s, is 10% off.
+        rows = [(dict(point("a", "1gbit", 2, 1, [1], [1]), repeat=i + 1), t, (11.0, False),
+                 11.0 / t - 1) for i, t in enumerate([15.0, 8.0, 10.0])]
+        [(p, measured, predicted, error)] = map_report.point_rows(rows)
+        self.assertEqual((p.get("repeat"), measured, predicted), (1, 10.0, (11.0, False)))
+        self.assertAlmostEqual(error, 0.1)
+        self.assertFalse(map_report.validated(rows, "1gbit", 2))
+        self.assertTrue(map_report.validated(map_report.point_rows(rows), "1gbit", 2))
+        self.assertIn("Within 20%: 1 of 1 measured points that reached the target with a "
+                      "held-out prediction, a point's time its runs' median. Run by run: 1 of "
+                      "3.", "\n".join(map_report.point_lines(rows)))
+
     def test_a_median_lead_of_an_even_count_is_the_mean_of_the_middle_two(self):
         cells = {("1gbit", 2): [(10.0, "a"), (11.0, "b")],
                  ("100mbit", 2): [(10.0, "a"), (13.0, "b")]}
@@ -231,9 +245,18 @@ class ReportTest(unittest.TestCase):
                 ("a", "10gbit", 2): [1.0, 2.0, 3.0, 4.0]}
         self.assertEqual(map_repeats.against_baseline(runs), [
             "- 1gbit, 2 ranks, against allreduce (4 runs, 20.0 – 30.0 s): settled faster: a; "
-            "settled slower: c; not settled: b.", ""])
+            "settled slower: c; not settled: b. With Holm's correction for these 3 tests: "
+            "settled faster: none; settled slower: none.", ""])
         del runs[("allreduce", "1gbit", 2)]
         self.assertEqual(map_repeats.against_baseline(runs), [])
+
+    def test_holm_steps_down_until_a_test_fails(self):
+        # 0.01 <= 0.05 / 3 is kept; 0.03 > 0.05 / 2 fails, and so 0.04 is not tried.
+        self.assertEqual(map_repeats.holm([0.01, 0.04, 0.03]), {0})
+        self.assertEqual(map_repeats.holm([0.02, 0.01]), {0, 1})  # 0.01 <= 0.025, 0.02 <= 0.05
+        self.assertEqual(map_repeats.holm([0.002, 0.009, 0.004]), {0, 1, 2})
+        self.assertEqual(map_repeats.holm([0.06]), set())
+        self.assertEqual(map_repeats.holm([]), set())
 
     def test_a_points_repeats_are_held_out_with_it(self):
         def run(link, ranks, wall, repeat=1):
