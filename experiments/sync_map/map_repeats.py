@@ -5,7 +5,7 @@ over another is real.
 A lead is settled when a two-sided exact Mann-Whitney U test over the two points' runs gives
 p <= SETTLED_P, the test Google Benchmark's compare.py applies to two benchmarks' repetitions;
 two-sided, since which of the two leads is read off the same runs. It assumes nothing of the
-spread's shape, which here is far from normal (a run can take 2.6x another). With three runs
+spread's shape, which here is far from normal (a run can take 2.75x another). With three runs
 each no lead can be settled (p >= 0.1); with four each, only when every run of one beats every
 run of the other (p = 0.029). Each test stands alone; those against BASELINE at a setting are
 also given under Holm's correction for their number.
