@@ -85,7 +85,8 @@ def lead_verdict(entries):
 
 def against_baseline(runs, baseline=BASELINE):
     """At each setting where the baseline and others ran more than once ({key: sorted times}):
-    which are settled faster than it, which settled slower, and which neither."""
+    which are settled faster than it, which settled slower, and which neither; then which are
+    settled either way under Holm's correction for the setting's tests."""
     lines = []
     for (link, ranks), by_sync in sorted(map_model.by_setting(runs).items()):
         base = by_sync.get(baseline, [])
@@ -103,10 +104,14 @@ def against_baseline(runs, baseline=BASELINE):
                      f"{base[0]:.1f} – {base[-1]:.1f} s): settled faster: "
                      f"{', '.join(faster) or 'none'}; settled slower: "
                      f"{', '.join(slower) or 'none'}; not settled: {', '.join(neither) or 'none'}. "
-                     f"With Holm's correction for these {len(names)} tests: settled faster: "
+                     f"With Holm's correction for {tests_here(len(names))}: settled faster: "
                      f"{', '.join(held_faster) or 'none'}; settled slower: "
                      f"{', '.join(held_slower) or 'none'}.")
     return lines + [""] if lines else []
+
+
+def tests_here(n):
+    return "this 1 test" if n == 1 else f"these {n} tests"
 
 
 def holm(p_values):

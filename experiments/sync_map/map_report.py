@@ -146,7 +146,9 @@ def runs_by_point(rows):
 
 def point_rows(rows):
     """One row per point, as checks() gives one per run: (the point's first run, its runs'
-    median time to target, the prediction its runs share, the error of that median)."""
+    median time to target, the prediction its runs share, the error of that median). A
+    point's runs do the same arithmetic, so they reach the target alike: a repeat runs only
+    where the first run finished."""
     out = []
     for runs in map_model.by_point((r[0], r) for r in rows).values():
         first = min(runs, key=lambda r: r[0].get("repeat", 1))
@@ -346,14 +348,16 @@ def point_lines(rows):
                      f"{'not reached' if measured is None else f'{measured:.1f} s'} | "
                      f"{seconds(predicted)} | "
                      f"{'n/a' if error is None else f'{100 * error:+.0f}%'} |")
-    unchecked = sum(r[1] is not None and r[2] is None for r in rows)
+    repeated = any(p.get("repeat", 1) > 1 for p, _, _, _ in rows)
+    points = point_rows(rows) if repeated else rows
+    unchecked = sum(r[1] is not None and r[2] is None for r in points)
     tail = f" ({unchecked} more reached it with none: n/a above)." if unchecked else "."
-    if not any(p.get("repeat", 1) > 1 for p, _, _, _ in rows):
+    if not repeated:
         return lines + ["", f"Within 20%: {within_count(rows)} measured points that reached the "
                             f"target with a held-out prediction{tail}", ""]
-    return lines + ["", f"Within 20%: {within_count(point_rows(rows))} measured points that "
-                        f"reached the target with a held-out prediction, a point's time its "
-                        f"runs' median{tail} Run by run: {within_count(rows)}.", ""]
+    return lines + ["", f"Within 20%: {within_count(points)} measured points that reached the "
+                        f"target with a held-out prediction, a point's time its runs' "
+                        f"median{tail} Run by run: {within_count(rows)}.", ""]
 
 
 def within_count(rows):

@@ -143,8 +143,9 @@ class ReportTest(unittest.TestCase):
     def test_a_point_is_checked_by_its_runs_median(self):
         # Three runs of one point, 15, 8 and 10 s, against the prediction 11 s they share: run
         # by run two are more than 20% off (-27%, +37.5%); their median, 10 s, is 10% off.
-        rows = [(dict(point("a", "1gbit", 2, 1, [1], [1]), repeat=i + 1), t, (11.0, False),
-                 11.0 / t - 1) for i, t in enumerate([15.0, 8.0, 10.0])]
+        # Listed as they may be read, the first run not first.
+        rows = [(dict(point("a", "1gbit", 2, 1, [1], [1]), repeat=i), t, (11.0, False),
+                 11.0 / t - 1) for i, t in [(2, 15.0), (1, 8.0), (3, 10.0)]]
         [(p, measured, predicted, error)] = map_report.point_rows(rows)
         self.assertEqual((p.get("repeat"), measured, predicted), (1, 10.0, (11.0, False)))
         self.assertAlmostEqual(error, 0.1)
@@ -153,6 +154,13 @@ class ReportTest(unittest.TestCase):
         self.assertIn("Within 20%: 1 of 1 measured points that reached the target with a "
                       "held-out prediction, a point's time its runs' median. Run by run: 1 of "
                       "3.", "\n".join(map_report.point_lines(rows)))
+        # Without a prediction a point is counted once among those that reached it with none.
+        bare = [(p, t, None, None) for p, t, _, _ in rows]
+        self.assertEqual(map_report.point_rows(bare)[0][1:], (10.0, None, None))
+        self.assertIn("Within 20%: 0 of 0 measured points that reached the target with a "
+                      "held-out prediction, a point's time its runs' median (1 more reached it "
+                      "with none: n/a above). Run by run: 0 of 0.",
+                      "\n".join(map_report.point_lines(bare)))
 
     def test_a_median_lead_of_an_even_count_is_the_mean_of_the_middle_two(self):
         cells = {("1gbit", 2): [(10.0, "a"), (11.0, "b")],
@@ -249,12 +257,26 @@ class ReportTest(unittest.TestCase):
             "settled faster: none; settled slower: none.", ""])
         del runs[("allreduce", "1gbit", 2)]
         self.assertEqual(map_repeats.against_baseline(runs), [])
+        # Eight runs apart each side: p = 2/12870, which Holm keeps for both of two tests.
+        runs.update({("allreduce", "10gbit", 2): [20.0 + i for i in range(8)],
+                     ("a", "10gbit", 2): [1.0 + i for i in range(8)],
+                     ("b", "10gbit", 2): [30.0 + i for i in range(8)]})
+        self.assertEqual(map_repeats.against_baseline(runs), [
+            "- 10gbit, 2 ranks, against allreduce (8 runs, 20.0 – 27.0 s): settled faster: a; "
+            "settled slower: b; not settled: none. With Holm's correction for these 2 tests: "
+            "settled faster: a; settled slower: b.", ""])
+        del runs[("b", "10gbit", 2)]
+        self.assertIn("With Holm's correction for this 1 test: settled faster: a;",
+                      map_repeats.against_baseline(runs)[0])
 
     def test_holm_steps_down_until_a_test_fails(self):
         # 0.01 <= 0.05 / 3 is kept; 0.03 > 0.05 / 2 fails, and so 0.04 is not tried.
         self.assertEqual(map_repeats.holm([0.01, 0.04, 0.03]), {0})
         self.assertEqual(map_repeats.holm([0.02, 0.01]), {0, 1})  # 0.01 <= 0.025, 0.02 <= 0.05
         self.assertEqual(map_repeats.holm([0.002, 0.009, 0.004]), {0, 1, 2})
+        # Step-down, not Bonferroni: 0.04 is held to 0.05 once 0.01 is kept (Bonferroni: 0.025).
+        self.assertEqual(map_repeats.holm([0.01, 0.04]), {0, 1})
+        self.assertEqual(map_repeats.holm([0.05 / 3, 0.025, 0.05]), {0, 1, 2})  # each at its line
         self.assertEqual(map_repeats.holm([0.06]), set())
         self.assertEqual(map_repeats.holm([]), set())
 
