@@ -38,12 +38,22 @@ def children_cpu_s():
     return usage.ru_utime + usage.ru_stime
 
 
+# glibc's malloc hands blocks over 128 KiB back to the kernel when freed, and a training step
+# frees and allocates its activations and gradients each step, so each step faults its memory
+# in again and the kernel zeroes it. On a VM a page fault is dear and its cost varies with the
+# host: the same language-model run took 40 to 110 s. Blocks up to 32 MiB (glibc's cap) kept
+# in the heap, and the heap never trimmed, fault in once (docs/sync-map.md, "Run-to-run spread").
+MALLOC_KEEP = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
+
+
 def execute(argv, deadline_s, log_path, tick=None):
     """Runs argv in its own session (killed with all its ranks past the deadline); its output
     goes to log_path; tick(seconds so far), when given, is called every TICK_S while it runs.
-    Returns (status, seconds)."""
+    Returns (status, seconds). The run keeps its freed memory (MALLOC_KEEP) unless the caller
+    set GLIBC_TUNABLES."""
     env = dict(os.environ)
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    env.setdefault("GLIBC_TUNABLES", MALLOC_KEEP)
     start = time.monotonic()
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
