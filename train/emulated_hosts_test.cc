@@ -5,6 +5,7 @@
 // namespace, veth or process behind; flags that cannot take effect are one
 // error line. Skips where this machine may not create network namespaces
 // (not root, no unprivileged user namespaces) or lacks iproute2.
+#include <glob.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -28,6 +29,18 @@ using ringlab::comm::cluster::NetworkNamespacesInUse;
 std::string JobFlags() {
   return "--quiet --timeout=30 --samples=200 --batch_size=16 --epochs=3 "
          "--out_dir=";
+}
+
+// The mpi launcher's temporary directories now on this machine: another
+// job's may be there too, so a test compares the set before and after.
+std::set<std::string> MpirunDirs() {
+  std::set<std::string> dirs;
+  glob_t found;
+  if (glob("/tmp/ringlab-mpirun-*", GLOB_ONLYDIR, nullptr, &found) == 0) {
+    dirs.insert(found.gl_pathv, found.gl_pathv + found.gl_pathc);
+  }
+  globfree(&found);
+  return dirs;
 }
 
 class EmulatedHostsTest : public ::testing::Test {
@@ -131,13 +144,16 @@ TEST_F(EmulatedHostsTest, AnMpiJobAcrossHostsEndsAsOnOneHost) {
   const std::string one = TempDir("mpi_one_host");
   ASSERT_EQ(RunTrain("--nprocs=2 " + JobFlags() + one).status, 0);
   const std::string two = TempDir("mpi_two_hosts");
+  const std::set<std::string> dirs_before = MpirunDirs();
   const CommandResult run = RunTrain(
       "--nprocs=2 --hosts=2 --link=1gbit --comm=mpi " + JobFlags() + two);
   ASSERT_EQ(run.status, 0) << run.out << run.err;
   ExpectSameEnding(EndingOf(two), EndingOf(one));
   EXPECT_NE(ReadText(two + "/summary.json").find("\"host\": 1,"),
             std::string::npos);
-  EXPECT_EQ(std::system("ls -d /tmp/ringlab-mpirun-* >/dev/null 2>&1"), 512);
+  for (const std::string& dir : MpirunDirs()) {
+    EXPECT_EQ(dirs_before.count(dir), 1u) << dir << " is left behind";
+  }
 }
 
 TEST_F(EmulatedHostsTest, SharedMemoryIsRefusedNamingTheHosts) {
