@@ -98,8 +98,8 @@ def against_baseline(runs, baseline=BASELINE):
         faster, slower, neither = ([s for s, (_, lead) in zip(names, tests) if lead == sign]
                                    for sign in (-1, 1, 0))
         kept = holm([p for p, _ in tests])
-        held_faster, held_slower = ([s for k, s in enumerate(names)
-                                     if k in kept and tests[k][1] == sign] for sign in (-1, 1))
+        held_faster, held_slower = ([s for s, (_, lead), keep in zip(names, tests, kept)
+                                     if keep and lead == sign] for sign in (-1, 1))
         lines.append(f"- {link}, {ranks} ranks, against {baseline} ({len(base)} runs, "
                      f"{base[0]:.1f} – {base[-1]:.1f} s): settled faster: "
                      f"{', '.join(faster) or 'none'}; settled slower: "
@@ -115,15 +115,15 @@ def tests_here(n):
 
 
 def holm(p_values):
-    """The indices of the tests Holm's step-down procedure keeps settled at SETTLED_P: the
+    """For each test, whether Holm's step-down procedure keeps it settled at SETTLED_P: the
     smallest p against SETTLED_P / m, the next against SETTLED_P / (m - 1), and so on until
     one fails; so the chance that any of the m is settled falsely stays at most SETTLED_P."""
     order = sorted(range(len(p_values)), key=p_values.__getitem__)
-    kept = set()
+    kept = [False] * len(p_values)
     for k, i in enumerate(order):
         if p_values[i] > SETTLED_P / (len(p_values) - k) + 1e-9:
             break
-        kept.add(i)
+        kept[i] = True
     return kept
 
 

@@ -27,7 +27,7 @@ UTILISATION = (0.5, 0.9, 0.99)
 UTILISATION_RANKS = (2, 1024)
 COLOURS = {"allreduce": "C0", "allreduce_nesterov": "navy", "fp16": "C1", "topk": "olive",
            "int8": "limegreen", "ef_signsgd": "teal", "sparta": "gold", "demo": "slateblue",
-           "diloco": "C6", "streaming_diloco": "darkorange", "sparseloco": "darkred"}
+           "diloco": "C6", "streaming_diloco": "C9", "sparseloco": "darkred"}
 
 
 def bench_fit(path, hosts):
@@ -160,22 +160,20 @@ def point_rows(rows):
     return out
 
 
-def winner_checks(point_runs):
+def winner_checks(points):
     """[(link, ranks, measured winner, predicted winner, margin)] where the measured top two
-    differ by more than CLEAR_MARGIN, from runs_by_point: a point's time its runs' median,
-    measured and predicted."""
+    differ by more than CLEAR_MARGIN, from point_rows: a point's time its runs' median."""
+    timed = {map_model.point_key(p): (measured, predicted[0])
+             for p, measured, predicted, _ in points if measured is not None and predicted}
     out = []
-    for (link, ranks), by_sync in sorted(map_model.by_setting(point_runs).items()):
-        entries = [(statistics.median(r[0] for r in runs),
-                    statistics.median(r[1] for r in runs if r[1] is not None), sync)
-                   for sync, runs in by_sync.items() if any(r[1] is not None for r in runs)]
-        if len(entries) < 2:
+    for (link, ranks), by_sync in sorted(map_model.by_setting(timed).items()):
+        if len(by_sync) < 2:
             continue
-        by_measured = sorted(entries)
+        by_measured = sorted((measured, sync) for sync, (measured, _) in by_sync.items())
         margin = by_measured[1][0] / by_measured[0][0] - 1
         if margin > CLEAR_MARGIN:
-            out.append((link, ranks, by_measured[0][2], min(entries, key=lambda e: e[1])[2],
-                        margin))
+            out.append((link, ranks, by_measured[0][1],
+                        min(by_sync, key=lambda sync: by_sync[sync][1]), margin))
     return out
 
 
@@ -340,7 +338,10 @@ def pick_when_table(rows):
     return lines + [""]
 
 
-def point_lines(rows):
+def point_lines(rows, points):
+    """The table of runs (checks()) beside their predictions, and how many are within 20%:
+    points (point_rows) by their runs' median, and where a point ran more than once, run by
+    run too."""
     lines = ["| synchroniser | link | ranks | measured to target | predicted | error |",
              "|---|---|---|---|---|---|"]
     for p, measured, predicted, error in rows:
@@ -348,16 +349,15 @@ def point_lines(rows):
                      f"{'not reached' if measured is None else f'{measured:.1f} s'} | "
                      f"{seconds(predicted)} | "
                      f"{'n/a' if error is None else f'{100 * error:+.0f}%'} |")
-    repeated = any(p.get("repeat", 1) > 1 for p, _, _, _ in rows)
-    points = point_rows(rows) if repeated else rows
     unchecked = sum(r[1] is not None and r[2] is None for r in points)
     tail = f" ({unchecked} more reached it with none: n/a above)." if unchecked else "."
-    if not repeated:
-        return lines + ["", f"Within 20%: {within_count(rows)} measured points that reached the "
-                            f"target with a held-out prediction{tail}", ""]
-    return lines + ["", f"Within 20%: {within_count(points)} measured points that reached the "
-                        f"target with a held-out prediction, a point's time its runs' "
-                        f"median{tail} Run by run: {within_count(rows)}.", ""]
+    within = (f"Within 20%: {within_count(points)} measured points that reached the target "
+              f"with a held-out prediction")
+    if len(rows) > len(points):
+        within += f", a point's time its runs' median{tail} Run by run: {within_count(rows)}."
+    else:
+        within += tail
+    return lines + ["", within, ""]
 
 
 def within_count(rows):
@@ -420,27 +420,28 @@ def model_section(out, model, target, tuned, fits):
         lines += [f"Tuned but not in the map (no point ran): {', '.join(missing)}.", ""]
     lines += ["### Measured points beside the cost model", "",
               "Each point is predicted with its own runs held out: its synchroniser's compute "
-              "is the median of its other points' runs at that rank count.", ""] + point_lines(rows)
-    point_runs = runs_by_point(rows)
-    wins = winner_checks(point_runs)
+              "is the median of its other points' runs at that rank count.", ""]
+    points = point_rows(rows)
+    lines += point_lines(rows, points)
+    wins = winner_checks(points)
     right = sum(w[2] == w[3] for w in wins)
     settings = f"{len(wins)} setting" + ("" if len(wins) == 1 else "s")
     lines += [f"Where the measured top two differ by more than 20% ({settings}), the predicted "
               f"fastest is the measured one at {right}."]
     lines += [f"- {link}, {ranks} ranks: measured {m}, predicted {p} (lead {100 * g:.0f}%)"
               for link, ranks, m, p, g in wins] + [""]
+    point_runs = runs_by_point(rows)
     lines += map_repeats.repeat_lines(point_runs)
     lines += straggler_lines(out, model, point_runs, profiles, fits, target,
                              map_grid.STRAGGLER_FACTOR)
     cells = grid(profiles, fits)
-    rows = point_rows(rows)
-    heatmap(model, cells, rows, fits, os.path.join(out, f"map_{model}.png"))
+    heatmap(model, cells, points, fits, os.path.join(out, f"map_{model}.png"))
     lines += [f"![{model}](map_{model}.png)", "", "### Gbit/s for compute utilisation", "",
               "Douillard's form: the link rate at which compute is that share of a step, "
               "bandwidth alone (latency left out, as his simulator leaves it), at the "
               "efficiency the fastest shaped link reached here.", ""]
     lines += utilisation_lines(model, profiles, fits)
-    return lines, pick_when_rows(model, cells, rows, fits)
+    return lines, pick_when_rows(model, cells, points, fits)
 
 
 def minutes(sitting):

@@ -96,7 +96,7 @@ class ModelTest(unittest.TestCase):
         rows = map_report.checks(points + [four], FITS, TARGET)
         self.assertEqual(rows[-1][2:], (None, None))
         self.assertIn("with a held-out prediction (1 more reached it with none",
-                      "\n".join(map_report.point_lines(rows)))
+                      "\n".join(map_report.point_lines(rows, map_report.point_rows(rows))))
 
     def test_an_unreached_target_predicts_nothing(self):
         points = [point("topk", "unlimited", 2, 1e4, [5, 10], [0.80, 0.84])]
@@ -134,7 +134,7 @@ class ReportTest(unittest.TestCase):
     def test_winner_checks_and_validation(self):
         rows = [(point("a", "1gbit", 2, 1, [1], [1]), 10.0, (11.0, False), 0.1),
                 (point("b", "1gbit", 2, 1, [1], [1]), 20.0, (9.0, False), -0.55)]
-        self.assertEqual(map_report.winner_checks(map_report.runs_by_point(rows)),
+        self.assertEqual(map_report.winner_checks(map_report.point_rows(rows)),
                          [("1gbit", 2, "a", "b", 1.0)])
         self.assertFalse(map_report.validated(rows, "1gbit", 4))  # b is 55% off
         self.assertFalse(map_report.validated(rows[:1], "100gbit", 1024))  # nothing near
@@ -153,14 +153,14 @@ class ReportTest(unittest.TestCase):
         self.assertTrue(map_report.validated(map_report.point_rows(rows), "1gbit", 2))
         self.assertIn("Within 20%: 1 of 1 measured points that reached the target with a "
                       "held-out prediction, a point's time its runs' median. Run by run: 1 of "
-                      "3.", "\n".join(map_report.point_lines(rows)))
+                      "3.", "\n".join(map_report.point_lines(rows, map_report.point_rows(rows))))
         # Without a prediction a point is counted once among those that reached it with none.
         bare = [(p, t, None, None) for p, t, _, _ in rows]
         self.assertEqual(map_report.point_rows(bare)[0][1:], (10.0, None, None))
         self.assertIn("Within 20%: 0 of 0 measured points that reached the target with a "
                       "held-out prediction, a point's time its runs' median (1 more reached it "
                       "with none: n/a above). Run by run: 0 of 0.",
-                      "\n".join(map_report.point_lines(bare)))
+                      "\n".join(map_report.point_lines(bare, map_report.point_rows(bare))))
 
     def test_a_median_lead_of_an_even_count_is_the_mean_of_the_middle_two(self):
         cells = {("1gbit", 2): [(10.0, "a"), (11.0, "b")],
@@ -190,8 +190,9 @@ class ReportTest(unittest.TestCase):
                 + runs("a", "10gbit", [10.0, 14.0]) + runs("b", "10gbit", [12.0, 13.0])
                 + [(point("b", "10gbit", 2, 1, [1], [1]), None, None, None)])
         # Medians, not the first run: 16 against 11 at 1gbit; 12.5 against 12 at 10gbit.
+        [(link, ranks, fastest, predicted, lead)] = map_report.winner_checks(
+            map_report.point_rows(rows))
         point_runs = map_report.runs_by_point(rows)
-        [(link, ranks, fastest, predicted, lead)] = map_report.winner_checks(point_runs)
         self.assertEqual((link, ranks, fastest, predicted), ("1gbit", 2, "a", "a"))
         self.assertAlmostEqual(lead, 16 / 11 - 1)
         lines = "\n".join(map_repeats.repeat_lines(point_runs))
@@ -271,14 +272,15 @@ class ReportTest(unittest.TestCase):
 
     def test_holm_steps_down_until_a_test_fails(self):
         # 0.01 <= 0.05 / 3 is kept; 0.03 > 0.05 / 2 fails, and so 0.04 is not tried.
-        self.assertEqual(map_repeats.holm([0.01, 0.04, 0.03]), {0})
-        self.assertEqual(map_repeats.holm([0.02, 0.01]), {0, 1})  # 0.01 <= 0.025, 0.02 <= 0.05
-        self.assertEqual(map_repeats.holm([0.002, 0.009, 0.004]), {0, 1, 2})
+        self.assertEqual(map_repeats.holm([0.01, 0.04, 0.03]), [True, False, False])
+        # 0.01 <= 0.025, then 0.02 <= 0.05.
+        self.assertEqual(map_repeats.holm([0.02, 0.01]), [True, True])
+        self.assertEqual(map_repeats.holm([0.002, 0.009, 0.004]), [True] * 3)
         # Step-down, not Bonferroni: 0.04 is held to 0.05 once 0.01 is kept (Bonferroni: 0.025).
-        self.assertEqual(map_repeats.holm([0.01, 0.04]), {0, 1})
-        self.assertEqual(map_repeats.holm([0.05 / 3, 0.025, 0.05]), {0, 1, 2})  # each at its line
-        self.assertEqual(map_repeats.holm([0.06]), set())
-        self.assertEqual(map_repeats.holm([]), set())
+        self.assertEqual(map_repeats.holm([0.01, 0.04]), [True, True])
+        self.assertEqual(map_repeats.holm([0.05 / 3, 0.025, 0.05]), [True] * 3)  # each at its line
+        self.assertEqual(map_repeats.holm([0.06]), [False])
+        self.assertEqual(map_repeats.holm([]), [])
 
     def test_a_points_repeats_are_held_out_with_it(self):
         def run(link, ranks, wall, repeat=1):
