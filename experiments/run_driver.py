@@ -41,9 +41,15 @@ def children_cpu_s():
 # glibc's malloc hands blocks over 128 KiB back to the kernel when freed, and a training step
 # frees and allocates its activations and gradients each step, so each step faults its memory
 # in again and the kernel zeroes it. On a VM a page fault is dear and its cost varies with the
-# host: the same language-model run took 40 to 110 s. Blocks up to 32 MiB (glibc's cap) kept
-# in the heap, and the heap never trimmed, fault in once (docs/sync-map.md, "Run-to-run spread").
+# host: the same language-model run took 40 to 110 s. Blocks up to 32 MiB (far above these
+# models' largest tensors, a few MiB) kept in the heap, and the heap never trimmed, fault in
+# once (docs/sync-map.md, "Run-to-run spread").
 MALLOC_KEEP = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
+
+
+def run_malloc():
+    """The GLIBC_TUNABLES execute() gives a run ('' for glibc's defaults)."""
+    return os.environ.get("GLIBC_TUNABLES", MALLOC_KEEP)
 
 
 def execute(argv, deadline_s, log_path, tick=None):
@@ -53,7 +59,7 @@ def execute(argv, deadline_s, log_path, tick=None):
     set GLIBC_TUNABLES."""
     env = dict(os.environ)
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-    env.setdefault("GLIBC_TUNABLES", MALLOC_KEEP)
+    env["GLIBC_TUNABLES"] = run_malloc()
     start = time.monotonic()
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")

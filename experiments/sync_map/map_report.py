@@ -421,9 +421,9 @@ def model_section(out, model, target, tuned, fits):
     lines += ["### Measured points beside the cost model", "",
               "Each point is predicted with its own runs held out: its synchroniser's compute "
               "is the median of its other points' runs at that rank count.", ""]
-    points = point_rows(rows)
-    lines += point_lines(rows, points)
-    wins = winner_checks(points)
+    medians = point_rows(rows)
+    lines += point_lines(rows, medians)
+    wins = winner_checks(medians)
     right = sum(w[2] == w[3] for w in wins)
     settings = f"{len(wins)} setting" + ("" if len(wins) == 1 else "s")
     lines += [f"Where the measured top two differ by more than 20% ({settings}), the predicted "
@@ -435,13 +435,13 @@ def model_section(out, model, target, tuned, fits):
     lines += straggler_lines(out, model, point_runs, profiles, fits, target,
                              map_grid.STRAGGLER_FACTOR)
     cells = grid(profiles, fits)
-    heatmap(model, cells, points, fits, os.path.join(out, f"map_{model}.png"))
+    heatmap(model, cells, medians, fits, os.path.join(out, f"map_{model}.png"))
     lines += [f"![{model}](map_{model}.png)", "", "### Gbit/s for compute utilisation", "",
               "Douillard's form: the link rate at which compute is that share of a step, "
               "bandwidth alone (latency left out, as his simulator leaves it), at the "
               "efficiency the fastest shaped link reached here.", ""]
     lines += utilisation_lines(model, profiles, fits)
-    return lines, pick_when_rows(model, cells, points, fits)
+    return lines, pick_when_rows(model, cells, medians, fits)
 
 
 def minutes(sitting):

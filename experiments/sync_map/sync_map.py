@@ -72,7 +72,7 @@ from map_grid import (LM_SYNCS, MAX_REPEATS, MODELS, MODES, RANKS,  # noqa: E402
                       grid_syncs, hosts, lr_points, per_model, repeat_dir, widened_lr)
 from cli_errors import fail  # noqa: E402
 from run_driver import (blas_core, default_out_dir, execute, machine,  # noqa: E402
-                        probe_hosts, stop_on_signal, write_invocation)
+                        probe_hosts, run_malloc, stop_on_signal, write_invocation)
 
 LM_TRAIN = os.path.normpath(os.path.join(HERE, "..", "char_lm", "char_lm_train.py"))
 DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
@@ -361,6 +361,7 @@ def run_all(args, out):
     invocation = dict(command=command,
                       mode=args.mode, date=datetime.date.today().isoformat(),
                       cpu=machine()[0], cores=machine()[1], blas_core=blas_core(args.train),
+                      malloc=run_malloc(),
                       load_before=" ".join(f"{x:.2f}" for x in os.getloadavg()))
     path = os.path.join(out, "invocation.json")
     if os.path.isfile(path):  # a continued sweep: the earlier sittings stay on record
@@ -373,6 +374,13 @@ def run_all(args, out):
             fail(f"--out_dir={args.out_dir} was swept with OpenBLAS's {kernel} kernel and this "
                  f"machine loads {here}: set OPENBLAS_CORETYPE={kernel}, or "
                  f"use another --out_dir")
+        # One memory behaviour a folder: page faults set a run's time (docs/sync-map.md,
+        # "Run-to-run spread"). A record without one predates the keep: glibc's defaults.
+        timed = earlier.get("malloc", "")
+        if timed != invocation["malloc"]:
+            fail(f"--out_dir={args.out_dir} was timed with GLIBC_TUNABLES='{timed}' and this "
+                 f"sweep's runs would get '{invocation['malloc']}': set "
+                 f"GLIBC_TUNABLES='{timed}', or use another --out_dir")
         invocation["earlier"] = earlier.pop("earlier", []) + [earlier]
     # On record from the start: a sweep stopped midway and continued elsewhere meets its kernel.
     with open(path, "w") as f:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -19,6 +20,7 @@ import map_grid  # noqa: E402
 import map_model  # noqa: E402
 import map_report  # noqa: E402
 import map_repeats  # noqa: E402
+import run_driver  # noqa: E402
 import sync_map  # noqa: E402
 
 FITS = {"unlimited": (1e-4, 1e9), "1gbit": (1e-4, 1e8)}  # alpha s, B_eff bytes/s
@@ -531,7 +533,8 @@ class FlagsTest(unittest.TestCase):
 
 
 class SittingTest(unittest.TestCase):
-    """A sitting's record: on file from its start, and one kernel a folder."""
+    """A sitting's record: on file from its start, and one kernel and one memory behaviour a
+    folder."""
 
     def setUp(self):
         self.out = tempfile.mkdtemp()
@@ -576,6 +579,28 @@ class SittingTest(unittest.TestCase):
         self.assertEqual(self.record(), before)
         with self.assertRaises(KeyboardInterrupt):  # a kernel not found out proves nothing
             self.sit("?")
+
+    def test_a_sweep_continued_with_other_memory_stops_with_one_error_line(self):
+        with mock.patch.dict(os.environ):
+            os.environ.pop("GLIBC_TUNABLES", None)
+            with self.assertRaises(KeyboardInterrupt):
+                self.sit("Cooperlake")
+            before = self.record()
+            self.assertEqual(before["malloc"], run_driver.MALLOC_KEEP)
+            os.environ["GLIBC_TUNABLES"] = ""  # glibc's defaults
+            with self.assertRaises(SystemExit) as e:
+                self.sit("Cooperlake")
+            self.assertEqual(e.exception.code, 2)
+            self.assertEqual(self.record(), before)
+            # A record from before the keep was timed with glibc's defaults.
+            del before["malloc"]
+            with open(os.path.join(self.out, "invocation.json"), "w") as f:
+                json.dump(before, f)
+            with self.assertRaises(KeyboardInterrupt):
+                self.sit("Cooperlake")
+            os.environ.pop("GLIBC_TUNABLES")
+            with self.assertRaises(SystemExit):
+                self.sit("Cooperlake")
 
 
 if __name__ == "__main__":
