@@ -162,10 +162,11 @@ def machine_words(record):
     Cooperlake, freed memory kept)'; a record from before a field leaves that field out."""
     parts = [f"{record.get('cores', '?')} cores"]
     if "blas_core" in record:
-        parts.append(f"OpenBLAS {record['blas_core']}")
+        kernel = record["blas_core"]
+        parts.append(f"OpenBLAS {kernel}" if kernel != "?" else "OpenBLAS kernel unknown")
     if "malloc" in record:
         parts.append(malloc_words(record["malloc"]))
-    cpu = record.get("cpu_model", record.get("cpu", "?"))  # sync_map's 'cpu' before 2026-12-07
+    cpu = record.get("cpu_model", record.get("cpu", "?"))  # sync_map's 'cpu' up to 2026-12-07
     return f"{cpu} ({', '.join(parts)})"
 
 
@@ -173,9 +174,10 @@ def machine_record(blas_argv):
     """The machine's part of a sitting's record (invocation.json), what its runs' times and
     arithmetic rest on: the CPU and its cores, the OpenBLAS kernel (blas_core(blas_argv)), the
     malloc tunables the runs get ('' for glibc's defaults) and the load before them."""
+    load_before = load_average()  # before the probe, which may import torch
     cpu_model, cores = machine()
     return dict(cpu_model=cpu_model, cores=cores, blas_core=blas_core(blas_argv),
-                malloc=run_malloc(), load_before=load_average())
+                malloc=run_malloc(), load_before=load_before)
 
 
 def probe_hosts(on_hosts, link="1gbit"):

@@ -89,6 +89,9 @@ class RecordTest(unittest.TestCase):
         self.assertEqual(run_driver.machine_words({"cpu": "EPYC", "cores": 2}), "EPYC (2 cores)")
         self.assertEqual(run_driver.machine_words({"cpu_model": "EPYC", "cores": 2, "malloc": ""}),
                          "EPYC (2 cores, glibc's malloc defaults)")
+        self.assertEqual(run_driver.machine_words({"cpu_model": "EPYC", "cores": 2,
+                                                   "blas_core": "?"}),
+                         "EPYC (2 cores, OpenBLAS kernel unknown)")
 
 
 if __name__ == "__main__":

@@ -353,12 +353,12 @@ def recorded_argv(argv):
 
 
 # What a folder's runs are timed with, one of each a folder (docs/sync-map.md, "Run-to-run
-# spread"): (field of a sitting's record, its value in a record from before the field, what
-# it is, the variable that sets it). '?' was not found out, and proves nothing.
+# spread"): (field of a sitting's record, its value in a record from before the field, values
+# that were not found out and so prove nothing, what it is, the variable that sets it).
 ONE_PER_FOLDER = (
-    ("blas_core", "?", "OpenBLAS's {!r} kernel", "OPENBLAS_CORETYPE"),
+    ("blas_core", "?", ("?", None), "OpenBLAS's {} kernel", "OPENBLAS_CORETYPE"),
     # A record from before the keep was timed with glibc's defaults.
-    ("malloc", "", "GLIBC_TUNABLES={!r}", "GLIBC_TUNABLES"),
+    ("malloc", "", (), "GLIBC_TUNABLES={!r}", "GLIBC_TUNABLES"),
 )
 
 
@@ -366,9 +366,9 @@ def check_continues(earlier, here, out_dir):
     """Fails with one line when this sitting's record (here) would time its runs otherwise
     than the earlier sitting of out_dir did: one kernel, one arithmetic; one memory behaviour,
     one pace."""
-    for field, before_field, what, variable in ONE_PER_FOLDER:
+    for field, before_field, unknown, what, variable in ONE_PER_FOLDER:
         was, now = earlier.get(field, before_field), here[field]
-        if was != now and "?" not in (was, now):
+        if was != now and was not in unknown and now not in unknown:
             fail(f"--out_dir={out_dir} was swept with {what.format(was)} and this sweep's "
                  f"runs would get {what.format(now)}: set {variable}={shlex.quote(was)}, or "
                  f"use another --out_dir")
@@ -389,7 +389,8 @@ def run_all(args, out):
             earlier = json.load(f)
         check_continues(earlier, invocation, args.out_dir)
         invocation["earlier"] = earlier.pop("earlier", []) + [earlier]
-    # On record from the start: a sweep stopped midway and continued elsewhere meets its kernel.
+    # On record from the start: a sweep stopped midway and continued elsewhere meets its kernel
+    # and tunables.
     with open(path, "w") as f:
         json.dump(invocation, f, indent=2)
     tuned = {}
