@@ -52,6 +52,13 @@ def run_malloc():
     return os.environ.get("GLIBC_TUNABLES", MALLOC_KEEP)
 
 
+def malloc_words(tunables):
+    """How a report names a sitting's malloc tunables (run_malloc())."""
+    if tunables == MALLOC_KEEP:
+        return "freed memory kept"
+    return f"GLIBC_TUNABLES={tunables}" if tunables else "glibc's malloc defaults"
+
+
 def execute(argv, deadline_s, log_path, tick=None):
     """Runs argv in its own session (killed with all its ranks past the deadline); its output
     goes to log_path; tick(seconds so far), when given, is called every TICK_S while it runs.
@@ -125,12 +132,13 @@ def machine():
     return model, os.cpu_count()
 
 
-def blas_core(train):
-    """The OpenBLAS kernel the trainer loads, as OPENBLAS_VERBOSE=2 names it ('Haswell'), or
-    '?': two machines with different kernels sum in different orders, so their runs' arithmetic
-    (and times to target) differ, and a sitting's points belong to one kernel."""
+def blas_core(argv):
+    """The OpenBLAS kernel a program (argv, which loads the library and exits) uses, as
+    OPENBLAS_VERBOSE=2 names it ('Haswell'), or '?': two machines with different kernels sum in
+    different orders, so their runs' arithmetic (and times to target) differ, and a sitting's
+    points belong to one kernel."""
     try:
-        shown = subprocess.run([train, "--help"], env=dict(os.environ, OPENBLAS_VERBOSE="2"),
+        shown = subprocess.run(argv, env=dict(os.environ, OPENBLAS_VERBOSE="2"),
                                capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return "?"
@@ -138,6 +146,38 @@ def blas_core(train):
         if line.startswith("Core: "):
             return line[len("Core: "):].strip()
     return "?"
+
+
+# Loads Debian's torch and the system OpenBLAS it multiplies with: blas_core's argv for a
+# driver whose runs are PyTorch's.
+TORCH_LOADS_BLAS = ["/usr/bin/python3", "-c", "import torch; torch.ones(2, 2) @ torch.ones(2, 2)"]
+
+
+def load_average():
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def machine_words(record):
+    """A sitting's machine as its report names it from its record: 'AMD EPYC (2 cores, OpenBLAS
+    Cooperlake, freed memory kept)'; a record from before a field leaves that field out."""
+    parts = [f"{record.get('cores', '?')} cores"]
+    if "blas_core" in record:
+        kernel = record["blas_core"]
+        parts.append(f"OpenBLAS {kernel}" if kernel != "?" else "OpenBLAS kernel unknown")
+    if "malloc" in record:
+        parts.append(malloc_words(record["malloc"]))
+    cpu = record.get("cpu_model", record.get("cpu", "?"))  # sync_map's 'cpu' up to 2026-12-07
+    return f"{cpu} ({', '.join(parts)})"
+
+
+def machine_record(blas_argv):
+    """The machine's part of a sitting's record (invocation.json), what its runs' times and
+    arithmetic rest on: the CPU and its cores, the OpenBLAS kernel (blas_core(blas_argv)), the
+    malloc tunables the runs get ('' for glibc's defaults) and the load before them."""
+    load_before = load_average()  # before the probe, which may import torch
+    cpu_model, cores = machine()
+    return dict(cpu_model=cpu_model, cores=cores, blas_core=blas_core(blas_argv),
+                malloc=run_malloc(), load_before=load_before)
 
 
 def probe_hosts(on_hosts, link="1gbit"):
@@ -183,7 +223,7 @@ def write_invocation(out, invocation, started):
     """<out>/invocation.json: the invocation with its duration (since time.monotonic()'s
     started) and the load after the runs."""
     invocation["duration_s"] = time.monotonic() - started
-    invocation["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    invocation["load_after"] = load_average()
     with open(os.path.join(out, "invocation.json"), "w") as f:
         json.dump(invocation, f, indent=2)
 

@@ -1,4 +1,5 @@
-"""Tests of run_driver.execute: what a run's environment holds, and its deadline."""
+"""Tests of run_driver: what a run's environment holds, its deadline, and a sitting's record of
+the machine."""
 
 import os
 import sys
@@ -29,21 +30,37 @@ class ExecuteTest(unittest.TestCase):
         _, _, lines = self.run_shell('echo "$GLIBC_TUNABLES"')
         self.assertEqual(lines[-1], "glibc.malloc.arena_max=1")
 
-    @mock.patch.dict(os.environ)
-    def test_glibc_reads_the_tunables(self):
-        # glibc ignores a misspelt tunable silently, so check the effect: a 1 MiB block comes
-        # from the heap (below the program break) when kept, from a mapping of its own (above
-        # it) by default.
+    def run_c(self, code):
+        """The last line code (Python, with libc as c) printed, run as execute runs it."""
         script = ("/usr/bin/python3 -c 'import ctypes; c = ctypes.CDLL(None); "
                   "c.malloc.restype = ctypes.c_void_p; c.sbrk.restype = ctypes.c_void_p; "
-                  "p = c.malloc(1 << 20); print(int(p < c.sbrk(0)))'")
-        os.environ.pop("GLIBC_TUNABLES", None)
+                  "c.free.argtypes = [ctypes.c_void_p]; " + code + "'")
         status, _, lines = self.run_shell(script)
         self.assertEqual(status, "ok", lines)
-        self.assertEqual(lines[-1], "1")
+        return lines[-1]
+
+    # glibc ignores a misspelt tunable silently, so these check each tunable's effect.
+    @mock.patch.dict(os.environ)
+    def test_glibc_serves_a_large_block_from_the_heap(self):
+        # A 1 MiB block comes from the heap (below the program break) when kept, from a
+        # mapping of its own (above it) by default.
+        code = "p = c.malloc(1 << 20); print(int(p < c.sbrk(0)))"
+        os.environ.pop("GLIBC_TUNABLES", None)
+        self.assertEqual(self.run_c(code), "1")
         os.environ["GLIBC_TUNABLES"] = ""  # glibc's defaults
-        _, _, lines = self.run_shell(script)
-        self.assertEqual(lines[-1], "0")
+        self.assertEqual(self.run_c(code), "0")
+
+    @mock.patch.dict(os.environ)
+    def test_glibc_never_trims_the_heap(self):
+        # Freeing a 1 MiB block at the heap's top leaves the program break where it was when
+        # kept; with only the mmap threshold raised, glibc hands the top back (it trims past
+        # 128 KiB).
+        code = "p = c.malloc(1 << 20); top = c.sbrk(0); c.free(p); print(int(c.sbrk(0) == top))"
+        os.environ.pop("GLIBC_TUNABLES", None)
+        self.assertEqual(self.run_c(code), "1")
+        os.environ["GLIBC_TUNABLES"] = run_driver.MALLOC_KEEP.split(":")[0]
+        self.assertIn("mmap_threshold", os.environ["GLIBC_TUNABLES"])
+        self.assertEqual(self.run_c(code), "0")
 
     def test_a_run_past_its_deadline_is_killed(self):
         status, wall, _ = self.run_shell("sleep 30", deadline_s=0.5)
@@ -53,6 +70,28 @@ class ExecuteTest(unittest.TestCase):
     def test_a_failing_run_gives_its_error_line(self):
         status, _, _ = self.run_shell("echo 'error: bad flag'; exit 2")
         self.assertEqual(status, "failed: bad flag")
+
+
+class RecordTest(unittest.TestCase):
+    @mock.patch.dict(os.environ)
+    def test_a_record_names_what_its_runs_rest_on(self):
+        os.environ.pop("GLIBC_TUNABLES", None)
+        record = run_driver.machine_record(["/bin/sh", "-c", "echo 'Core: Testlake' >&2"])
+        self.assertEqual(record["blas_core"], "Testlake")
+        self.assertEqual(record["malloc"], run_driver.MALLOC_KEEP)
+        self.assertEqual(len(record["load_before"].split()), 3)
+        self.assertEqual(run_driver.machine_words(record),
+                         f"{record['cpu_model']} ({record['cores']} cores, OpenBLAS Testlake, "
+                         f"freed memory kept)")
+        self.assertEqual(run_driver.machine_record(["/nonexistent"])["blas_core"], "?")
+
+    def test_a_report_names_only_what_a_record_holds(self):
+        self.assertEqual(run_driver.machine_words({"cpu": "EPYC", "cores": 2}), "EPYC (2 cores)")
+        self.assertEqual(run_driver.machine_words({"cpu_model": "EPYC", "cores": 2, "malloc": ""}),
+                         "EPYC (2 cores, glibc's malloc defaults)")
+        self.assertEqual(run_driver.machine_words({"cpu_model": "EPYC", "cores": 2,
+                                                   "blas_core": "?"}),
+                         "EPYC (2 cores, OpenBLAS kernel unknown)")
 
 
 if __name__ == "__main__":

@@ -168,12 +168,11 @@ def run_all(args, out):
         fail(f"torch does not import with /usr/bin/python3 ({torch_missing}): "
              f"tools/setup.sh installs python3-torch")
     args.hosts_missing = run_driver.probe_hosts(args.on_hosts)
-    cpu_model, cores = run_driver.machine()
     started = time.monotonic()
     invocation = {"mode": args.mode, "links": links, "steps": runs[0]["steps"],
                   "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                  "cpu_model": cpu_model, "cores": cores, "torch_version": torch_version,
-                  "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+                  **run_driver.machine_record(run_driver.TORCH_LOADS_BLAS),
+                  "torch_version": torch_version,
                   "config": CONFIG, "batch_size": BATCH, "lr": LR, "eval_every": EVAL_EVERY,
                   "notes": []}
     if args.hosts_missing:

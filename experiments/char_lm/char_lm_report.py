@@ -251,7 +251,7 @@ def build(out):
     runs = load_runs(out)
     first = next((r["stats"]["summary"] for r in runs if r.get("stats")), None)
     lines = ["# The character language model across links", "",
-             f"{inv['date']}, {inv['cpu_model']} ({inv['cores']} cores), torch "
+             f"{inv['date']}, {run_driver.machine_words(inv)}, torch "
              f"{inv['torch_version']}, load {inv['load_before']} before and "
              f"{inv['load_after']} after, {inv['duration_s'] / 60:.1f} minutes; mode "
              f"{inv['mode']}, {inv['steps']} steps per run, 2 ranks on 2 emulated hosts.", ""]

@@ -52,8 +52,9 @@ import analysis  # noqa: E402  (after the path: these modules live next to this 
 import cli_errors  # noqa: E402
 import report  # noqa: E402
 from cli_errors import fail  # noqa: E402
-from run_driver import (children_cpu_s, default_out_dir, drive, execute, machine,  # noqa: E402
-                        parse_links, probe_hosts, probe_torch, stop_on_signal, write_invocation)
+from run_driver import (children_cpu_s, default_out_dir, drive, execute,  # noqa: E402
+                        machine_record, parse_links, probe_hosts, probe_torch, stop_on_signal,
+                        write_invocation)
 
 DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
@@ -317,14 +318,12 @@ def run_all(args, out):
     torch_version, torch_missing = probe_torch()
     hosts_missing = probe_hosts(args.on_hosts) if links else None
     have_mpi = shutil.which("mpirun") is not None
-    cpu_model, cores = machine()
     started = time.monotonic()
     invocation = {
         "mode": args.mode, "epochs": args.epochs or MODES[args.mode]["epochs"],
         "links": links,
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "cpu_model": cpu_model, "cores": cores, "torch_version": torch_version,
-        "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        **machine_record([args.train, "--help"]), "torch_version": torch_version,
         "model": MODEL, "lr": LR, "batch_size": BATCH, "train": args.train, "notes": []}
     if torch_missing:
         invocation["notes"].append(f"PyTorch runs skipped: torch does not import with "

@@ -192,7 +192,7 @@ class ReportTest(unittest.TestCase):
                       "(allreduce against barrier, **1.04×**) +0.25 ms", text)
 
     def test_header_names_machine_and_torch(self):
-        self.assertIn("Fixture CPU, 2 core(s)", self.report)
+        self.assertIn("Fixture CPU (2 cores)", self.report)
         self.assertIn("torch: 1.13.0a0", self.report)
         self.assertIn("took 1.5 min", self.report)
 

@@ -12,6 +12,7 @@ import os
 
 import analysis
 import links
+from run_driver import machine_words
 
 # The targets the report says PASS or FAIL against, each named by what it measures.
 # Fidelity: ringlab's allreduce's test accuracy within 0.5 points of PyTorch DDP's at every
@@ -344,7 +345,7 @@ def write_markdown(path, invocation, runs, rows, plot_notes):
         "# Fashion-MNIST: ringlab's synchronisers side by side with PyTorch DDP", "",
         f"- date: {inv.get('date', 'unknown')}; this invocation took {_fmt(minutes, '.1f')} min "
         f"({inv.get('mode', '?')} run)",
-        f"- machine: {inv.get('cpu_model', 'unknown')}, {inv.get('cores', '?')} core(s); load "
+        f"- machine: {machine_words(inv)}; load "
         f"average (1, 5, 15 min) before the runs {inv.get('load_before', 'unknown')}, after "
         f"{inv.get('load_after', 'unknown')}: the runs use every core, so a load above "
         f"{inv.get('cores', 2)} means other work shared them and stretched the times",

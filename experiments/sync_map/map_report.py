@@ -18,6 +18,7 @@ import statistics
 import map_grid
 import map_model
 import map_repeats
+from run_driver import machine_words
 
 MAP_LINKS = ("100mbit", "1gbit", "10gbit", "25gbit", "100gbit", "400gbit")
 MAP_RANKS = (2, 4, 8, 16, 64, 256, 1024)
@@ -464,8 +465,7 @@ def build(out, other=None):
     lines = ["# The sync map", ""]
     for sitting in invocation.get("earlier", []) + [invocation]:
         lines += [f"- `{sitting.get('command', 'sync_map.py')}` on {sitting.get('date', '?')}, "
-                  f"{sitting.get('cpu', '?')} ({sitting.get('cores', '?')} cores"
-                  f"{', OpenBLAS ' + sitting['blas_core'] if 'blas_core' in sitting else ''}), "
+                  f"{machine_words(sitting)}, "
                   f"{minutes(sitting)}, load "
                   f"{sitting.get('load_before', '?')} before, "
                   f"{sitting.get('load_after', '?')} after."]

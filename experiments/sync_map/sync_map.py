@@ -71,8 +71,9 @@ from map_grid import (LM_SYNCS, MAX_REPEATS, MODELS, MODES, RANKS,  # noqa: E402
                       STRAGGLER_FACTOR, SYNCS, grid_models, grid_ranks, grid_stragglers,
                       grid_syncs, hosts, lr_points, per_model, repeat_dir, widened_lr)
 from cli_errors import fail  # noqa: E402
-from run_driver import (blas_core, default_out_dir, execute, machine,  # noqa: E402
-                        probe_hosts, run_malloc, stop_on_signal, write_invocation)
+import run_driver  # noqa: E402
+from run_driver import (default_out_dir, execute, probe_hosts, stop_on_signal,  # noqa: E402
+                        write_invocation)
 
 LM_TRAIN = os.path.normpath(os.path.join(HERE, "..", "char_lm", "char_lm_train.py"))
 DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
@@ -351,6 +352,28 @@ def recorded_argv(argv):
     return recorded
 
 
+# What a folder's runs are timed with, one of each a folder (docs/sync-map.md, "Run-to-run
+# spread"): (field of a sitting's record, its value in a record from before the field, values
+# that were not found out and so prove nothing, what it is, the variable that sets it).
+ONE_PER_FOLDER = (
+    ("blas_core", "?", ("?", None), "OpenBLAS's {} kernel", "OPENBLAS_CORETYPE"),
+    # A record from before the keep was timed with glibc's defaults.
+    ("malloc", "", (), "GLIBC_TUNABLES={!r}", "GLIBC_TUNABLES"),
+)
+
+
+def check_continues(earlier, here, out_dir):
+    """Fails with one line when this sitting's record (here) would time its runs otherwise
+    than the earlier sitting of out_dir did: one kernel, one arithmetic; one memory behaviour,
+    one pace."""
+    for field, before_field, unknown, what, variable in ONE_PER_FOLDER:
+        was, now = earlier.get(field, before_field), here[field]
+        if was != now and was not in unknown and now not in unknown:
+            fail(f"--out_dir={out_dir} was swept with {what.format(was)} and this sweep's "
+                 f"runs would get {what.format(now)}: set {variable}={shlex.quote(was)}, or "
+                 f"use another --out_dir")
+
+
 def run_all(args, out):
     started = time.monotonic()
     why_not = probe_hosts(args.on_hosts)
@@ -358,31 +381,16 @@ def run_all(args, out):
         fail(f"emulated hosts cannot be made here: {why_not}")
     command = "bazel run -c opt //experiments:sync_map -- " + " ".join(
         map(shlex.quote, recorded_argv(args.argv)))
-    invocation = dict(command=command,
-                      mode=args.mode, date=datetime.date.today().isoformat(),
-                      cpu=machine()[0], cores=machine()[1], blas_core=blas_core(args.train),
-                      malloc=run_malloc(),
-                      load_before=" ".join(f"{x:.2f}" for x in os.getloadavg()))
+    invocation = dict(command=command, mode=args.mode, date=datetime.date.today().isoformat(),
+                      **run_driver.machine_record([args.train, "--help"]))
     path = os.path.join(out, "invocation.json")
     if os.path.isfile(path):  # a continued sweep: the earlier sittings stay on record
         with open(path) as f:
             earlier = json.load(f)
-        kernel = earlier.get("blas_core")
-        here = invocation["blas_core"]
-        # One profile, one arithmetic ("?": a kernel not found out, which proves nothing).
-        if kernel not in (None, "?", here) and here != "?":
-            fail(f"--out_dir={args.out_dir} was swept with OpenBLAS's {kernel} kernel and this "
-                 f"machine loads {here}: set OPENBLAS_CORETYPE={kernel}, or "
-                 f"use another --out_dir")
-        # One memory behaviour a folder: page faults set a run's time (docs/sync-map.md,
-        # "Run-to-run spread"). A record without one predates the keep: glibc's defaults.
-        timed = earlier.get("malloc", "")
-        if timed != invocation["malloc"]:
-            fail(f"--out_dir={args.out_dir} was timed with GLIBC_TUNABLES='{timed}' and this "
-                 f"sweep's runs would get '{invocation['malloc']}': set "
-                 f"GLIBC_TUNABLES='{timed}', or use another --out_dir")
+        check_continues(earlier, invocation, args.out_dir)
         invocation["earlier"] = earlier.pop("earlier", []) + [earlier]
-    # On record from the start: a sweep stopped midway and continued elsewhere meets its kernel.
+    # On record from the start: a sweep stopped midway and continued elsewhere meets its kernel
+    # and tunables.
     with open(path, "w") as f:
         json.dump(invocation, f, indent=2)
     tuned = {}

@@ -3,6 +3,7 @@
 prediction against figures worked by hand, the report's checks, and the driver's flags."""
 
 import argparse
+import io
 import json
 import math
 import os
@@ -541,8 +542,9 @@ class SittingTest(unittest.TestCase):
         self.args = argparse.Namespace(mode="quick", out_dir=self.out, argv=["--quick"],
                                        train="/bin/true", on_hosts="/bin/true",
                                        second_sitting=None)
-        saved = {name: getattr(sync_map, name) for name in ("probe_hosts", "blas_core", "tune")}
+        saved = {name: getattr(sync_map, name) for name in ("probe_hosts", "tune")}
         self.addCleanup(lambda: [setattr(sync_map, n, f) for n, f in saved.items()])
+        self.addCleanup(setattr, run_driver, "blas_core", run_driver.blas_core)
         sync_map.probe_hosts = lambda on_hosts: None
 
         def stopped(args, out):
@@ -551,8 +553,33 @@ class SittingTest(unittest.TestCase):
         sync_map.tune = stopped
 
     def sit(self, kernel):
-        sync_map.blas_core = lambda train: kernel
+        def probe(argv):  # the trainer's OpenBLAS is the one a sitting's runs load
+            self.assertEqual(argv, [self.args.train, "--help"])
+            return kernel
+
+        run_driver.blas_core = probe
         sync_map.run_all(self.args, self.out)
+
+    def rewrite(self, **fields):
+        """The record with these fields changed (None: removed), as an older or edited one."""
+        record = self.record()
+        for name, value in fields.items():
+            if value is None:
+                del record[name]
+            else:
+                record[name] = value
+        with open(os.path.join(self.out, "invocation.json"), "w") as f:
+            json.dump(record, f)
+
+    def refused(self, kernel):
+        """The one error line of a sitting that does not continue, the record unchanged."""
+        before = self.record()
+        with self.assertRaises(SystemExit) as e, mock.patch("sys.stderr", io.StringIO()) as err:
+            self.sit(kernel)
+        self.assertEqual(e.exception.code, 2)
+        self.assertEqual(self.record(), before)
+        self.assertEqual(len(err.getvalue().splitlines()), 1)
+        return err.getvalue()
 
     def record(self):
         with open(os.path.join(self.out, "invocation.json")) as f:
@@ -572,13 +599,14 @@ class SittingTest(unittest.TestCase):
     def test_a_sweep_continued_on_another_kernel_stops_with_one_error_line(self):
         with self.assertRaises(KeyboardInterrupt):
             self.sit("Cooperlake")
-        before = self.record()
-        with self.assertRaises(SystemExit) as e:
-            self.sit("Haswell")
-        self.assertEqual(e.exception.code, 2)
-        self.assertEqual(self.record(), before)
+        self.assertIn("set OPENBLAS_CORETYPE=Cooperlake,", self.refused("Haswell"))
         with self.assertRaises(KeyboardInterrupt):  # a kernel not found out proves nothing
             self.sit("?")
+        with self.assertRaises(KeyboardInterrupt):  # on either side
+            self.sit("Haswell")
+        self.rewrite(blas_core=None)  # nor does a record from before kernels were recorded
+        with self.assertRaises(KeyboardInterrupt):
+            self.sit("Cooperlake")
 
     def test_a_sweep_continued_with_other_memory_stops_with_one_error_line(self):
         with mock.patch.dict(os.environ):
@@ -588,19 +616,16 @@ class SittingTest(unittest.TestCase):
             before = self.record()
             self.assertEqual(before["malloc"], run_driver.MALLOC_KEEP)
             os.environ["GLIBC_TUNABLES"] = ""  # glibc's defaults
-            with self.assertRaises(SystemExit) as e:
-                self.sit("Cooperlake")
-            self.assertEqual(e.exception.code, 2)
-            self.assertEqual(self.record(), before)
+            self.assertIn(f"set GLIBC_TUNABLES={run_driver.MALLOC_KEEP},",
+                          self.refused("Cooperlake"))
             # A record from before the keep was timed with glibc's defaults.
-            del before["malloc"]
-            with open(os.path.join(self.out, "invocation.json"), "w") as f:
-                json.dump(before, f)
+            self.rewrite(malloc=None)
             with self.assertRaises(KeyboardInterrupt):
                 self.sit("Cooperlake")
             os.environ.pop("GLIBC_TUNABLES")
-            with self.assertRaises(SystemExit):
-                self.sit("Cooperlake")
+            self.assertIn("set GLIBC_TUNABLES='',", self.refused("Cooperlake"))
+            self.rewrite(malloc="?")  # tunables are always known: none prove nothing
+            self.refused("Cooperlake")
 
 
 if __name__ == "__main__":
