@@ -28,6 +28,8 @@ rank count, from what its runs measured here.
   (0.16 to 1.2 ms in one sitting here). A rate not swept takes its nominal rate times the
   efficiency of the nearest swept shaped link.
 - Nothing hides behind compute: each rank here has one core, which its communication shares.
+  Where the link rather than the core is the bottleneck, DDP-style buckets do overlap
+  backward, which this leaves out (docs/sync-map.md, "The cost model").
 """
 
 import math
