@@ -110,14 +110,21 @@ def _wait(process, deadline, tick):
                 tick(time.monotonic() - start)
 
 
+# Imports Debian's torch, multiplies with the system OpenBLAS it loads, and names its version.
+TORCH_PROBE = ["/usr/bin/python3", "-c",
+               "import torch; torch.ones(2, 2) @ torch.ones(2, 2); print(torch.__version__)"]
+
+
 def probe_torch():
-    """(torch version, None) or (None, why it does not import)."""
-    result = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+    """(torch version, None, the OpenBLAS kernel it multiplies with, as blas_core names it), or
+    (None, why torch does not import, '?'): one import of torch serves both."""
+    result = subprocess.run(TORCH_PROBE, env=dict(os.environ, OPENBLAS_VERBOSE="2"),
                             capture_output=True, text=True)
     if result.returncode == 0:
-        return result.stdout.strip(), None
+        return (result.stdout.strip().splitlines()[-1], None,
+                shown_kernel(result.stdout + result.stderr))
     lines = (result.stderr.strip() or "no output").splitlines()
-    return None, lines[-1][:160]
+    return None, lines[-1][:160], "?"
 
 
 def machine():
@@ -132,6 +139,14 @@ def machine():
     return model, os.cpu_count()
 
 
+def shown_kernel(text):
+    """The kernel OPENBLAS_VERBOSE=2 names in a program's output ('Haswell'), or '?'."""
+    for line in text.splitlines():
+        if line.startswith("Core: "):
+            return line[len("Core: "):].strip()
+    return "?"
+
+
 def blas_core(argv):
     """The OpenBLAS kernel a program (argv, which loads the library and exits) uses, as
     OPENBLAS_VERBOSE=2 names it ('Haswell'), or '?': two machines with different kernels sum in
@@ -142,15 +157,7 @@ def blas_core(argv):
                                capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return "?"
-    for line in (shown.stdout + shown.stderr).splitlines():
-        if line.startswith("Core: "):
-            return line[len("Core: "):].strip()
-    return "?"
-
-
-# Loads Debian's torch and the system OpenBLAS it multiplies with: blas_core's argv for a
-# driver whose runs are PyTorch's.
-TORCH_LOADS_BLAS = ["/usr/bin/python3", "-c", "import torch; torch.ones(2, 2) @ torch.ones(2, 2)"]
+    return shown_kernel(shown.stdout + shown.stderr)
 
 
 def load_average():
@@ -170,14 +177,14 @@ def machine_words(record):
     return f"{cpu} ({', '.join(parts)})"
 
 
-def machine_record(blas_argv):
+def machine_record(kernel, load_before):
     """The machine's part of a sitting's record (invocation.json), what its runs' times and
-    arithmetic rest on: the CPU and its cores, the OpenBLAS kernel (blas_core(blas_argv)), the
-    malloc tunables the runs get ('' for glibc's defaults) and the load before them."""
-    load_before = load_average()  # before the probe, which may import torch
+    arithmetic rest on: the CPU and its cores, the OpenBLAS kernel its runs load (blas_core's
+    or probe_torch's), the malloc tunables the runs get ('' for glibc's defaults) and the load
+    before them (load_average(), read before the kernel's probe, which may import torch)."""
     cpu_model, cores = machine()
-    return dict(cpu_model=cpu_model, cores=cores, blas_core=blas_core(blas_argv),
-                malloc=run_malloc(), load_before=load_before)
+    return dict(cpu_model=cpu_model, cores=cores, blas_core=kernel, malloc=run_malloc(),
+                load_before=load_before)
 
 
 def probe_hosts(on_hosts, link="1gbit"):

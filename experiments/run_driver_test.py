@@ -2,6 +2,7 @@
 the machine."""
 
 import os
+import shutil
 import sys
 import tempfile
 import unittest
@@ -76,14 +77,33 @@ class RecordTest(unittest.TestCase):
     @mock.patch.dict(os.environ)
     def test_a_record_names_what_its_runs_rest_on(self):
         os.environ.pop("GLIBC_TUNABLES", None)
-        record = run_driver.machine_record(["/bin/sh", "-c", "echo 'Core: Testlake' >&2"])
-        self.assertEqual(record["blas_core"], "Testlake")
+        kernel = run_driver.blas_core(["/bin/sh", "-c", "echo 'Core: Testlake' >&2"])
+        self.assertEqual(kernel, "Testlake")
+        record = run_driver.machine_record(kernel, run_driver.load_average())
         self.assertEqual(record["malloc"], run_driver.MALLOC_KEEP)
         self.assertEqual(len(record["load_before"].split()), 3)
         self.assertEqual(run_driver.machine_words(record),
                          f"{record['cpu_model']} ({record['cores']} cores, OpenBLAS Testlake, "
                          f"freed memory kept)")
-        self.assertEqual(run_driver.machine_record(["/nonexistent"])["blas_core"], "?")
+        self.assertEqual(run_driver.blas_core(["/nonexistent"]), "?")
+
+    def test_one_import_of_torch_names_its_version_and_kernel(self):
+        # The probe's own program, with torch replaced by a module that prints what
+        # OPENBLAS_VERBOSE=2 makes OpenBLAS print (to stdout, before the version).
+        fake = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, fake)
+        with open(os.path.join(fake, "torch.py"), "w") as f:
+            f.write("import os\n__version__ = '9.9.9'\n"
+                    "print('Core: ' + ('Fakelake' if os.environ.get('OPENBLAS_VERBOSE') == '2'"
+                    " else 'unasked'))\n"
+                    "class _M:\n    def __matmul__(self, other): return self\n"
+                    "def ones(*shape): return _M()\n")
+        with mock.patch.dict(os.environ, PYTHONPATH=fake):
+            self.assertEqual(run_driver.probe_torch(), ("9.9.9", None, "Fakelake"))
+        with open(os.path.join(fake, "torch.py"), "w") as f:
+            f.write("raise ImportError('no torch here')\n")
+        with mock.patch.dict(os.environ, PYTHONPATH=fake):
+            self.assertEqual(run_driver.probe_torch(), (None, "ImportError: no torch here", "?"))
 
     def test_a_report_names_only_what_a_record_holds(self):
         self.assertEqual(run_driver.machine_words({"cpu": "EPYC", "cores": 2}), "EPYC (2 cores)")

@@ -163,7 +163,8 @@ def run_one(index, total, run, args, runs_dir):
 def run_all(args, out):
     runs = plan(args.mode, args.links, args.steps)
     links = list(dict.fromkeys(r["link"] for r in runs))
-    torch_version, torch_missing = run_driver.probe_torch()
+    load_before = run_driver.load_average()  # before torch's import
+    torch_version, torch_missing, kernel = run_driver.probe_torch()
     if torch_missing:
         fail(f"torch does not import with /usr/bin/python3 ({torch_missing}): "
              f"tools/setup.sh installs python3-torch")
@@ -171,7 +172,7 @@ def run_all(args, out):
     started = time.monotonic()
     invocation = {"mode": args.mode, "links": links, "steps": runs[0]["steps"],
                   "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                  **run_driver.machine_record(run_driver.TORCH_LOADS_BLAS),
+                  **run_driver.machine_record(kernel, load_before),
                   "torch_version": torch_version,
                   "config": CONFIG, "batch_size": BATCH, "lr": LR, "eval_every": EVAL_EVERY,
                   "notes": []}

@@ -52,9 +52,9 @@ import analysis  # noqa: E402  (after the path: these modules live next to this 
 import cli_errors  # noqa: E402
 import report  # noqa: E402
 from cli_errors import fail  # noqa: E402
-from run_driver import (children_cpu_s, default_out_dir, drive, execute,  # noqa: E402
-                        machine_record, parse_links, probe_hosts, probe_torch, stop_on_signal,
-                        write_invocation)
+from run_driver import (blas_core, children_cpu_s, default_out_dir, drive,  # noqa: E402
+                        execute, load_average, machine_record, parse_links, probe_hosts,
+                        probe_torch, stop_on_signal, write_invocation)
 
 DATA_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
@@ -315,7 +315,8 @@ def bench_links(args, links, out, hosts_missing):
 def run_all(args, out):
     runs = plan(args.mode, args.links, args.epochs, args.registered)
     links = list(dict.fromkeys(r["link"] for r in runs if r.get("link")))
-    torch_version, torch_missing = probe_torch()
+    load_before = load_average()  # before the probes, which import torch
+    torch_version, torch_missing, _ = probe_torch()
     hosts_missing = probe_hosts(args.on_hosts) if links else None
     have_mpi = shutil.which("mpirun") is not None
     started = time.monotonic()
@@ -323,7 +324,8 @@ def run_all(args, out):
         "mode": args.mode, "epochs": args.epochs or MODES[args.mode]["epochs"],
         "links": links,
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        **machine_record([args.train, "--help"]), "torch_version": torch_version,
+        **machine_record(blas_core([args.train, "--help"]), load_before),
+        "torch_version": torch_version,
         "model": MODEL, "lr": LR, "batch_size": BATCH, "train": args.train, "notes": []}
     if torch_missing:
         invocation["notes"].append(f"PyTorch runs skipped: torch does not import with "

@@ -25,6 +25,11 @@ SYNCS = {
     "streaming_diloco": ("streaming_diloco", {}, INNER_LR, ("outer_lr", (0.7, 1.0))),
     "sparseloco": ("sparseloco", {}, INNER_LR, ("sparseloco_outer_lr", (0.8, 1.0))),
 }
+# The --syncs of DDP's family (sync/ddp.h: those with --overlap, but post_local_sgd, which stops
+# reducing gradients after its warm-up): each bucket is reduced while backward runs, so the cost
+# model lets a window of the step hide their communication.
+OVERLAPS_BACKWARD = frozenset({"allreduce", "bf16", "ef_signsgd", "fp16", "int8", "powersgd",
+                               "qsgd", "randomk", "topk"})
 # The language model's: AdamW's peak learning rate around char_lm's 3e-3, the same outer grids
 # (ringlab_torch.Synchronizer's options are the trainer's flags). No Nesterov twin: AdamW has
 # its own momentum.
@@ -76,6 +81,12 @@ WIDEN_STEPS = 2
 # MAX_REPEATS is a typo's count, not a sitting's (each repeat is the whole grid again).
 REPEAT_SUFFIX = "_r"
 MAX_REPEATS = 9
+
+
+def overlapping(model):
+    """The names of `model`'s synchronisers in DDP's family."""
+    return frozenset(name for name, (sync, *_) in MODELS[model]["syncs"].items()
+                     if sync in OVERLAPS_BACKWARD)
 
 
 def repeat_dir(first_dir, repeat):

@@ -3,8 +3,10 @@ rank count, from what its runs measured here.
 
     time to target (sync, link, N) = units to target (sync, N) x steps per unit (N)
                                      x step (sync, link, N)
-    step (sync, link, N)           = compute (sync, N) + comm (sync, link, N)
+    step (sync, link, N)           = compute (sync, N) + exposed (sync, link, N)
     comm (sync, link, N)           = events x 2(N-1) alpha + link bytes (sync, N) / B_eff (link)
+    exposed (sync, link, N)        = max(0, comm (sync, link, N) - window (N)) for DDP's family,
+                                     comm (sync, link, N) for the rest
 
 - Units to target: the first evaluation at or past the target (a Target: the MLP's test
   accuracy counted in epochs, the language model's validation loss in steps), measured at each
@@ -12,10 +14,10 @@ rank count, from what its runs measured here.
   on every link. Beyond the largest N measured, that N's (an assumption: a point using it is
   marked extrapolated).
 - Compute: a run's wall-clock per step (data loading, encoding and local steps included), less
-  its predicted communication on its link; the median over the synchroniser's runs at that N,
-  one per link, since the same steps' wall-clock here varies from run to run more than the
-  margins between synchronisers (up to 1.6x on the language model); at an N not run here, the
-  smallest N's (each rank then has a core of its own, as at 2 ranks here).
+  its predicted exposed communication on its link; the median over the synchroniser's runs at
+  that N, one per link, since the same steps' wall-clock here varies from run to run more than
+  the margins between synchronisers (up to 1.6x on the language model); at an N not run here,
+  the smallest N's (each rank then has a core of its own, as at 2 ranks here).
 - Link bytes: the bytes one rank sends per step, averaged over its steps (losses.csv), scaled
   from 2 ranks by its collective's law: a ring allreduce sends 2(N-1)/N S, a ring allgather
   (N-1) w. The law is the one whose ratio between 4 and 2 ranks (1.5 against 3) is nearer the
@@ -27,9 +29,18 @@ rank count, from what its runs measured here.
   the same on every link (the cost model's assumption), and one link's fit of it scatters
   (0.16 to 1.2 ms in one sitting here). A rate not swept takes its nominal rate times the
   efficiency of the nearest swept shaped link.
-- Nothing hides behind compute: each rank here has one core, which its communication shares.
-  Where the link rather than the core is the bottleneck, DDP-style buckets do overlap
-  backward, which this leaves out (docs/sync-map.md, "The cost model").
+- Window: the part of a step behind which DDP's family (map_grid.OVERLAPS_BACKWARD, whose
+  buckets are reduced while backward runs) hides its communication: waiting on a slow link
+  needs no core. For each of the family at N: its communication on its slowest shaped link
+  less how much longer its steps took there than on the unlimited link (where all of it is
+  taken to hide), within [0, that communication]; the window is the median over the family.
+  Values outside [0, that communication] are bounds, not estimates: the median leaves them
+  out where there are others. A check leaves its point's whole synchroniser out of the fit
+  (a fit to the point would not check it), or, the family's only member, the point's runs. At
+  an N without a window, the smallest N fitted; none fitted, none hidden. The rest send
+  outside backward (the DiLoCo family and SPARTA after the optimiser's step, DeMo after
+  backward): the model hides nothing of theirs, though Streaming DiLoCo overlaps its
+  reductions with its next inner steps.
 """
 
 import math
@@ -123,6 +134,26 @@ def comm_s(profile, fit, ranks):
     return (profile["events"] * 2 * (ranks - 1) * alpha + link_bytes(profile, ranks) / b_eff)
 
 
+def window_at(profile, ranks):
+    """The seconds of a step that hide `profile`'s communication at `ranks`: its window
+    there, else at the smallest N fitted, else none."""
+    windows = profile.get("window_s")
+    if not windows:
+        return 0.0
+    return windows[ranks] if ranks in windows else windows[min(windows)]
+
+
+def exposed_s(profile, fit, ranks):
+    """The communication a step waits for: what its window does not hide."""
+    return max(0.0, comm_s(profile, fit, ranks) - window_at(profile, ranks))
+
+
+def step_s(point, target):
+    """A run's wall-clock per step, to its last evaluation."""
+    last = point["evals"][-1]
+    return last["wall_s"] / target.steps(last[target.unit], point["ranks"])
+
+
 def first_reach(evals, target):
     """(units, wall seconds) of the first evaluation at or past the Target, or None."""
     for e in evals:
@@ -152,11 +183,39 @@ def by_setting(per_point):
     return grouped
 
 
-def profiles(points, fits, target, held_out=None):
+def fit_windows(points, fits, target, by_sync, family):
+    """{N: window seconds} from the runs of the synchronisers in `family` (by_sync: their
+    profiles): at each N, each one's communication on its slowest shaped link less how much
+    longer its steps took there than on the unlimited link, and the median over them. A value
+    outside [0, that communication] is clamped there, a bound rather than an estimate, so the
+    median is over the unclamped values where there are any. A synchroniser without both
+    links at N, or without their fits, gives none."""
+    steps = by_point((p, step_s(p, target)) for p in points if p["sync"] in family)
+    hidden = {}
+    for (sync, link, ranks), runs in steps.items():
+        fast = steps.get((sync, "unlimited", ranks))
+        shaped = [(link_bits(n), n) for s, n, r in steps
+                  if s == sync and r == ranks and n != "unlimited" and link_fit(fits, n)]
+        if not fast or not shaped or min(shaped)[1] != link:
+            continue
+        comm = comm_s(by_sync[sync], link_fit(fits, link), ranks)
+        shortfall = comm - (statistics.median(runs) - statistics.median(fast))
+        hidden.setdefault(ranks, []).append((min(max(shortfall, 0.0), comm),
+                                             not 0.0 <= shortfall <= comm))
+    windows = {}
+    for ranks, values in hidden.items():
+        estimates = [v for v, clamped in values if not clamped] or [v for v, _ in values]
+        windows[ranks] = statistics.median(estimates)
+    return windows
+
+
+def profiles(points, fits, target, held_out=None, overlapping=frozenset()):
     """{sync: profile} from one model's measured points (dicts with sync, link, ranks, evals,
-    bytes_per_step, events): bytes and units to the Target per N, the bytes' law, and compute
-    per N, the median over the links' runs but those of the point `held_out` (every run of its
-    synchroniser, link and rank count: a repeat of it would predict it from itself)."""
+    bytes_per_step, events): bytes and units to the Target per N, the bytes' law, the window
+    per N of those in `overlapping` (DDP's family), and compute per N, the median over the
+    links' runs but those of the point `held_out` (every run of its synchroniser, link and
+    rank count: a repeat of it would predict it from itself). The window leaves out the held-out
+    point's runs too, and its whole synchroniser where the family has another member."""
     out = {}
     for p in points:
         prof = out.setdefault(p["sync"], {"bytes": {}, "units": {}, "compute_ms": {},
@@ -164,17 +223,22 @@ def profiles(points, fits, target, held_out=None):
         prof["bytes"].setdefault(p["ranks"], p["bytes_per_step"])
         reach = first_reach(p["evals"], target)
         prof["units"].setdefault(p["ranks"], reach[0] if reach else None)
-    held_out_key = point_key(held_out) if held_out is not None else None
-    for sync, prof in out.items():
+    for prof in out.values():
         prof["law"] = bytes_law(prof["bytes"])
+    held_out_key = point_key(held_out) if held_out is not None else None
+    members = {s for s in overlapping if s in out}
+    others = members - {held_out["sync"]} if held_out is not None else members
+    windows = fit_windows([p for p in points if point_key(p) != held_out_key], fits, target, out,
+                          others or members)
+    for sync, prof in out.items():
+        prof["window_s"] = windows if sync in overlapping else {}
         per_ranks = {}
         for p in points:
             fit = link_fit(fits, p["link"])
             if p["sync"] != sync or fit is None or point_key(p) == held_out_key:
                 continue
-            last = p["evals"][-1]
-            step_s = last["wall_s"] / target.steps(last[target.unit], p["ranks"])
-            per_ranks.setdefault(p["ranks"], []).append(step_s - comm_s(prof, fit, p["ranks"]))
+            per_ranks.setdefault(p["ranks"], []).append(
+                step_s(p, target) - exposed_s(prof, fit, p["ranks"]))
         for ranks, computes in per_ranks.items():
             prof["compute_ms"][ranks] = max(statistics.median(computes), 0.0) * 1e3
     return out
@@ -184,7 +248,7 @@ def predict(profile, fits, link, ranks, stretch=1.0):
     """(seconds to target, extrapolated?) or None when unreachable or unmodelled here (no
     compute measured, no fit for the link, the target not reached within the budget). With
     stretch, one rank computes stretch times as long, and every synchroniser here waits for
-    it: none is asynchronous."""
+    it: none is asynchronous (the window is not stretched)."""
     fit = link_fit(fits, link)
     if fit is None or not profile["compute_ms"] or 2 not in profile["bytes"]:
         return None
@@ -193,20 +257,23 @@ def predict(profile, fits, link, ranks, stretch=1.0):
     if units is None:
         return None
     compute_n = ranks if ranks in profile["compute_ms"] else min(profile["compute_ms"])
-    step_s = stretch * profile["compute_ms"][compute_n] / 1e3 + comm_s(profile, fit, ranks)
+    step = (stretch * profile["compute_ms"][compute_n] / 1e3
+            + max(0.0, comm_s(profile, fit, ranks) - window_at(profile, compute_n)))
     extrapolated = ranks not in profile["units"] or ranks not in profile["compute_ms"]
-    return profile["target"].steps(units, ranks) * step_s, extrapolated
+    return profile["target"].steps(units, ranks) * step, extrapolated
 
 
 def utilisation_gbit(profile, fits, ranks, share):
     """The link rate (Gbit/s) at which compute is `share` of the step, in Douillard's form:
     bandwidth alone (latency left out, as his simulator leaves it), at the efficiency of the
-    fastest shaped link swept; None without a profile or a swept shaped link."""
+    fastest shaped link swept, its window's worth hidden; None without a profile or a swept
+    shaped link."""
     shaped = sorted((link_bits(n), n) for n in fits if n != "unlimited")
     if not shaped or not profile["compute_ms"]:
         return None
     bits, name = shaped[-1]
     efficiency = fits[name][1] * 8 / bits
-    compute_s = profile["compute_ms"][min(profile["compute_ms"])] / 1e3
-    budget = compute_s * (1 - share) / share
+    smallest = min(profile["compute_ms"])
+    compute_s = profile["compute_ms"][smallest] / 1e3
+    budget = compute_s * (1 - share) / share + window_at(profile, smallest)
     return link_bytes(profile, ranks) * 8 / budget / efficiency / 1e9

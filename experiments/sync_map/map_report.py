@@ -115,21 +115,19 @@ def _columns(count):
                    for i in range(TUNING_COLUMNS)})
 
 
-def checks(points, fits, target):
+def checks(points, fits, target, overlapping=frozenset()):
     """[(point, measured s or None, (predicted s, extrapolated) or None, error)], each point
-    predicted with its own run held out of its synchroniser's compute: a check of a
-    prediction, not of a fit to the run it checks. Its repeats are held out with it, and a
-    point alone at its rank count has no such prediction (another rank count's compute would
+    predicted with its own run held out of its synchroniser's compute and of the window
+    (map_model.profiles): a check of a prediction, not of a fit to the run it checks. Its
+    repeats are held out with it, and a point alone at its rank count has no such prediction (another rank count's compute would
     check the scaling, not the point)."""
-    rows, by_sync, profile_of = [], {}, {}
-    for p in points:
-        by_sync.setdefault(p["sync"], []).append(p)
+    rows, profile_of = [], {}
     for p in points:
         reach = map_model.first_reach(p["evals"], target)
         key = map_model.point_key(p)
         if key not in profile_of:
-            profile_of[key] = map_model.profiles(by_sync[p["sync"]], fits, target,
-                                                 held_out=p)[p["sync"]]
+            profile_of[key] = map_model.profiles(points, fits, target, held_out=p,
+                                                 overlapping=overlapping)[p["sync"]]
         profile = profile_of[key]
         predicted = (map_model.predict(profile, fits, p["link"], p["ranks"])
                      if p["ranks"] in profile["compute_ms"] else None)
@@ -414,14 +412,18 @@ def model_section(out, model, target, tuned, fits):
     lines += tuning_lines(out, model, tuned.get(model, {}))
     if not points:
         return lines + ["No map point ran.", ""], []
-    profiles = map_model.profiles(points, fits, target)
-    rows = checks(points, fits, target)
+    overlapping = map_grid.overlapping(model)
+    profiles = map_model.profiles(points, fits, target, overlapping=overlapping)
+    rows = checks(points, fits, target, overlapping)
     missing = [s for s in tuned.get(model, {}) if s not in profiles]
     if missing:
         lines += [f"Tuned but not in the map (no point ran): {', '.join(missing)}.", ""]
     lines += ["### Measured points beside the cost model", "",
               "Each point is predicted with its own runs held out: its synchroniser's compute "
-              "is the median of its other points' runs at that rank count.", ""]
+              "is the median of its other points' runs at that rank count, and the window "
+              "behind which DDP's family hides its communication is fitted without its "
+              "synchroniser (the family's only member: without its runs)."]
+    lines += [window_line(profiles), ""]
     medians = point_rows(rows)
     lines += point_lines(rows, medians)
     wins = winner_checks(medians)
@@ -443,6 +445,16 @@ def model_section(out, model, target, tuned, fits):
               "efficiency the fastest shaped link reached here.", ""]
     lines += utilisation_lines(model, profiles, fits)
     return lines, pick_when_rows(model, cells, medians, fits)
+
+
+def window_line(profiles):
+    """The window the map's predictions use, per rank count, or why there is none."""
+    windows = next((p["window_s"] for p in profiles.values() if p.get("window_s")), {})
+    if not windows:
+        return ("No window: none of DDP's family ran on both the unlimited link and a shaped "
+                "one at a rank count, so nothing hides.")
+    return "Window (all of DDP's family): " + ", ".join(
+        f"{1e3 * w:.1f} ms at {n} ranks" for n, w in sorted(windows.items())) + "."
 
 
 def minutes(sitting):
@@ -509,7 +521,8 @@ def _sitting(out):
     for model in tuned:
         target = map_grid.MODELS[model]["target"]
         points = read_points(out, model, "map")
-        profiles = map_model.profiles(points, fits, target)
+        profiles = map_model.profiles(points, fits, target,
+                                      overlapping=map_grid.overlapping(model))
         runs = map_model.by_point((p, reach[1]) for p in points
                                   if (reach := map_model.first_reach(p["evals"], target)))
         times[model] = {key: statistics.median(t) for key, t in runs.items()}

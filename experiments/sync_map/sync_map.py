@@ -69,7 +69,8 @@ import map_model  # noqa: E402
 import map_report  # noqa: E402
 from map_grid import (LM_SYNCS, MAX_REPEATS, MODELS, MODES, RANKS,  # noqa: E402
                       STRAGGLER_FACTOR, SYNCS, grid_models, grid_ranks, grid_stragglers,
-                      grid_syncs, hosts, lr_points, per_model, repeat_dir, widened_lr)
+                      grid_syncs, hosts, lr_points, overlapping, per_model, repeat_dir,
+                      widened_lr)
 from cli_errors import fail  # noqa: E402
 import run_driver  # noqa: E402
 from run_driver import (default_out_dir, execute, probe_hosts, stop_on_signal,  # noqa: E402
@@ -305,8 +306,8 @@ def map_point(args, out, model, sync, flags, setting, fits, repeat=1, straggler=
             run_point(args, model, sync, flags, setting, first["evals"][-1][target.unit],
                       run_dir, label, straggler)
         return
-    done = [p for p in map_report.read_points(out, model, "map") if p["sync"] == sync]
-    profile = map_model.profiles(done, fits, target).get(sync)
+    profile = map_model.profiles(map_report.read_points(out, model, "map"), fits, target,
+                                 overlapping=overlapping(model)).get(sync)
     budget, why_not = point_budget(model, profile, ranks)
     if why_not:
         print(f"{label}: skipped ({why_not})")
@@ -375,14 +376,15 @@ def check_continues(earlier, here, out_dir):
 
 
 def run_all(args, out):
-    started = time.monotonic()
+    started, load_before = time.monotonic(), run_driver.load_average()
     why_not = probe_hosts(args.on_hosts)
     if why_not:
         fail(f"emulated hosts cannot be made here: {why_not}")
     command = "bazel run -c opt //experiments:sync_map -- " + " ".join(
         map(shlex.quote, recorded_argv(args.argv)))
     invocation = dict(command=command, mode=args.mode, date=datetime.date.today().isoformat(),
-                      **run_driver.machine_record([args.train, "--help"]))
+                      **run_driver.machine_record(run_driver.blas_core([args.train, "--help"]),
+                                                  load_before))
     path = os.path.join(out, "invocation.json")
     if os.path.isfile(path):  # a continued sweep: the earlier sittings stay on record
         with open(path) as f:
