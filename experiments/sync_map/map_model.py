@@ -4,7 +4,8 @@ rank count, from what its runs measured here.
     time to target (sync, link, N) = units to target (sync, N) x steps per unit (N)
                                      x step (sync, link, N)
     step (sync, link, N)           = compute (sync, N) + exposed (sync, link, N)
-    comm (sync, link, N)           = events x 2(N-1) alpha + link bytes (sync, N) / B_eff (link)
+    comm (sync, link, N)           = events x (2(N-1) alpha
+                                     + max(0, link bytes an event / B_eff (link) - credit))
     exposed (sync, link, N)        = max(0, comm (sync, link, N) - window (N)) for DDP's family,
                                      comm (sync, link, N) for the rest
 
@@ -29,6 +30,12 @@ rank count, from what its runs measured here.
   the same on every link (the cost model's assumption), and one link's fit of it scatters
   (0.16 to 1.2 ms in one sitting here). A rate not swept takes its nominal rate times the
   efficiency of the nearest swept shaped link.
+- Credit: what the emulator's token bucket lets through unshaped at each event, measured
+  points only: the bucket's depth in seconds of the rate, or the compute between two events
+  where that is shorter (the bucket refills no more). A run the link paced that way (its
+  transfer outlasting the compute between events, which refilled no more than the bucket)
+  measures no compute: its runs are left out of the median where there are others. The map
+  predicts real links, which have no bucket: a credit of 0.
 - Window: the part of a step behind which DDP's family (map_grid.OVERLAPS_BACKWARD, whose
   buckets are reduced while backward runs) hides its communication: waiting on a slow link
   needs no core. For each of the family at N: its communication on its slowest shaped link
@@ -50,6 +57,8 @@ import statistics
 DATASET_SIZE = 60000  # Fashion-MNIST's training images
 BATCH = 64
 RING_RATIO, GATHER_RATIO = 1.5, 3.0  # bytes a rank sends at 4 ranks over at 2
+BUCKET_MIN_BYTES, BUCKET_RATE_S = 128 << 10, 1e-3  # comm/cluster/link.h, Link::BurstBytes
+LINK_BOUND = 0.05  # a run's compute within this much of the bucket's: the link paced it
 
 
 def link_bits(link):
@@ -129,9 +138,25 @@ def link_bytes(profile, ranks):
     return two * (ranks - 1) / (ranks / 2)
 
 
-def comm_s(profile, fit, ranks):
+def bucket_s(link):
+    """Seconds of its rate the emulator's token bucket holds on a shaped `link`
+    (comm/cluster/link.h, Link::BurstBytes: a millisecond of the rate, at least 128 KiB): a
+    sender idle that long finds the bucket full and sends that much unshaped."""
+    bits = link_bits(link)
+    if bits is None:
+        return 0.0
+    return max(BUCKET_MIN_BYTES * 8 / bits, BUCKET_RATE_S)
+
+
+def comm_s(profile, fit, ranks, credit_s=0.0):
+    """Seconds a step spends communicating: per event, the ring's latency and its bytes at
+    B_eff less `credit_s`, what the bucket lets through unshaped."""
     alpha, b_eff = fit
-    return (profile["events"] * 2 * (ranks - 1) * alpha + link_bytes(profile, ranks) / b_eff)
+    events = profile["events"]
+    if events <= 0:
+        return link_bytes(profile, ranks) / b_eff
+    transfer = link_bytes(profile, ranks) / events / b_eff
+    return events * (2 * (ranks - 1) * alpha + max(0.0, transfer - credit_s))
 
 
 def window_at(profile, ranks):
@@ -143,9 +168,32 @@ def window_at(profile, ranks):
     return windows[ranks] if ranks in windows else windows[min(windows)]
 
 
-def exposed_s(profile, fit, ranks):
-    """The communication a step waits for: what its window does not hide."""
-    return max(0.0, comm_s(profile, fit, ranks) - window_at(profile, ranks))
+def exposed_s(profile, fits, link, ranks, compute_s, window_ranks=None, emulated=True):
+    """The communication a step waits for across `link`, with compute_s of compute a step:
+    what its window (at window_ranks, default `ranks`) does not hide, and on an emulated link
+    what the bucket let through, refilled during the compute between two events (at most its
+    depth). A real link has no bucket: it sends at its rate from the first byte."""
+    events = profile["events"]
+    gap = compute_s / events if events > 0 else math.inf
+    credit = min(bucket_s(link), gap) if emulated else 0.0
+    comm = comm_s(profile, link_fit(fits, link), ranks, credit)
+    return max(0.0, comm - window_at(profile, ranks if window_ranks is None else window_ranks))
+
+
+def run_compute_s(step, profile, fits, link, ranks):
+    """A run's compute a step: its step less what it waited for, the bucket full at each
+    event; None where the link paced the run: an event's transfer outlasts the compute between
+    two events, and that compute refills no more than the bucket holds. Such a step is the
+    link's pace whatever the compute below that, so it bounds the compute but does not
+    measure it."""
+    full = step - exposed_s(profile, fits, link, ranks, math.inf)
+    events = profile["events"]
+    if events > 0 and bucket_s(link) > 0:
+        gap = full / events
+        transfer = link_bytes(profile, ranks) / events / link_fit(fits, link)[1]
+        if transfer > gap and gap <= bucket_s(link) * (1 + LINK_BOUND):
+            return None
+    return full
 
 
 def step_s(point, target):
@@ -198,7 +246,9 @@ def fit_windows(points, fits, target, by_sync, family):
                   if s == sync and r == ranks and n != "unlimited" and link_fit(fits, n)]
         if not fast or not shaped or min(shaped)[1] != link:
             continue
-        comm = comm_s(by_sync[sync], link_fit(fits, link), ranks)
+        prof = by_sync[sync]
+        gap = statistics.median(fast) / prof["events"] if prof["events"] > 0 else math.inf
+        comm = comm_s(prof, link_fit(fits, link), ranks, min(bucket_s(link), gap))
         shortfall = comm - (statistics.median(runs) - statistics.median(fast))
         hidden.setdefault(ranks, []).append((min(max(shortfall, 0.0), comm),
                                              not 0.0 <= shortfall <= comm))
@@ -234,19 +284,23 @@ def profiles(points, fits, target, held_out=None, overlapping=frozenset()):
         prof["window_s"] = windows if sync in overlapping else {}
         per_ranks = {}
         for p in points:
-            fit = link_fit(fits, p["link"])
-            if p["sync"] != sync or fit is None or point_key(p) == held_out_key:
+            if (p["sync"] != sync or link_fit(fits, p["link"]) is None
+                    or point_key(p) == held_out_key):
                 continue
+            step = step_s(p, target)
             per_ranks.setdefault(p["ranks"], []).append(
-                step_s(p, target) - exposed_s(prof, fit, p["ranks"]))
+                (run_compute_s(step, prof, fits, p["link"], p["ranks"]),
+                 step - exposed_s(prof, fits, p["link"], p["ranks"], math.inf)))
         for ranks, computes in per_ranks.items():
-            prof["compute_ms"][ranks] = max(statistics.median(computes), 0.0) * 1e3
+            measured = [c for c, _ in computes if c is not None] or [full for _, full in computes]
+            prof["compute_ms"][ranks] = max(statistics.median(measured), 0.0) * 1e3
     return out
 
 
-def predict(profile, fits, link, ranks, stretch=1.0):
+def predict(profile, fits, link, ranks, stretch=1.0, emulated=False):
     """(seconds to target, extrapolated?) or None when unreachable or unmodelled here (no
-    compute measured, no fit for the link, the target not reached within the budget). With
+    compute measured, no fit for the link, the target not reached within the budget): on a
+    real link, or on this machine's emulated one (its token bucket's bursts counted). With
     stretch, one rank computes stretch times as long, and every synchroniser here waits for
     it: none is asynchronous (the window is not stretched)."""
     fit = link_fit(fits, link)
@@ -257,8 +311,8 @@ def predict(profile, fits, link, ranks, stretch=1.0):
     if units is None:
         return None
     compute_n = ranks if ranks in profile["compute_ms"] else min(profile["compute_ms"])
-    step = (stretch * profile["compute_ms"][compute_n] / 1e3
-            + max(0.0, comm_s(profile, fit, ranks) - window_at(profile, compute_n)))
+    compute = stretch * profile["compute_ms"][compute_n] / 1e3
+    step = compute + exposed_s(profile, fits, link, ranks, compute, compute_n, emulated)
     extrapolated = ranks not in profile["units"] or ranks not in profile["compute_ms"]
     return profile["target"].steps(units, ranks) * step, extrapolated
 

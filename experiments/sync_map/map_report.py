@@ -129,7 +129,8 @@ def checks(points, fits, target, overlapping=frozenset()):
             profile_of[key] = map_model.profiles(points, fits, target, held_out=p,
                                                  overlapping=overlapping)[p["sync"]]
         profile = profile_of[key]
-        predicted = (map_model.predict(profile, fits, p["link"], p["ranks"])
+        predicted = (map_model.predict(profile, fits, p["link"], p["ranks"],
+                                        emulated=True)
                      if p["ranks"] in profile["compute_ms"] else None)
         error = (predicted[0] / reach[1] - 1 if reach and predicted else None)
         rows.append((p, reach[1] if reach else None, predicted, error))
@@ -389,7 +390,7 @@ def straggler_lines(out, model, without, profiles, fits, target, factor):
         base = statistics.median(base_runs) if base_runs else None
         reached = [t for t in times if t is not None]
         measured = statistics.median(reached) if reached else None
-        predicted = map_model.predict(profiles[sync], fits, link, ranks, factor)
+        predicted = map_model.predict(profiles[sync], fits, link, ranks, factor, emulated=True)
         lines.append(
             f"| {sync}{f' ({len(times)} runs)' if len(times) > 1 else ''} | {link} | {ranks} | "
             f"{'n/a' if base is None else f'{base:.1f} s'} | "

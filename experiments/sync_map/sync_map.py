@@ -317,7 +317,8 @@ def map_point(args, out, model, sync, flags, setting, fits, repeat=1, straggler=
     # are predicted with); a straggler's is capped too.
     if existing is None and (link != "unlimited" or straggler):
         stretch = STRAGGLER_FACTOR if straggler else 1.0
-        predicted = map_model.predict(profile, fits, link, ranks, stretch) if profile else None
+        predicted = (map_model.predict(profile, fits, link, ranks, stretch, emulated=True)
+                     if profile else None)
         if predicted is None or predicted[0] * 1.2 > per_model(args, model, "point_cap_s"):
             print(f"{label}: predicted only ({map_report.seconds(predicted)} to target)")
             return
