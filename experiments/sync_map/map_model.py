@@ -30,12 +30,14 @@ rank count, from what its runs measured here.
   the same on every link (the cost model's assumption), and one link's fit of it scatters
   (0.16 to 1.2 ms in one sitting here). A rate not swept takes its nominal rate times the
   efficiency of the nearest swept shaped link.
-- Credit: what the emulator's token bucket lets through unshaped at each event, measured
-  points only: the bucket's depth in seconds of the rate, or the compute between two events
-  where that is shorter (the bucket refills no more). A run the link paced that way (its
-  transfer outlasting the compute between events, which refilled no more than the bucket)
-  measures no compute: its runs are left out of the median where there are others. The map
-  predicts real links, which have no bucket: a credit of 0.
+- Credit: what the emulator's token bucket lets through unshaped at each event, for measured
+  points of the synchronisers outside DDP's family (the family's window, measured on the
+  shaped link, holds what the bucket let through there): the bucket's depth in seconds of
+  the rate, or the compute between two events where that is shorter (the bucket refills no
+  more). A run the link paced that way (its transfer as long as the compute between events
+  or longer, which refilled no more than the bucket) measures no compute: its runs are left
+  out of the median where there are others. The map predicts real links, which have no
+  bucket: a credit of 0.
 - Window: the part of a step behind which DDP's family (map_grid.OVERLAPS_BACKWARD, whose
   buckets are reduced while backward runs) hides its communication: waiting on a slow link
   needs no core. For each of the family at N: its communication on its slowest shaped link
@@ -170,28 +172,29 @@ def window_at(profile, ranks):
 
 def exposed_s(profile, fits, link, ranks, compute_s, window_ranks=None, emulated=True):
     """The communication a step waits for across `link`, with compute_s of compute a step:
-    what its window (at window_ranks, default `ranks`) does not hide, and on an emulated link
+    for DDP's family what its window (at window_ranks, default `ranks`) does not hide, which
+    was measured on the shaped link, bucket and all; for the rest, on an emulated link, less
     what the bucket let through, refilled during the compute between two events (at most its
     depth). A real link has no bucket: it sends at its rate from the first byte."""
     events = profile["events"]
     gap = compute_s / events if events > 0 else math.inf
-    credit = min(bucket_s(link), gap) if emulated else 0.0
+    credit = min(bucket_s(link), gap) if emulated and not profile.get("overlaps") else 0.0
     comm = comm_s(profile, link_fit(fits, link), ranks, credit)
     return max(0.0, comm - window_at(profile, ranks if window_ranks is None else window_ranks))
 
 
 def run_compute_s(step, profile, fits, link, ranks):
     """A run's compute a step: its step less what it waited for, the bucket full at each
-    event; None where the link paced the run: an event's transfer outlasts the compute between
-    two events, and that compute refills no more than the bucket holds. Such a step is the
-    link's pace whatever the compute below that, so it bounds the compute but does not
-    measure it."""
+    event; None where the link paced the run: an event's transfer lasts as long as the compute
+    between two events or longer, and that compute refills no more than the bucket holds.
+    Such a step is the link's pace whatever the compute below that, so it bounds the compute
+    but does not measure it."""
     full = step - exposed_s(profile, fits, link, ranks, math.inf)
     events = profile["events"]
-    if events > 0 and bucket_s(link) > 0:
+    if full > 0 and events > 0 and bucket_s(link) > 0 and not profile.get("overlaps"):
         gap = full / events
         transfer = link_bytes(profile, ranks) / events / link_fit(fits, link)[1]
-        if transfer > gap and gap <= bucket_s(link) * (1 + LINK_BOUND):
+        if transfer * (1 + LINK_BOUND) >= gap and gap <= bucket_s(link) * (1 + LINK_BOUND):
             return None
     return full
 
@@ -246,9 +249,7 @@ def fit_windows(points, fits, target, by_sync, family):
                   if s == sync and r == ranks and n != "unlimited" and link_fit(fits, n)]
         if not fast or not shaped or min(shaped)[1] != link:
             continue
-        prof = by_sync[sync]
-        gap = statistics.median(fast) / prof["events"] if prof["events"] > 0 else math.inf
-        comm = comm_s(prof, link_fit(fits, link), ranks, min(bucket_s(link), gap))
+        comm = comm_s(by_sync[sync], link_fit(fits, link), ranks)
         shortfall = comm - (statistics.median(runs) - statistics.median(fast))
         hidden.setdefault(ranks, []).append((min(max(shortfall, 0.0), comm),
                                              not 0.0 <= shortfall <= comm))
@@ -282,6 +283,7 @@ def profiles(points, fits, target, held_out=None, overlapping=frozenset()):
                           others or members)
     for sync, prof in out.items():
         prof["window_s"] = windows if sync in overlapping else {}
+        prof["overlaps"] = sync in overlapping
         per_ranks = {}
         for p in points:
             if (p["sync"] != sync or link_fit(fits, p["link"]) is None

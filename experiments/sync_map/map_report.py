@@ -118,7 +118,9 @@ def _columns(count):
 def checks(points, fits, target, overlapping=frozenset()):
     """[(point, measured s or None, (predicted s, extrapolated) or None, error)], each point
     predicted with its own run held out of its synchroniser's compute and of the window
-    (map_model.profiles): a check of a prediction, not of a fit to the run it checks. Its
+    (map_model.profiles): a check of a prediction, not of a fit to the run it checks. Each
+    point carries bucket_share, the share of its predicted time the emulator's bucket saved
+    (what a real link of its rate would not). Its
     repeats are held out with it, and a point alone at its rank count has no such prediction
     (another rank count's compute would check the scaling, not the point)."""
     rows, profile_of = [], {}
@@ -133,7 +135,9 @@ def checks(points, fits, target, overlapping=frozenset()):
                                         emulated=True)
                      if p["ranks"] in profile["compute_ms"] else None)
         error = (predicted[0] / reach[1] - 1 if reach and predicted else None)
-        rows.append((p, reach[1] if reach else None, predicted, error))
+        real = map_model.predict(profile, fits, p["link"], p["ranks"]) if predicted else None
+        share = 1 - predicted[0] / real[0] if real and real[0] > 0 else 0.0
+        rows.append((dict(p, bucket_share=share), reach[1] if reach else None, predicted, error))
     return rows
 
 
@@ -215,13 +219,15 @@ def map_row(link, fits):
 
 def validated(rows, link, ranks, fits=None):
     """True when measured points neighbour the cell (within a row and a column) and each is
-    within VALIDATED_ERROR of its prediction."""
+    within VALIDATED_ERROR of its prediction, which the emulator's bucket shortened by no
+    more than that: a point the bucket sped up more says little of a real link."""
     li, ri = MAP_LINKS.index(link), MAP_RANKS.index(ranks)
     near = [r for r in rows if r[3] is not None and r[0]["ranks"] in MAP_RANKS
             and map_row(r[0]["link"], fits or {}) is not None
             and abs(map_row(r[0]["link"], fits or {}) - li) <= 1
             and abs(MAP_RANKS.index(r[0]["ranks"]) - ri) <= 1]
-    return bool(near) and all(abs(r[3]) <= VALIDATED_ERROR for r in near)
+    return bool(near) and all(abs(r[3]) <= VALIDATED_ERROR
+                              and r[0].get("bucket_share", 0.0) <= VALIDATED_ERROR for r in near)
 
 
 def heatmap(model, cells, rows, fits, path):
@@ -423,7 +429,9 @@ def model_section(out, model, target, tuned, fits):
               "Each point is predicted with its own runs held out: its synchroniser's compute "
               "is the median of its other points' runs at that rank count, and the window "
               "behind which DDP's family hides its communication is fitted without its "
-              "synchroniser (the family's only member: without its runs)."]
+              "synchroniser (the family's only member: without its runs). It is predicted on "
+              "the emulated link, whose token bucket lets a burst through after an idle spell "
+              "(the credit); the map predicts real links, without it."]
     lines += [window_line(profiles), ""]
     medians = point_rows(rows)
     lines += point_lines(rows, medians)
