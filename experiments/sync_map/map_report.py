@@ -263,7 +263,8 @@ def heatmap(model, cells, rows, fits, path):
     ax.set_ylabel("each host's link")
     ax.set_title(f"{model}: the fastest to target, its predicted seconds, and +x%: how much "
                  f"longer the runner-up takes\nhatched: unvalidated (no measured neighbour, or "
-                 f"one off by over 20%); triangle: measured here", fontsize=9)
+                 f"one off by over 20% or sped up by the emulator's bucket by over 20%); "
+                 f"triangle: measured here", fontsize=9)
     ax.legend(handles=[Patch(color=COLOURS.get(s, "grey"), label=s) for s in sorted(winners)],
               loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     fig.tight_layout()
