@@ -60,7 +60,7 @@ DATASET_SIZE = 60000  # Fashion-MNIST's training images
 BATCH = 64
 RING_RATIO, GATHER_RATIO = 1.5, 3.0  # bytes a rank sends at 4 ranks over at 2
 BUCKET_MIN_BYTES, BUCKET_RATE_S = 128 << 10, 1e-3  # comm/cluster/link.h, Link::BurstBytes
-LINK_BOUND = 0.05  # a run's compute within this much of the bucket's: the link paced it
+LINK_BOUND = 0.05  # a run's compute this near what the link's pace gives: the link paced it
 
 
 def link_bits(link):
@@ -170,7 +170,12 @@ def window_at(profile, ranks):
     return windows[ranks] if ranks in windows else windows[min(windows)]
 
 
-def exposed_s(profile, fits, link, ranks, compute_s, window_ranks=None, emulated=True):
+def overlaps(profile):
+    """True for DDP's family (profiles() marks it; a profile with a window is of it)."""
+    return profile.get("overlaps", bool(profile.get("window_s")))
+
+
+def exposed_s(profile, fits, link, ranks, compute_s, window_ranks=None, *, emulated):
     """The communication a step waits for across `link`, with compute_s of compute a step:
     for DDP's family what its window (at window_ranks, default `ranks`) does not hide, which
     was measured on the shaped link, bucket and all; for the rest, on an emulated link, less
@@ -178,23 +183,25 @@ def exposed_s(profile, fits, link, ranks, compute_s, window_ranks=None, emulated
     depth). A real link has no bucket: it sends at its rate from the first byte."""
     events = profile["events"]
     gap = compute_s / events if events > 0 else math.inf
-    credit = min(bucket_s(link), gap) if emulated and not profile.get("overlaps") else 0.0
+    credit = min(bucket_s(link), gap) if emulated and not overlaps(profile) else 0.0
     comm = comm_s(profile, link_fit(fits, link), ranks, credit)
     return max(0.0, comm - window_at(profile, ranks if window_ranks is None else window_ranks))
 
 
 def run_compute_s(step, profile, fits, link, ranks):
     """A run's compute a step: its step less what it waited for, the bucket full at each
-    event; None where the link paced the run: an event's transfer lasts as long as the compute
-    between two events or longer, and that compute refills no more than the bucket holds.
-    Such a step is the link's pace whatever the compute below that, so it bounds the compute
-    but does not measure it."""
-    full = step - exposed_s(profile, fits, link, ranks, math.inf)
+    event; None where the link paced the run. Then an event's transfer lasts as long as the
+    compute between two events or longer, and that compute refills no more than the bucket
+    holds: the step is the link's pace whatever the compute below that, so it bounds the
+    compute but does not measure it. Worked back from such a step, the compute between events
+    comes out at the shorter of the transfer and the bucket; a run within LINK_BOUND of that is
+    taken as paced."""
+    full = step - exposed_s(profile, fits, link, ranks, math.inf, emulated=True)
     events = profile["events"]
-    if full > 0 and events > 0 and bucket_s(link) > 0 and not profile.get("overlaps"):
-        gap = full / events
+    if full > 0 and events > 0 and bucket_s(link) > 0 and not overlaps(profile):
         transfer = link_bytes(profile, ranks) / events / link_fit(fits, link)[1]
-        if transfer * (1 + LINK_BOUND) >= gap and gap <= bucket_s(link) * (1 + LINK_BOUND):
+        paced = min(transfer, bucket_s(link))
+        if abs(full / events - paced) <= LINK_BOUND * paced:
             return None
     return full
 
@@ -292,7 +299,7 @@ def profiles(points, fits, target, held_out=None, overlapping=frozenset()):
             step = step_s(p, target)
             per_ranks.setdefault(p["ranks"], []).append(
                 (run_compute_s(step, prof, fits, p["link"], p["ranks"]),
-                 step - exposed_s(prof, fits, p["link"], p["ranks"], math.inf)))
+                 step - exposed_s(prof, fits, p["link"], p["ranks"], math.inf, emulated=True)))
         for ranks, computes in per_ranks.items():
             measured = [c for c, _ in computes if c is not None] or [full for _, full in computes]
             prof["compute_ms"][ranks] = max(statistics.median(measured), 0.0) * 1e3
@@ -314,7 +321,8 @@ def predict(profile, fits, link, ranks, stretch=1.0, emulated=False):
         return None
     compute_n = ranks if ranks in profile["compute_ms"] else min(profile["compute_ms"])
     compute = stretch * profile["compute_ms"][compute_n] / 1e3
-    step = compute + exposed_s(profile, fits, link, ranks, compute, compute_n, emulated)
+    step = compute + exposed_s(profile, fits, link, ranks, compute, compute_n,
+                               emulated=emulated)
     extrapolated = ranks not in profile["units"] or ranks not in profile["compute_ms"]
     return profile["target"].steps(units, ranks) * step, extrapolated
 

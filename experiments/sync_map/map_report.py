@@ -364,6 +364,12 @@ def point_lines(rows, points):
         within += f", a point's time its runs' median{tail} Run by run: {within_count(rows)}."
     else:
         within += tail
+    sped = [f"{p['sync']} at {p['link']}, {p['ranks']} ranks ({100 * p['bucket_share']:.0f}%)"
+            for p, _, predicted, _ in points
+            if predicted and p.get("bucket_share", 0.0) > VALIDATED_ERROR]
+    if sped:
+        within += (" The emulator's bucket shortened these predictions by more than 20% of a "
+                   f"real link's, so they validate no cell of the map: {', '.join(sped)}.")
     return lines + ["", within, ""]
 
 

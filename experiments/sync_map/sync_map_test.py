@@ -202,6 +202,46 @@ class ModelTest(unittest.TestCase):
         self.assertFalse(map_report.validated(rows, "1gbit", 2, fits))
         self.assertTrue(map_report.validated(rows[:1], "1gbit", 2, fits))  # unlimited: 10gbit
 
+    def test_a_paced_run_is_told_apart_and_the_map_gives_no_credit(self):
+        fits = {"unlimited": (1e-4, 1e9), "100mbit": (1e-4, 1e7)}
+        bucket = 131072 * 8 / 1e8
+
+        def compute_of(step, size, events, overlapping=frozenset()):
+            run = point("sparta", "100mbit", 2, size, [469 * step, 938 * step], [0.8, 0.86],
+                        events)
+            profile = map_model.profiles([run], fits, TARGET, overlapping=overlapping)["sparta"]
+            return map_model.run_compute_s(step, profile, fits, "100mbit", 2), profile
+        # 20 KB a step (2 ms) under 4 ms of compute: the compute paced it, not the link.
+        self.assertAlmostEqual(compute_of(0.0042, 2e4, 1.0)[0], 0.004)
+        # 2 MB every 16 steps of 10 ms: the 160 ms between refill the whole bucket.
+        step = 0.010 + (0.0002 + 0.200 - bucket) / 16
+        self.assertAlmostEqual(compute_of(step, 125000, 1 / 16)[0], 0.010)
+        # 200 KB a step (20 ms): paced where the compute worked back is within 5% of the
+        # bucket's 10.49 ms (a step 1% slower), not 20% past it.
+        self.assertIsNone(compute_of(0.0202 * 1.01, 2e5, 1.0)[0])
+        self.assertAlmostEqual(compute_of(0.0002 + 0.020 + 0.2 * bucket, 2e5, 1.0)[0],
+                               1.2 * bucket)
+        # Its only run paced, the profile takes the bound.
+        _, profile = compute_of(0.0202, 2e5, 1.0)
+        self.assertAlmostEqual(profile["compute_ms"][2], 1e3 * bucket)
+        # DDP's family has no credit, so it is never paced that way: with no window fitted
+        # (no unlimited run) its whole 20.2 ms is communication, and 10.49 ms is compute.
+        compute, _ = compute_of(0.0202 + bucket, 2e5, 1.0, frozenset({"sparta"}))
+        self.assertAlmostEqual(compute, bucket)
+        # The map predicts a real link: the cell's time is the prediction without the credit.
+        points = [point("streaming_diloco", link, 2, 12500, [469 * s, 938 * s], [0.8, 0.86],
+                        1 / 8) for link, s in (("unlimited", 0.002 + 0.0003 / 8),
+                                               ("100mbit", 0.002 + 0.0002 / 8))]
+        profiles = map_model.profiles(points, fits, TARGET)
+        cell = map_report.grid(profiles, fits)[("100mbit", 2)]
+        real, _ = map_model.predict(profiles["streaming_diloco"], fits, "100mbit", 2)
+        self.assertEqual(cell, [(real, "streaming_diloco")])
+        self.assertAlmostEqual(real, 2 * 469 * 0.003275)
+        rows = map_report.checks(points, fits, TARGET)
+        lines = map_report.point_lines(rows, map_report.point_rows(rows))
+        self.assertIn("validate no cell of the map: streaming_diloco at 100mbit, 2 ranks (38%).",
+                      "\n".join(lines))
+
     def test_the_family_is_the_trainers(self):
         # The synchronisers with DDP's --overlap option, as train --list_syncs=json declares
         # them, but post_local_sgd (gradients only in its warm-up).
