@@ -110,7 +110,9 @@ def _wait(process, deadline, tick):
                 tick(time.monotonic() - start)
 
 
-# Imports Debian's torch, multiplies with the system OpenBLAS it loads, and names its version.
+# Imports Debian's torch, multiplies with the system OpenBLAS it loads, and names its version;
+# an import that takes longer than PROBE_TIMEOUT_S is taken as none.
+PROBE_TIMEOUT_S = 120
 TORCH_PROBE = ["/usr/bin/python3", "-c",
                "import torch; torch.ones(2, 2) @ torch.ones(2, 2); print(torch.__version__)"]
 
@@ -118,8 +120,11 @@ TORCH_PROBE = ["/usr/bin/python3", "-c",
 def probe_torch():
     """(torch version, None, the OpenBLAS kernel it multiplies with, as blas_core names it), or
     (None, why torch does not import, '?'): one import of torch serves both."""
-    result = subprocess.run(TORCH_PROBE, env=dict(os.environ, OPENBLAS_VERBOSE="2"),
-                            capture_output=True, text=True)
+    try:
+        result = subprocess.run(TORCH_PROBE, env=dict(os.environ, OPENBLAS_VERBOSE="2"),
+                                capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, f"import torch did not finish within {PROBE_TIMEOUT_S} s", "?"
     if result.returncode == 0:
         return (result.stdout.strip().splitlines()[-1], None,
                 shown_kernel(result.stdout + result.stderr))
@@ -130,11 +135,11 @@ def probe_torch():
 def machine():
     model = "unknown CPU"
     try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout
         for line in out.splitlines():
             if line.startswith("Model name:"):
                 model = line.split(":", 1)[1].strip()
-    except OSError:
+    except (OSError, subprocess.TimeoutExpired):
         pass
     return model, os.cpu_count()
 

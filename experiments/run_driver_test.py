@@ -104,6 +104,13 @@ class RecordTest(unittest.TestCase):
             f.write("raise ImportError('no torch here')\n")
         with mock.patch.dict(os.environ, PYTHONPATH=fake):
             self.assertEqual(run_driver.probe_torch(), (None, "ImportError: no torch here", "?"))
+        # An import that hangs is cut at the probe's deadline and taken as none.
+        with open(os.path.join(fake, "torch.py"), "w") as f:
+            f.write("import time\ntime.sleep(60)\n")
+        with mock.patch.dict(os.environ, PYTHONPATH=fake), \
+                mock.patch.object(run_driver, "PROBE_TIMEOUT_S", 1):
+            self.assertEqual(run_driver.probe_torch(),
+                             (None, "import torch did not finish within 1 s", "?"))
 
     def test_a_report_names_only_what_a_record_holds(self):
         self.assertEqual(run_driver.machine_words({"cpu": "EPYC", "cores": 2}), "EPYC (2 cores)")

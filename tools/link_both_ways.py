@@ -60,10 +60,10 @@ def main():
     receiver.join()
     seconds = time.time() - start
     qdisc = subprocess.run(["tc", "-s", "qdisc", "show", "dev", "eth0"], capture_output=True,
-                           text=True).stdout.splitlines()
+                           text=True, timeout=30).stdout.splitlines()
     sent = next((line.strip() for line in qdisc if "dropped" in line), "")
     retrans = subprocess.run(["nstat", "-az", "TcpRetransSegs"], capture_output=True,
-                             text=True).stdout.split()
+                             text=True, timeout=30).stdout.split()
     print(f"rank {rank}: {total * 8 / seconds / 1e9:.3f} Gbit/s each way; "
           f"{qdisc[0] if qdisc else ''} | {sent}; TcpRetransSegs {retrans[-2] if retrans else '?'}",
           flush=True)

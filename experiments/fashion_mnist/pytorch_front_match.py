@@ -17,7 +17,6 @@ import or the data set is not installed (the test then skips).
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -27,7 +26,7 @@ if os.path.dirname(HERE) not in sys.path:
 
 import cli_errors  # noqa: E402
 from pytorch_sync_match import (COMMON, DATA_DIR, PYTORCH_TIMEOUT_S, compare, read_run,  # noqa: E402
-                                run, run_pytorch)
+                                run, run_pytorch, torch_imports)
 
 EPOCHS = 1  # with the short-run options: outer steps, averages, compressed steps (13 steps at 4 ranks)
 
@@ -86,8 +85,7 @@ def main():
     for ranks in args.ranks:
         cli_errors.int_in_range("--ranks", ranks, 2, 8)
     args.ringlab_torch = os.path.abspath(args.ringlab_torch)
-    if subprocess.run(["/usr/bin/python3", "-c", "import torch"],
-                      stderr=subprocess.DEVNULL).returncode != 0:
+    if not torch_imports():
         print("skipped: torch does not import with /usr/bin/python3")
         return 77
     if not os.path.isdir(DATA_DIR):

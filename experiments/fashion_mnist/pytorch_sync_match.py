@@ -158,6 +158,15 @@ class RunFailed(RuntimeError):
         self.output = output
 
 
+def torch_imports(timeout_s=120):
+    """True when Debian's python3 imports torch within timeout_s (longer is taken as not)."""
+    try:
+        return subprocess.run(["/usr/bin/python3", "-c", "import torch"],
+                              stderr=subprocess.DEVNULL, timeout=timeout_s).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
 def run(argv, what):
     """The run's output; raises if it failed."""
     result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -193,8 +202,7 @@ def main():
         parser.error(f"--only: no pair {', '.join(unknown)} (pairs: {', '.join(PAIRS)})")
     cli_errors.executable("--train", args.train)
     cli_errors.int_in_range("--train_subset", args.train_subset, 1, 60000)
-    if subprocess.run(["/usr/bin/python3", "-c", "import torch"],
-                      stderr=subprocess.DEVNULL).returncode != 0:
+    if not torch_imports():
         print("skipped: torch does not import with /usr/bin/python3")
         return 77
     if not os.path.isdir(DATA_DIR):

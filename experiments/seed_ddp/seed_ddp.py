@@ -59,14 +59,22 @@ def max_abs_diff(a, b):
 
 
 def torch_available():
-    probe = subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True)
+    try:
+        probe = subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True,
+                               timeout=120)
+    except subprocess.TimeoutExpired:
+        return False  # an import that long is as good as none
     return probe.returncode == 0
 
 
 def gpu_available():
     if shutil.which("nvidia-smi") is None:
         return False
-    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True,
+                              timeout=60).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def run_reference(script, out, timeout):
