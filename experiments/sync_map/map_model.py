@@ -150,15 +150,21 @@ def bucket_s(link):
     return max(BUCKET_MIN_BYTES * 8 / bits, BUCKET_RATE_S)
 
 
+def transfer_s(profile, fit, ranks):
+    """Seconds one communication event's bytes take at `fit`'s B_eff (a step's, where the
+    synchroniser has no events)."""
+    events = profile["events"]
+    return link_bytes(profile, ranks) / (events if events > 0 else 1) / fit[1]
+
+
 def comm_s(profile, fit, ranks, credit_s=0.0):
     """Seconds a step spends communicating: per event, the ring's latency and its bytes at
     B_eff less `credit_s`, what the bucket lets through unshaped."""
-    alpha, b_eff = fit
     events = profile["events"]
+    transfer = transfer_s(profile, fit, ranks)
     if events <= 0:
-        return link_bytes(profile, ranks) / b_eff
-    transfer = link_bytes(profile, ranks) / events / b_eff
-    return events * (2 * (ranks - 1) * alpha + max(0.0, transfer - credit_s))
+        return transfer
+    return events * (2 * (ranks - 1) * fit[0] + max(0.0, transfer - credit_s))
 
 
 def window_at(profile, ranks):
@@ -189,21 +195,19 @@ def exposed_s(profile, fits, link, ranks, compute_s, window_ranks=None, *, emula
 
 
 def run_compute_s(step, profile, fits, link, ranks):
-    """A run's compute a step: its step less what it waited for, the bucket full at each
-    event; None where the link paced the run. Then an event's transfer lasts as long as the
-    compute between two events or longer, and that compute refills no more than the bucket
+    """(a run's compute a step, paced?): its step less what it waited for, the bucket full at
+    each event, and whether the link paced the run. Then an event's transfer lasts as long as
+    the compute between two events or longer, and that compute refills no more than the bucket
     holds: the step is the link's pace whatever the compute below that, so it bounds the
     compute but does not measure it. Worked back from such a step, the compute between events
     comes out at the shorter of the transfer and the bucket; a run within LINK_BOUND of that is
     taken as paced."""
     full = step - exposed_s(profile, fits, link, ranks, math.inf, emulated=True)
     events = profile["events"]
-    if full > 0 and events > 0 and bucket_s(link) > 0 and not overlaps(profile):
-        transfer = link_bytes(profile, ranks) / events / link_fit(fits, link)[1]
-        paced = min(transfer, bucket_s(link))
-        if abs(full / events - paced) <= LINK_BOUND * paced:
-            return None
-    return full
+    if full <= 0 or events <= 0 or bucket_s(link) <= 0 or overlaps(profile):
+        return full, False
+    pace = min(transfer_s(profile, link_fit(fits, link), ranks), bucket_s(link))
+    return full, abs(full / events - pace) <= LINK_BOUND * pace
 
 
 def step_s(point, target):
@@ -296,12 +300,10 @@ def profiles(points, fits, target, held_out=None, overlapping=frozenset()):
             if (p["sync"] != sync or link_fit(fits, p["link"]) is None
                     or point_key(p) == held_out_key):
                 continue
-            step = step_s(p, target)
             per_ranks.setdefault(p["ranks"], []).append(
-                (run_compute_s(step, prof, fits, p["link"], p["ranks"]),
-                 step - exposed_s(prof, fits, p["link"], p["ranks"], math.inf, emulated=True)))
+                run_compute_s(step_s(p, target), prof, fits, p["link"], p["ranks"]))
         for ranks, computes in per_ranks.items():
-            measured = [c for c, _ in computes if c is not None] or [full for _, full in computes]
+            measured = [c for c, paced in computes if not paced] or [c for c, _ in computes]
             prof["compute_ms"][ranks] = max(statistics.median(measured), 0.0) * 1e3
     return out
 

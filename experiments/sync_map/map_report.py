@@ -120,9 +120,9 @@ def checks(points, fits, target, overlapping=frozenset()):
     predicted with its own run held out of its synchroniser's compute and of the window
     (map_model.profiles): a check of a prediction, not of a fit to the run it checks. Each
     point carries bucket_share, the share of its predicted time the emulator's bucket saved
-    (what a real link of its rate would not). Its
-    repeats are held out with it, and a point alone at its rank count has no such prediction
-    (another rank count's compute would check the scaling, not the point)."""
+    (what a real link of its rate would not). Its repeats are held out with it, and a point
+    alone at its rank count has no such prediction (another rank count's compute would check
+    the scaling, not the point)."""
     rows, profile_of = [], {}
     for p in points:
         reach = map_model.first_reach(p["evals"], target)

@@ -178,10 +178,10 @@ class ModelTest(unittest.TestCase):
         # below the bucket's. That run measures no compute: the unlimited link's 2 ms stands.
         points = runs("sparta", 2e5, 1.0, ("unlimited", 0.002 + 0.0004), ("100mbit", 0.0202))
         profile = map_model.profiles(points, fits, TARGET)["sparta"]
-        self.assertIsNone(map_model.run_compute_s(0.0202, profile, fits, "100mbit", 2))
+        self.assertTrue(map_model.run_compute_s(0.0202, profile, fits, "100mbit", 2)[1])
         # 50 KB a step: 5 ms, within the bucket, yet longer than the 2 ms refill: paced too.
-        self.assertIsNone(map_model.run_compute_s(0.0052, dict(profile, bytes={2: 5e4}), fits,
-                                                  "100mbit", 2))
+        self.assertTrue(map_model.run_compute_s(0.0052, dict(profile, bytes={2: 5e4}), fits,
+                                                "100mbit", 2)[1])
         self.assertAlmostEqual(profile["compute_ms"][2], 2.0)
         seconds, _ = map_model.predict(profile, fits, "100mbit", 2, emulated=True)
         self.assertAlmostEqual(seconds, 2 * 469 * 0.0202)
@@ -210,7 +210,8 @@ class ModelTest(unittest.TestCase):
             run = point("sparta", "100mbit", 2, size, [469 * step, 938 * step], [0.8, 0.86],
                         events)
             profile = map_model.profiles([run], fits, TARGET, overlapping=overlapping)["sparta"]
-            return map_model.run_compute_s(step, profile, fits, "100mbit", 2), profile
+            compute, paced = map_model.run_compute_s(step, profile, fits, "100mbit", 2)
+            return (None if paced else compute), profile
         # 20 KB a step (2 ms) under 4 ms of compute: the compute paced it, not the link.
         self.assertAlmostEqual(compute_of(0.0042, 2e4, 1.0)[0], 0.004)
         # 2 MB every 16 steps of 10 ms: the 160 ms between refill the whole bucket.
