@@ -1,7 +1,8 @@
-"""What every experiment driver does with its runs (fashion_mnist, char_lm, compare): each run in
-a session of its own, killed with all its ranks past its deadline, its output in a log and its
-failure as one line; the probes of the machine (torch, emulated hosts, the CPU); the --links
-parser; and the end of a driver's main (--dry_run, the runs, the report).
+"""What every experiment driver does with its runs (fashion_mnist, char_lm, compare, sync_map):
+each run in a session of its own, killed with all its ranks past its deadline, its output in a
+log and its failure as one line; the probes of the machine (torch, which seed_ddp and the
+PyTorch match drivers ask too, emulated hosts, the CPU); the --links parser; and the end of a
+driver's main (--dry_run, the runs, the report).
 
 The drivers import it by path (their directory's parent), as cli_errors.
 """

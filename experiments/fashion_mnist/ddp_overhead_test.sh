@@ -6,7 +6,7 @@
 set -euo pipefail
 module_dir=$(dirname "$1")
 script=experiments/fashion_mnist/ddp_overhead.py
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+if ! timeout -k 5 120 /usr/bin/python3 -c "import torch" 2>/dev/null; then
   echo "skipped: torch does not import with /usr/bin/python3"; exit 0
 fi
 out=${TEST_TMPDIR:-$(mktemp -d)}

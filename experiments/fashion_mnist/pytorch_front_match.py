@@ -25,8 +25,9 @@ if os.path.dirname(HERE) not in sys.path:
     sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
 
 import cli_errors  # noqa: E402
+import run_driver  # noqa: E402
 from pytorch_sync_match import (COMMON, DATA_DIR, PYTORCH_TIMEOUT_S, compare, read_run,  # noqa: E402
-                                run, run_pytorch, torch_imports)
+                                run, run_pytorch)
 
 EPOCHS = 1  # with the short-run options: outer steps, averages, compressed steps (13 steps at 4 ranks)
 
@@ -85,8 +86,9 @@ def main():
     for ranks in args.ranks:
         cli_errors.int_in_range("--ranks", ranks, 2, 8)
     args.ringlab_torch = os.path.abspath(args.ringlab_torch)
-    if not torch_imports():
-        print("skipped: torch does not import with /usr/bin/python3")
+    version, why_not, _ = run_driver.probe_torch()
+    if version is None:
+        print(f"skipped: torch does not work with /usr/bin/python3: {why_not}")
         return 77
     if not os.path.isdir(DATA_DIR):
         print(f"skipped: {DATA_DIR} missing (apt-get install dataset-fashion-mnist)")

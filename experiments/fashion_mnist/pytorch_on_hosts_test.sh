@@ -8,7 +8,7 @@ set -euo pipefail
 on_hosts=$1
 script=experiments/fashion_mnist/pytorch_ddp.py
 out=${TEST_TMPDIR:-$(mktemp -d)}
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+if ! timeout -k 5 120 /usr/bin/python3 -c "import torch" 2>/dev/null; then
   echo "skipped: torch does not import with /usr/bin/python3"; exit 0
 fi
 flags=(--world_size=2 --epochs=1 --train_subset=1024 --model=784,32,10 --quiet --timeout=60)

@@ -27,6 +27,7 @@ if os.path.dirname(HERE) not in sys.path:
     sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
 
 import cli_errors  # noqa: E402
+import run_driver  # noqa: E402
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 COMMON = ["--model=784,1024,1024,10", "--lr=0.1", "--batch_size=64", "--seed=0",
@@ -158,15 +159,6 @@ class RunFailed(RuntimeError):
         self.output = output
 
 
-def torch_imports(timeout_s=120):
-    """True when Debian's python3 imports torch within timeout_s (longer is taken as not)."""
-    try:
-        return subprocess.run(["/usr/bin/python3", "-c", "import torch"],
-                              stderr=subprocess.DEVNULL, timeout=timeout_s).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-
-
 def run(argv, what):
     """The run's output; raises if it failed."""
     result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -202,8 +194,9 @@ def main():
         parser.error(f"--only: no pair {', '.join(unknown)} (pairs: {', '.join(PAIRS)})")
     cli_errors.executable("--train", args.train)
     cli_errors.int_in_range("--train_subset", args.train_subset, 1, 60000)
-    if not torch_imports():
-        print("skipped: torch does not import with /usr/bin/python3")
+    version, why_not, _ = run_driver.probe_torch()
+    if version is None:
+        print(f"skipped: torch does not work with /usr/bin/python3: {why_not}")
         return 77
     if not os.path.isdir(DATA_DIR):
         print(f"skipped: {DATA_DIR} missing (apt-get install dataset-fashion-mnist)")

@@ -28,6 +28,7 @@ if os.path.dirname(HERE) not in sys.path:
     sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
 
 import cli_errors  # noqa: E402
+import run_driver  # noqa: E402
 from cli_errors import fail  # noqa: E402
 
 TENSORS = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
@@ -56,15 +57,6 @@ def read_params(directory):
 def max_abs_diff(a, b):
     return max(float(np.max(np.abs(a[n].astype(np.float64) - b[n].astype(np.float64))))
                for n in TENSORS)
-
-
-def torch_available():
-    try:
-        probe = subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True,
-                               timeout=120)
-    except subprocess.TimeoutExpired:
-        return False  # an import that long is as good as none
-    return probe.returncode == 0
 
 
 def gpu_available():
@@ -221,10 +213,11 @@ def load_reference(args, out):
     reference = args.reference
     note = "committed export (testdata/seed_ddp/reference)"
     fresh_reference = False
-    if args.rerun_reference == "yes" or (args.rerun_reference == "auto" and torch_available()):
+    has_torch = args.rerun_reference != "no" and run_driver.probe_torch()[0] is not None
+    if args.rerun_reference == "yes" and not has_torch:
+        fail("PyTorch is not importable by /usr/bin/python3 (apt install python3-torch)")
+    if has_torch:
         fresh = os.path.join(out, "pytorch")
-        if args.rerun_reference == "yes" and not torch_available():
-            fail("PyTorch is not importable by /usr/bin/python3 (apt install python3-torch)")
         run_reference(os.path.join(HERE, "pytorch_reference.py"), fresh, 300)
         same = all(
             np.array_equal(np.load(os.path.join(fresh, "final", n + ".npy")),
