@@ -10,7 +10,9 @@ bench=bazel-out/k8-opt/bin/bench/ddp_step_bench
 steps=${STEPS:-2000}
 echo "== ringlab: bench/ddp_step_bench ($steps iterations per benchmark)"
 "$bench" --benchmark_min_time=0 2>&1 | grep -E "^\[rank 0\] (BM_|Benchmark)" | sed 's/^\[rank 0\] //'
-echo "== PyTorch $(timeout -k 5 120 /usr/bin/python3 -c 'import torch; print(torch.__version__)') DDP (gloo, CPU): $steps timed steps per rank"
+torch_version=$(timeout -k 5 120 /usr/bin/python3 -c 'import torch; print(torch.__version__)') ||
+  { echo "error: torch does not import with /usr/bin/python3 within 120 s" >&2; exit 2; }
+echo "== PyTorch $torch_version DDP (gloo, CPU): $steps timed steps per rank"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 /usr/bin/python3 experiments/seed_ddp/pytorch_reference.py --out "$tmp/ref" --timing_steps "$steps" >/dev/null
