@@ -20,6 +20,7 @@
 #include "nn/params_io.h"
 #include "sync/synchronizer.h"
 #include "train/checkpoint.h"
+#include "train/cpu_quota.h"
 #include "train/idx_dataset.h"
 #include "train/memory_check.h"
 #include "train/mlp_buffers.h"
@@ -56,6 +57,7 @@ Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
       {"--weight_decay", FloatText(c.sgd.weight_decay)},
       {"--straggler_rank", std::to_string(c.straggler_rank)},
       {"--straggler_factor", std::to_string(c.straggler_factor)},
+      {"--straggler_limit", c.straggler_limit},
       {"--batch_size", std::to_string(c.batch_size)},
       {"--sampler_seed", std::to_string(c.sampler_seed)},
       {"--shuffle", std::to_string(c.shuffle)},
@@ -335,6 +337,17 @@ void CheckStraggler(const TrainConfig& c, int world_size) {
   if (!(c.straggler_factor >= 1.0) || c.straggler_factor > 100.0) {
     throw std::invalid_argument(
         "--straggler_factor must be a number in [1, 100]");
+  }
+  if (c.straggler_limit != "sleep" && c.straggler_limit != "cpu_quota") {
+    throw std::invalid_argument(
+        "--straggler_limit must be sleep or cpu_quota, not '" +
+        c.straggler_limit + "'");
+  }
+  if (c.straggler_rank >= 0 && c.straggler_limit == "cpu_quota") {
+    const std::string why = CpuQuota::Unavailable();
+    if (!why.empty()) {
+      throw std::invalid_argument("--straggler_limit=cpu_quota: " + why);
+    }
   }
 }
 

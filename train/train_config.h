@@ -30,11 +30,15 @@ struct TrainConfig {
   // LOCAL_RANK modulo the machine's GPUs (rank_device.h).
   int cuda_device = -1;
   int64_t epochs = 10;
-  // A straggler: rank straggler_rank's forward and backward take
-  // straggler_factor times as long (it waits the difference after them), so
-  // that every synchroniser meets the same slow rank; -1: none.
+  // A straggler: rank straggler_rank computes straggler_factor times as
+  // long, so that every synchroniser meets the same slow rank; -1: none.
+  // straggler_limit "sleep": its forward and backward wait the difference
+  // after them, whatever the machine's load; "cpu_quota": a cgroup allows
+  // the whole process 1 / straggler_factor of a CPU (cpu_quota.h), a slower
+  // machine.
   int straggler_rank = -1;
   double straggler_factor = 1.0;
+  std::string straggler_limit = "sleep";
   // torch.optim.SGD's settings (dampening stays 0): lr 0.01 without
   // momentum, as the seed example's.
   nn::SgdOptions sgd;

@@ -78,6 +78,10 @@ DEFINE_int32(
     "long (it waits the difference); -1: none");
 DEFINE_double(straggler_factor, 1.5,
               "how much slower --straggler_rank computes, in [1, 100]");
+DEFINE_string(straggler_limit, "sleep",
+              "how --straggler_rank is slowed: sleep (it waits after its "
+              "forward and backward) or cpu_quota (a cgroup allows its "
+              "process 1/--straggler_factor of a CPU; needs root)");
 DEFINE_bool(nesterov, false, "SGD with Nesterov momentum (needs --momentum)");
 DEFINE_double(weight_decay, 0.0,
               "SGD weight decay (L2, added to the gradient)");
@@ -242,6 +246,7 @@ TrainConfig ConfigFromFlags() {
   c.epochs = FLAGS_epochs;
   c.straggler_rank = FLAGS_straggler_rank;
   c.straggler_factor = FLAGS_straggler_factor;
+  c.straggler_limit = FLAGS_straggler_limit;
   c.sgd.lr = static_cast<float>(FLAGS_lr);
   c.sgd.momentum = static_cast<float>(FLAGS_momentum);
   c.sgd.nesterov = FLAGS_nesterov;
@@ -281,6 +286,11 @@ TrainConfig ConfigFromFlags() {
   comm::BackendNamed(c.comm);  // "unknown communicator 'x' (... has: ...)"
   CheckHierParts(c.comm);
   if (RanksAreThreads(c.comm)) {
+    if (c.straggler_rank >= 0 && c.straggler_limit == "cpu_quota") {
+      throw std::invalid_argument(
+          "--straggler_limit=cpu_quota limits a process, and with --comm=" +
+          c.comm + " every rank is a thread of this one");
+    }
     if (FLAGS_fault_after_step >= 0) {
       throw std::invalid_argument(
           "--fault_after_step kills a process, and with --comm=" + c.comm +

@@ -17,6 +17,7 @@
 #include "torch_compat/generator.h"
 #include "trace/trace.h"
 #include "train/checkpointing.h"
+#include "train/cpu_quota.h"
 #include "train/distributed_sampler.h"
 #include "train/mlp_buffers.h"
 #include "train/outputs.h"
@@ -350,8 +351,12 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
   }
 
   const nn::SgdOptions& sgd = config.sgd;
+  const bool straggler = rank == config.straggler_rank;
+  const bool sleeps = config.straggler_limit == "sleep";
   const double stretch =
-      rank == config.straggler_rank ? config.straggler_factor - 1.0 : 0.0;
+      straggler && sleeps ? config.straggler_factor - 1.0 : 0.0;
+  std::optional<CpuQuota> quota;  // released as the rank returns
+  if (straggler && !sleeps) quota.emplace(1.0 / config.straggler_factor);
   Evaluator evaluator(config, data.test, rank);
   bool staged = !config.resume;  // a fresh run's first checkpoint is staged
   Batch batch;

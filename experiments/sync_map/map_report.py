@@ -387,12 +387,15 @@ def run_name(p):
 def straggler_lines(out, model, without, profiles, fits, target, factor):
     """Each straggler point beside the same point without one (`without`, runs_by_point), the
     rank test of its slowdown, and the prediction: a point's time its runs' median."""
+    points = read_points(out, model, "straggler")
     slow = map_model.by_point(
         (p, reach[1] if (reach := map_model.first_reach(p["evals"], target)) else None)
-        for p in read_points(out, model, "straggler"))
+        for p in points)
     if not slow:
         return []
-    lines = [f"### A straggler (the last rank computes {factor}× as long)", "",
+    limits = sorted({p.get("straggler_limit", "sleep") for p in points})
+    how = "" if limits == ["sleep"] else f", by {' and '.join(limits)}"
+    lines = [f"### A straggler (the last rank computes {factor}× as long{how})", "",
              "A slowdown is settled where a two-sided Mann-Whitney U test over the runs with "
              f"and without the straggler gives p ≤ {map_repeats.SETTLED_P:g}.", "",
              "| synchroniser | link | ranks | to target without | with | slower by | "

@@ -158,11 +158,14 @@ def finish_point(run_dir, meta, wall):
     return point
 
 
-def supersede(run_dir, flags):
+def supersede(run_dir, flags, straggler_limit=None):
     """Renames run_dir's point.json to point.superseded.json when it ran with other flags than
-    `flags` (a setting tuning has replaced since); returns the point still current, or None."""
+    `flags` (a setting tuning has replaced since), or a straggler point with another
+    `straggler_limit` (a point from before the flag slept); returns the point still current,
+    or None."""
     point = read_point(run_dir)
-    if point is not None and point["flags"] != flags:
+    if point is not None and (point["flags"] != flags or straggler_limit not in (
+            None, point.get("straggler_limit", "sleep"))):
         os.replace(os.path.join(run_dir, "point.json"),
                    os.path.join(run_dir, "point.superseded.json"))
         return None
@@ -172,7 +175,7 @@ def supersede(run_dir, flags):
 def run_one(args, argv, run_dir, meta, label):
     """Runs argv unless run_dir already holds its point with the same settings (one with others
     is superseded first); returns the point or None."""
-    point = supersede(run_dir, meta["flags"])
+    point = supersede(run_dir, meta["flags"], meta.get("straggler_limit"))
     if point is not None:
         print(f"{label}: done before", flush=True)
         return point
@@ -254,9 +257,9 @@ def map_points(args, out, tuned, fits):
                    if tuned.get(model, {}).get(sync) is not None]
     # A sync's points of an earlier setting leave first: none may feed its profile.
     for model, sync, flags in tuned_syncs:
-        for kind in ("map", "straggler"):
+        for kind, limit in (("map", None), ("straggler", args.straggler_limit)):
             for run_dir in glob.glob(os.path.join(out, "runs", model, kind, sync, "*")):
-                supersede(run_dir, flags)
+                supersede(run_dir, flags, limit)
     for repeat in range(1, args.repeats + 1):
         for model, sync, flags in tuned_syncs:
             for ranks in grid_ranks(args, model):
@@ -328,10 +331,13 @@ def map_point(args, out, model, sync, flags, setting, fits, repeat=1, straggler=
 def run_point(args, model, sync, flags, setting, budget, run_dir, label, straggler):
     link, ranks = setting
     argv = train_argv(args, model, sync, flags, budget, run_dir, link, ranks)
+    meta = dict(model=model, sync=sync, flags=flags, link=link, ranks=ranks,
+                straggler=straggler)
     if straggler:
-        argv += [f"--straggler_rank={ranks - 1}", f"--straggler_factor={STRAGGLER_FACTOR}"]
-    run_one(args, argv, run_dir, dict(model=model, sync=sync, flags=flags, link=link,
-                                      ranks=ranks, straggler=straggler), label)
+        argv += [f"--straggler_rank={ranks - 1}", f"--straggler_factor={STRAGGLER_FACTOR}",
+                 f"--straggler_limit={args.straggler_limit}"]
+        meta["straggler_limit"] = args.straggler_limit
+    run_one(args, argv, run_dir, meta, label)
 
 
 def recorded_argv(argv):
@@ -438,6 +444,10 @@ def parser():
     p.add_argument("--repeats", type=int, default=1,
                    help=f"runs of each map and straggler point, 1 to {MAX_REPEATS}: the "
                         "report takes a point's median and shows its spread")
+    p.add_argument("--straggler_limit", choices=("sleep", "cpu_quota"), default="sleep",
+                   help="how the straggler is slowed: it sleeps the difference after each "
+                        "forward and backward, or a cgroup quota holds its process to 1/"
+                        f"{STRAGGLER_FACTOR} of a CPU (the MLPs only; needs root)")
     p.add_argument("--report_only", action="store_true",
                    help="rewrite the report from the runs already in --out_dir")
     p.add_argument("--second_sitting",
@@ -466,6 +476,10 @@ def check_inputs(args):
         elif any(not os.path.isfile(os.path.join(DEFAULT_DATA_DIR, n)) for n in DATA_FILES):
             fail(f"{DEFAULT_DATA_DIR} lacks the Fashion-MNIST files (Debian's "
                  f"dataset-fashion-mnist: tools/setup.sh installs it; or --data_dir)")
+    if args.straggler_limit == "cpu_quota" and any(
+            "char_lm" == m and grid_stragglers(args, m) for m in models):
+        fail("--straggler_limit=cpu_quota: the language model's straggler only sleeps; "
+             "--models without char_lm")
     if "char_lm" in models:
         import text_data
         if args.torch_module is None:

@@ -633,12 +633,33 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(map_grid.hosts(4), 2)
         self.assertEqual(map_grid.hosts(8), 4)
 
+    def test_a_straggler_point_of_another_limit_is_superseded(self):
+        # A straggler point from before --straggler_limit slept; a map point has no limit.
+        with tempfile.TemporaryDirectory() as run:
+            with open(os.path.join(run, "point.json"), "w") as f:
+                json.dump(point("allreduce", "1gbit", 2, 1, [1.0], [0.86]), f)
+            self.assertIsNotNone(sync_map.supersede(run, {"lr": 0.1}))
+            self.assertIsNotNone(sync_map.supersede(run, {"lr": 0.1}, "sleep"))
+            self.assertIsNone(sync_map.supersede(run, {"lr": 0.1}, "cpu_quota"))
+            self.assertTrue(os.path.isfile(os.path.join(run, "point.superseded.json")))
+        argv = []
+        args = argparse.Namespace(straggler_limit="cpu_quota")
+        with mock.patch.object(sync_map, "train_argv", lambda *a: []), \
+                mock.patch.object(sync_map, "run_one",
+                                  lambda args, a, run_dir, meta, label: argv.append((a, meta))):
+            sync_map.run_point(args, "mlp_narrow", "allreduce", {"lr": 0.1}, ("1gbit", 4), 3,
+                               "run", "label", straggler=True)
+        self.assertEqual(argv[0][0], ["--straggler_rank=3", "--straggler_factor=1.5",
+                                      "--straggler_limit=cpu_quota"])
+        self.assertEqual(argv[0][1]["straggler_limit"], "cpu_quota")
+
     def test_a_repeat_runs_the_whole_grid_again_where_its_first_run_finished(self):
         calls = []
         real, sync_map.map_point = sync_map.map_point, lambda *a, **k: calls.append(
             (a[3], a[5], a[7], k.get("straggler", False)))
         try:
             sync_map.map_points(argparse.Namespace(mode="quick", models=None, ranks=None,
+                                                   straggler_limit="sleep",
                                                    syncs=["allreduce", "diloco"], repeats=2),
                                 tempfile.mkdtemp(), {"mlp_narrow": {"allreduce": {"lr": 0.1},
                                                                     "diloco": {"lr": 0.1}}}, {})

@@ -1,0 +1,118 @@
+#include "train/cpu_quota.h"
+
+#include <gtest/gtest.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "train/cli_testing.h"
+
+namespace ringlab::train {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ReadText;
+
+double CpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+// The cgroups this process is in, as /proc/self/cgroup names them.
+std::string OwnCgroups() { return ReadText("/proc/self/cgroup"); }
+
+// Where this process's cpu cgroup may lie: its path in v1's cpu hierarchy (or
+// v2's), under each place those are mounted.
+std::vector<std::string> CpuCgroupDirs() {
+  std::vector<std::string> dirs;
+  std::stringstream lines(OwnCgroups());
+  for (std::string line; std::getline(lines, line);) {
+    const std::string path = line.substr(line.rfind(':') + 1);
+    if (line.find(":cpu,") == std::string::npos &&
+        line.find(":cpu:") == std::string::npos && line.rfind("0::", 0) != 0) {
+      continue;
+    }
+    for (const char* mount : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct",
+                              "/sys/fs/cgroup"}) {
+      if (fs::is_directory(mount + path)) dirs.push_back(mount + path);
+    }
+  }
+  return dirs;
+}
+
+// cpu.stat's nr_throttled in the first of `dirs` that has one; -1: none.
+long Throttled(const std::vector<std::string>& dirs) {
+  for (const std::string& dir : dirs) {
+    const std::string stat = ReadText(dir + "/cpu.stat");
+    const size_t at = stat.find("nr_throttled ");
+    if (at != std::string::npos) return std::stol(stat.substr(at + 13));
+  }
+  return -1;
+}
+
+TEST(CpuQuotaTest, RefusesAShareOutsideOneCpu) {
+  EXPECT_THROW(CpuQuota(0.0), std::runtime_error);
+  EXPECT_THROW(CpuQuota(0.001), std::runtime_error);
+  EXPECT_THROW(CpuQuota(1.5), std::runtime_error);
+}
+
+// Inside, the process is in a cgroup of its own whose quota the kernel
+// enforces: spinning for 0.3 s of CPU time at half a CPU (1 ms every 2 ms)
+// must be throttled at least once, whatever the machine's speed.
+// Outside, it is back where it was and the cgroup is gone.
+TEST(CpuQuotaTest, HoldsTheProcessToItsShareThenLetsGo) {
+  const std::string why = CpuQuota::Unavailable();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const std::string before = OwnCgroups();
+  const std::string name = "ringlab-straggler-" + std::to_string(getpid());
+  {
+    CpuQuota quota(0.5);
+    ASSERT_NE(OwnCgroups().find(name), std::string::npos) << OwnCgroups();
+    const double start = CpuSeconds();
+    volatile double sink = 0;
+    while (CpuSeconds() - start < 0.3) sink = sink + 1;
+    EXPECT_GT(Throttled(CpuCgroupDirs()), 0);
+  }
+  EXPECT_EQ(OwnCgroups(), before);
+  EXPECT_EQ(OwnCgroups().find(name), std::string::npos);
+}
+
+// A straggler held to a third of a CPU computes nothing else: the final
+// parameters are the run's without one, config.json names the limit, and no
+// cgroup of the rank's is left behind.
+TEST(CpuQuotaTest, AStragglerUnderAQuotaTrainsTheSameBits) {
+  const std::string why = CpuQuota::Unavailable();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const std::string plain = testing::TempDir("plain");
+  const std::string slow = testing::TempDir("straggler");
+  const std::string job = " --quiet --epochs=3 --out_dir=";
+  ASSERT_EQ(testing::RunTrain(job + plain).status, 0);
+  const testing::CommandResult run = testing::RunTrain(
+      job + slow +
+      " --straggler_rank=1 --straggler_factor=3 --straggler_limit=cpu_quota");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(ReadText(slow + "/config.json")
+                .find("\"straggler_limit\": \"cpu_quota\""),
+            std::string::npos);
+  for (const auto& file : fs::directory_iterator(plain + "/final")) {
+    const std::string name = file.path().filename();
+    EXPECT_EQ(ReadText(file.path()), ReadText(slow + "/final/" + name)) << name;
+  }
+  for (const std::string& dir : CpuCgroupDirs()) {
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      EXPECT_EQ(entry.path().filename().string().rfind("ringlab-straggler-", 0),
+                std::string::npos)
+          << entry.path();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringlab::train
