@@ -25,9 +25,8 @@ if os.path.dirname(HERE) not in sys.path:
     sys.path.insert(0, os.path.dirname(HERE))  # experiments/: the kit's error line
 
 import cli_errors  # noqa: E402
-import run_driver  # noqa: E402
-from pytorch_sync_match import (COMMON, DATA_DIR, PYTORCH_TIMEOUT_S, compare, read_run,  # noqa: E402
-                                run, run_pytorch)
+from pytorch_sync_match import (COMMON, PYTORCH_TIMEOUT_S, compare, read_run, run,  # noqa: E402
+                                run_pytorch, why_skipped)
 
 EPOCHS = 1  # with the short-run options: outer steps, averages, compressed steps (13 steps at 4 ranks)
 
@@ -86,12 +85,9 @@ def main():
     for ranks in args.ranks:
         cli_errors.int_in_range("--ranks", ranks, 2, 8)
     args.ringlab_torch = os.path.abspath(args.ringlab_torch)
-    version, why_not, _ = run_driver.probe_torch()
-    if version is None:
-        print(f"skipped: torch does not work with /usr/bin/python3: {why_not}")
-        return 77
-    if not os.path.isdir(DATA_DIR):
-        print(f"skipped: {DATA_DIR} missing (apt-get install dataset-fashion-mnist)")
+    why = why_skipped()
+    if why:
+        print(f"skipped: {why}")
         return 77
     syncs = registered_syncs(args.train)
     unknown = sorted(set(args.only) - {name for name, _ in syncs})

@@ -182,6 +182,17 @@ def run_pytorch(argv, what):
         return run(argv, what)
 
 
+def why_skipped():
+    """Why a match cannot run here (torch does not work, or the data set is missing), or
+    None."""
+    version, why_not, _ = run_driver.probe_torch()
+    if version is None:
+        return f"torch does not work with /usr/bin/python3: {why_not}"
+    if not os.path.isdir(DATA_DIR):
+        return f"{DATA_DIR} missing (apt-get install dataset-fashion-mnist)"
+    return None
+
+
 def main():
     parser = cli_errors.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--train", required=True)
@@ -194,12 +205,9 @@ def main():
         parser.error(f"--only: no pair {', '.join(unknown)} (pairs: {', '.join(PAIRS)})")
     cli_errors.executable("--train", args.train)
     cli_errors.int_in_range("--train_subset", args.train_subset, 1, 60000)
-    version, why_not, _ = run_driver.probe_torch()
-    if version is None:
-        print(f"skipped: torch does not work with /usr/bin/python3: {why_not}")
-        return 77
-    if not os.path.isdir(DATA_DIR):
-        print(f"skipped: {DATA_DIR} missing (apt-get install dataset-fashion-mnist)")
+    why = why_skipped()
+    if why:
+        print(f"skipped: {why}")
         return 77
     common = COMMON + [f"--train_subset={args.train_subset}"]
     failed = 0
