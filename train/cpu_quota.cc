@@ -1,10 +1,14 @@
 #include "train/cpu_quota.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -44,27 +48,45 @@ Hierarchy Locate() {
     std::stringstream names(controllers);
     for (std::string name; std::getline(names, name, ',');) {
       if (name != "cpu") continue;
-      for (const char* mount : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
+      for (const char* mount :
+           {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
         const std::string dir = mount + (path == "/" ? "" : path);
         if (Exists(dir + "/cpu.cfs_quota_us")) return {dir, false};
       }
     }
   }
   const std::string dir = "/sys/fs/cgroup" + (v2_path == "/" ? "" : v2_path);
-  if (!v2_path.empty() && Exists(dir + "/cgroup.controllers")) return {dir, true};
+  if (!v2_path.empty() && Exists(dir + "/cgroup.controllers"))
+    return {dir, true};
   return {};
 }
 
-std::string OwnName() {
-  return "/ringlab-straggler-" + std::to_string(getpid());
-}
+constexpr char kPrefix[] = "ringlab-straggler-";
 
 // Writes `text` to `path`; "" or why not.
 std::string Write(const std::string& path, const std::string& text) {
-  std::ofstream file(path);
-  if (file) file << text << std::flush;
-  if (!file) return "cannot write " + path + ": " + std::strerror(errno);
-  return "";
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  const bool wrote = fd >= 0 && write(fd, text.data(), text.size()) ==
+                                    static_cast<ssize_t>(text.size());
+  const int error = errno;
+  if (fd >= 0) close(fd);
+  return wrote ? "" : "cannot write " + path + ": " + std::strerror(error);
+}
+
+// Removes the cgroups of ranks no longer running: a rank killed (a fault, a
+// deadline) leaves its empty cgroup behind, since no destructor ran.
+void RemoveOrphans(const std::string& parent) {
+  DIR* dir = opendir(parent.c_str());
+  if (dir == nullptr) return;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(kPrefix, 0) != 0) continue;
+    const long pid = std::atol(name.c_str() + sizeof(kPrefix) - 1);
+    if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      rmdir((parent + "/" + name).c_str());
+    }
+  }
+  closedir(dir);
 }
 
 // Makes the cgroup `dir` allowed `cpus` CPUs; "" or why not (dir removed).
@@ -75,23 +97,53 @@ std::string MakeLimited(const Hierarchy& where, const std::string& dir,
   }
   const std::string period = std::to_string(std::lround(kQuotaUs / cpus));
   const std::string quota = std::to_string(kQuotaUs);
-  std::string why = where.v2 ? Write(dir + "/cpu.max", quota + " " + period)
-                             : Write(dir + "/cpu.cfs_period_us", period);
-  if (why.empty() && !where.v2) why = Write(dir + "/cpu.cfs_quota_us", quota);
+  std::string why;
+  if (where.v2 && !Exists(dir + "/cpu.max")) {
+    why = "cgroup v2's cpu controller is not delegated below " + where.dir +
+          " (its cgroup.subtree_control lacks cpu)";
+  } else if (where.v2) {
+    why = Write(dir + "/cpu.max", quota + " " + period);
+  } else {
+    why = Write(dir + "/cpu.cfs_period_us", period);
+    if (why.empty()) why = Write(dir + "/cpu.cfs_quota_us", quota);
+  }
   if (!why.empty()) rmdir(dir.c_str());
   return why;
 }
 
+// Moves this process (every thread) into `dir`, a cgroup made for it in the
+// hierarchy `where`; "" or why not (dir removed).
+std::string Enter(const Hierarchy& where, const std::string& dir, double cpus) {
+  RemoveOrphans(where.dir);
+  std::string why = MakeLimited(where, dir, cpus);
+  if (why.empty()) {
+    why = Write(dir + "/cgroup.procs", std::to_string(getpid()));
+    if (!why.empty()) rmdir(dir.c_str());
+  }
+  return why;
+}
+
+std::string Leave(const std::string& home, const std::string& own) {
+  const std::string why =
+      Write(home + "/cgroup.procs", std::to_string(getpid()));
+  rmdir(own.c_str());
+  return why;
+}
+
+std::string OwnCgroup(const Hierarchy& where) {
+  return where.dir + "/" + kPrefix + std::to_string(getpid());
+}
+
 }  // namespace
 
-std::string CpuQuota::Unavailable() {
+std::string CpuQuota::Unavailable(double cpus) {
   const Hierarchy where = Locate();
   if (where.dir.empty()) {
     return "this machine has no cgroup cpu controller under /sys/fs/cgroup";
   }
-  const std::string probe = where.dir + OwnName() + "-probe";
-  const std::string why = MakeLimited(where, probe, 1.0);
-  if (why.empty()) rmdir(probe.c_str());
+  // What a rank will do: make its cgroup with this quota, enter it, leave.
+  std::string why = Enter(where, OwnCgroup(where), cpus);
+  if (why.empty()) why = Leave(where.dir, OwnCgroup(where));
   return why;
 }
 
@@ -100,21 +152,15 @@ CpuQuota::CpuQuota(double cpus) {
     throw std::runtime_error("a CPU quota must be in [0.01, 1] CPUs");
   }
   const Hierarchy where = Locate();
-  if (where.dir.empty()) throw std::runtime_error(Unavailable());
+  if (where.dir.empty()) throw std::runtime_error(Unavailable(cpus));
   home_ = where.dir;
-  own_ = where.dir + OwnName();
-  std::string why = MakeLimited(where, own_, cpus);
-  // cgroup.procs moves every thread of the process, those running already.
-  if (why.empty()) why = Write(own_ + "/cgroup.procs", std::to_string(getpid()));
+  own_ = OwnCgroup(where);
+  const std::string why = Enter(where, own_, cpus);
   if (!why.empty()) {
-    rmdir(own_.c_str());
     throw std::runtime_error("cannot limit this rank's CPU time: " + why);
   }
 }
 
-CpuQuota::~CpuQuota() {
-  Write(home_ + "/cgroup.procs", std::to_string(getpid()));
-  rmdir(own_.c_str());
-}
+CpuQuota::~CpuQuota() { Leave(home_, own_); }
 
 }  // namespace ringlab::train

@@ -16,14 +16,15 @@ namespace ringlab::train {
 
 class CpuQuota {
  public:
-  // "" where this process may limit itself (it makes and removes a cgroup to
-  // find out), else why not, in one line.
-  static std::string Unavailable();
+  // "" where this process may hold itself to `cpus` CPUs (it makes such a
+  // cgroup, enters it and leaves it to find out), else why not, in one line.
+  static std::string Unavailable(double cpus);
 
   // Moves this process into a new cgroup allowed `cpus` (in [0.01, 1]) CPUs'
   // time; throws std::runtime_error where it cannot.
   explicit CpuQuota(double cpus);
-  // Moves the process back to the cgroup it came from and removes its own.
+  // Moves the process back to the cgroup it came from and removes its own (a
+  // process killed inside leaves it; the next CpuQuota removes it).
   ~CpuQuota();
   CpuQuota(const CpuQuota&) = delete;
   CpuQuota& operator=(const CpuQuota&) = delete;

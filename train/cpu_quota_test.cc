@@ -1,6 +1,7 @@
 #include "train/cpu_quota.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,8 +40,8 @@ std::vector<std::string> CpuCgroupDirs() {
         line.find(":cpu:") == std::string::npos && line.rfind("0::", 0) != 0) {
       continue;
     }
-    for (const char* mount : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct",
-                              "/sys/fs/cgroup"}) {
+    for (const char* mount : {"/sys/fs/cgroup/cpu",
+                              "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup"}) {
       if (fs::is_directory(mount + path)) dirs.push_back(mount + path);
     }
   }
@@ -68,7 +69,7 @@ TEST(CpuQuotaTest, RefusesAShareOutsideOneCpu) {
 // must be throttled at least once, whatever the machine's speed.
 // Outside, it is back where it was and the cgroup is gone.
 TEST(CpuQuotaTest, HoldsTheProcessToItsShareThenLetsGo) {
-  const std::string why = CpuQuota::Unavailable();
+  const std::string why = CpuQuota::Unavailable(0.5);
   if (!why.empty()) GTEST_SKIP() << why;
   const std::string before = OwnCgroups();
   const std::string name = "ringlab-straggler-" + std::to_string(getpid());
@@ -84,11 +85,29 @@ TEST(CpuQuotaTest, HoldsTheProcessToItsShareThenLetsGo) {
   EXPECT_EQ(OwnCgroups().find(name), std::string::npos);
 }
 
+// A rank killed inside its cgroup leaves it behind; the next quota removes it
+// (a process that has exited and been reaped is gone for kill(pid, 0)).
+TEST(CpuQuotaTest, RemovesTheCgroupOfAKilledRank) {
+  const std::string why = CpuQuota::Unavailable(0.5);
+  if (!why.empty()) GTEST_SKIP() << why;
+  const pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
+  const std::vector<std::string> dirs = CpuCgroupDirs();
+  ASSERT_FALSE(dirs.empty());
+  const std::string orphan =
+      dirs[0] + "/ringlab-straggler-" + std::to_string(gone);
+  ASSERT_TRUE(fs::create_directory(orphan)) << orphan;
+  { CpuQuota quota(0.5); }
+  EXPECT_FALSE(fs::exists(orphan)) << orphan;
+}
+
 // A straggler held to a third of a CPU computes nothing else: the final
 // parameters are the run's without one, config.json names the limit, and no
 // cgroup of the rank's is left behind.
 TEST(CpuQuotaTest, AStragglerUnderAQuotaTrainsTheSameBits) {
-  const std::string why = CpuQuota::Unavailable();
+  const std::string why = CpuQuota::Unavailable(1.0 / 3);
   if (!why.empty()) GTEST_SKIP() << why;
   const std::string plain = testing::TempDir("plain");
   const std::string slow = testing::TempDir("straggler");

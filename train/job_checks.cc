@@ -57,7 +57,6 @@ Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
       {"--weight_decay", FloatText(c.sgd.weight_decay)},
       {"--straggler_rank", std::to_string(c.straggler_rank)},
       {"--straggler_factor", std::to_string(c.straggler_factor)},
-      {"--straggler_limit", c.straggler_limit},
       {"--batch_size", std::to_string(c.batch_size)},
       {"--sampler_seed", std::to_string(c.sampler_seed)},
       {"--shuffle", std::to_string(c.shuffle)},
@@ -68,6 +67,11 @@ Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
       {"--checkpoint_every", std::to_string(c.checkpoint_every)},
       {"--resume", std::to_string(c.resume)},
       {"the data set size", std::to_string(dataset_size)}};
+  // Named only where it is not the default, so that a job from before the
+  // flag keeps its description (and its checkpoints resume).
+  if (c.straggler_limit != "sleep") {
+    settings.push_back({"--straggler_limit", c.straggler_limit});
+  }
   // The synchroniser's options, every one it declares.
   for (const auto& [name, value] : c.sync_options.values()) {
     settings.push_back({"--" + name, c.sync_options.Text(name)});
@@ -343,12 +347,6 @@ void CheckStraggler(const TrainConfig& c, int world_size) {
         "--straggler_limit must be sleep or cpu_quota, not '" +
         c.straggler_limit + "'");
   }
-  if (c.straggler_rank >= 0 && c.straggler_limit == "cpu_quota") {
-    const std::string why = CpuQuota::Unavailable();
-    if (!why.empty()) {
-      throw std::invalid_argument("--straggler_limit=cpu_quota: " + why);
-    }
-  }
 }
 
 // The synchroniser exists and the options are its own, each in range: a
@@ -470,6 +468,13 @@ void ValidateConfig(const TrainConfig& config, int world_size,
   ProbeOutputs(config);
   // A rank reads its inputs once, in RunRank, which checks them there.
   if (scope == ValidationScope::kRank) return;
+  if (config.straggler_rank >= 0 && config.straggler_limit == "cpu_quota") {
+    const std::string why =
+        CpuQuota::Unavailable(1.0 / config.straggler_factor);
+    if (!why.empty()) {
+      throw std::invalid_argument("--straggler_limit=cpu_quota: " + why);
+    }
+  }
   const int64_t dataset_size = DatasetSize(config, world_size, layout);
   // Every rank of the launch runs on this machine; a GPU's memory is the
   // device's to refuse.

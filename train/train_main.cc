@@ -72,10 +72,9 @@ DEFINE_double(lr, 0.01, "SGD learning rate");
 DEFINE_double(momentum, 0.0,
               "SGD momentum (torch.optim.SGD's; 0: plain SGD, as DDP's "
               "examples)");
-DEFINE_int32(
-    straggler_rank, -1,
-    "a rank whose forward and backward take --straggler_factor times as "
-    "long (it waits the difference); -1: none");
+DEFINE_int32(straggler_rank, -1,
+             "a rank that computes --straggler_factor times as long (as "
+             "--straggler_limit says); -1: none");
 DEFINE_double(straggler_factor, 1.5,
               "how much slower --straggler_rank computes, in [1, 100]");
 DEFINE_string(straggler_limit, "sleep",

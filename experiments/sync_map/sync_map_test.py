@@ -491,6 +491,8 @@ class ReportTest(unittest.TestCase):
             # allreduce's 938 steps took 4.26 ms more each at 1gbit than on the unlimited link,
             # against 8.2 ms of communication there: 3.94 ms hid.
             self.assertIn("Window (all of DDP's family): 3.9 ms at 2 ranks.", report)
+            # A point from before --straggler_limit slept: the heading names no limit.
+            self.assertIn("### A straggler (the last rank computes 1.5× as long)\n", report)
             # Without a straggler 12 s at 1gbit (8 s x 1.5), with one 18 s: 50% slower.
             self.assertIn("| allreduce | 1gbit | 2 | 12.0 s | 18.0 s | 50% | n/a (one run) |",
                           report)
