@@ -62,6 +62,8 @@ Hierarchy Locate() {
 }
 
 constexpr char kPrefix[] = "ringlab-straggler-";
+constexpr char kNoController[] =
+    "this machine has no cgroup cpu controller under /sys/fs/cgroup";
 
 // Writes `text` to `path`; "" or why not.
 std::string Write(const std::string& path, const std::string& text) {
@@ -136,11 +138,11 @@ std::string OwnCgroup(const Hierarchy& where) {
 
 }  // namespace
 
+std::string CpuCgroupDir() { return Locate().dir; }
+
 std::string CpuQuota::Unavailable(double cpus) {
   const Hierarchy where = Locate();
-  if (where.dir.empty()) {
-    return "this machine has no cgroup cpu controller under /sys/fs/cgroup";
-  }
+  if (where.dir.empty()) return kNoController;
   // What a rank will do: make its cgroup with this quota, enter it, leave.
   std::string why = Enter(where, OwnCgroup(where), cpus);
   if (why.empty()) why = Leave(where.dir, OwnCgroup(where));
@@ -152,7 +154,7 @@ CpuQuota::CpuQuota(double cpus) {
     throw std::runtime_error("a CPU quota must be in [0.01, 1] CPUs");
   }
   const Hierarchy where = Locate();
-  if (where.dir.empty()) throw std::runtime_error(Unavailable(cpus));
+  if (where.dir.empty()) throw std::runtime_error(kNoController);
   home_ = where.dir;
   own_ = OwnCgroup(where);
   const std::string why = Enter(where, own_, cpus);

@@ -14,6 +14,11 @@
 
 namespace ringlab::train {
 
+// The directory of this process's cgroup in the cpu controller's hierarchy
+// (cgroup v1's cpu, or v2's unified one), where a CpuQuota makes its own; ""
+// where neither is mounted under /sys/fs/cgroup.
+std::string CpuCgroupDir();
+
 class CpuQuota {
  public:
   // "" where this process may hold itself to `cpus` CPUs (it makes such a

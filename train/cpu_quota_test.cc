@@ -7,10 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "train/cli_testing.h"
 
@@ -29,33 +27,11 @@ double CpuSeconds() {
 // The cgroups this process is in, as /proc/self/cgroup names them.
 std::string OwnCgroups() { return ReadText("/proc/self/cgroup"); }
 
-// Where this process's cpu cgroup may lie: its path in v1's cpu hierarchy (or
-// v2's), under each place those are mounted.
-std::vector<std::string> CpuCgroupDirs() {
-  std::vector<std::string> dirs;
-  std::stringstream lines(OwnCgroups());
-  for (std::string line; std::getline(lines, line);) {
-    const std::string path = line.substr(line.rfind(':') + 1);
-    if (line.find(":cpu,") == std::string::npos &&
-        line.find(":cpu:") == std::string::npos && line.rfind("0::", 0) != 0) {
-      continue;
-    }
-    for (const char* mount : {"/sys/fs/cgroup/cpu",
-                              "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup"}) {
-      if (fs::is_directory(mount + path)) dirs.push_back(mount + path);
-    }
-  }
-  return dirs;
-}
-
-// cpu.stat's nr_throttled in the first of `dirs` that has one; -1: none.
-long Throttled(const std::vector<std::string>& dirs) {
-  for (const std::string& dir : dirs) {
-    const std::string stat = ReadText(dir + "/cpu.stat");
-    const size_t at = stat.find("nr_throttled ");
-    if (at != std::string::npos) return std::stol(stat.substr(at + 13));
-  }
-  return -1;
+// cpu.stat's nr_throttled in the cgroup `dir`; -1: none.
+long Throttled(const std::string& dir) {
+  const std::string stat = ReadText(dir + "/cpu.stat");
+  const size_t at = stat.find("nr_throttled ");
+  return at == std::string::npos ? -1 : std::stol(stat.substr(at + 13));
 }
 
 TEST(CpuQuotaTest, RefusesAShareOutsideOneCpu) {
@@ -76,10 +52,12 @@ TEST(CpuQuotaTest, HoldsTheProcessToItsShareThenLetsGo) {
   {
     CpuQuota quota(0.5);
     ASSERT_NE(OwnCgroups().find(name), std::string::npos) << OwnCgroups();
+    const std::string own = CpuCgroupDir();
+    ASSERT_EQ(fs::path(own).filename(), name) << own;
     const double start = CpuSeconds();
     volatile double sink = 0;
     while (CpuSeconds() - start < 0.3) sink = sink + 1;
-    EXPECT_GT(Throttled(CpuCgroupDirs()), 0);
+    EXPECT_GT(Throttled(own), 0);
   }
   EXPECT_EQ(OwnCgroups(), before);
   EXPECT_EQ(OwnCgroups().find(name), std::string::npos);
@@ -94,10 +72,8 @@ TEST(CpuQuotaTest, RemovesTheCgroupOfAKilledRank) {
   if (gone == 0) _exit(0);
   ASSERT_GT(gone, 0);
   ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
-  const std::vector<std::string> dirs = CpuCgroupDirs();
-  ASSERT_FALSE(dirs.empty());
   const std::string orphan =
-      dirs[0] + "/ringlab-straggler-" + std::to_string(gone);
+      CpuCgroupDir() + "/ringlab-straggler-" + std::to_string(gone);
   ASSERT_TRUE(fs::create_directory(orphan)) << orphan;
   { CpuQuota quota(0.5); }
   EXPECT_FALSE(fs::exists(orphan)) << orphan;
@@ -124,12 +100,10 @@ TEST(CpuQuotaTest, AStragglerUnderAQuotaTrainsTheSameBits) {
     const std::string name = file.path().filename();
     EXPECT_EQ(ReadText(file.path()), ReadText(slow + "/final/" + name)) << name;
   }
-  for (const std::string& dir : CpuCgroupDirs()) {
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      EXPECT_EQ(entry.path().filename().string().rfind("ringlab-straggler-", 0),
-                std::string::npos)
-          << entry.path();
-    }
+  for (const auto& entry : fs::directory_iterator(CpuCgroupDir())) {
+    EXPECT_EQ(entry.path().filename().string().rfind("ringlab-straggler-", 0),
+              std::string::npos)
+        << entry.path();
   }
 }
 

@@ -69,8 +69,9 @@ Settings SharedSettings(const TrainConfig& c, int64_t dataset_size) {
       {"the data set size", std::to_string(dataset_size)}};
   // Named only where it is not the default, so that a job from before the
   // flag keeps its description (and its checkpoints resume).
-  if (c.straggler_limit != "sleep") {
-    settings.push_back({"--straggler_limit", c.straggler_limit});
+  if (c.straggler_limit != StragglerLimit::kSleep) {
+    settings.push_back(
+        {"--straggler_limit", StragglerLimitName(c.straggler_limit)});
   }
   // The synchroniser's options, every one it declares.
   for (const auto& [name, value] : c.sync_options.values()) {
@@ -342,10 +343,11 @@ void CheckStraggler(const TrainConfig& c, int world_size) {
     throw std::invalid_argument(
         "--straggler_factor must be a number in [1, 100]");
   }
-  if (c.straggler_limit != "sleep" && c.straggler_limit != "cpu_quota") {
+  if (c.straggler_rank >= 0 && c.straggler_limit == StragglerLimit::kCpuQuota &&
+      comm::BackendNamed(c.comm).launch == comm::RankLaunch::kThreads) {
     throw std::invalid_argument(
-        "--straggler_limit must be sleep or cpu_quota, not '" +
-        c.straggler_limit + "'");
+        "--straggler_limit=cpu_quota limits a process, and with --comm=" +
+        c.comm + " every rank is a thread of this one");
   }
 }
 
@@ -468,7 +470,8 @@ void ValidateConfig(const TrainConfig& config, int world_size,
   ProbeOutputs(config);
   // A rank reads its inputs once, in RunRank, which checks them there.
   if (scope == ValidationScope::kRank) return;
-  if (config.straggler_rank >= 0 && config.straggler_limit == "cpu_quota") {
+  if (config.straggler_rank >= 0 &&
+      config.straggler_limit == StragglerLimit::kCpuQuota) {
     const std::string why =
         CpuQuota::Unavailable(1.0 / config.straggler_factor);
     if (!why.empty()) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 #include "nn/mlp.h"
@@ -16,6 +17,24 @@
 #include "sync/synchronizer.h"
 
 namespace ringlab::train {
+
+// How a straggler is slowed (TrainConfig::straggler_limit).
+enum class StragglerLimit { kSleep, kCpuQuota };
+
+// The limit's flag text, as config.json and a job's description write it.
+inline const char* StragglerLimitName(StragglerLimit limit) {
+  return limit == StragglerLimit::kSleep ? "sleep" : "cpu_quota";
+}
+
+// The limit whose flag text is `text`; std::invalid_argument for any other.
+inline StragglerLimit ParseStragglerLimit(const std::string& text) {
+  for (const StragglerLimit limit :
+       {StragglerLimit::kSleep, StragglerLimit::kCpuQuota}) {
+    if (text == StragglerLimitName(limit)) return limit;
+  }
+  throw std::invalid_argument(
+      "--straggler_limit must be sleep or cpu_quota, not '" + text + "'");
+}
 
 // Defaults reproduce the seed example's run (Net 10,5,2, SGD 0.01, 10 epochs,
 // 100 samples, batch 64, DistributedSampler defaults without set_epoch).
@@ -32,13 +51,13 @@ struct TrainConfig {
   int64_t epochs = 10;
   // A straggler: rank straggler_rank computes straggler_factor times as
   // long, so that every synchroniser meets the same slow rank; -1: none.
-  // straggler_limit "sleep": its forward and backward wait the difference
-  // after them, whatever the machine's load; "cpu_quota": a cgroup allows
-  // the whole process 1 / straggler_factor of a CPU (cpu_quota.h), a slower
+  // straggler_limit kSleep: its forward and backward wait the difference
+  // after them, whatever the machine's load; kCpuQuota: a cgroup allows the
+  // whole process 1 / straggler_factor of a CPU (cpu_quota.h), a slower
   // machine.
   int straggler_rank = -1;
   double straggler_factor = 1.0;
-  std::string straggler_limit = "sleep";
+  StragglerLimit straggler_limit = StragglerLimit::kSleep;
   // torch.optim.SGD's settings (dampening stays 0): lr 0.01 without
   // momentum, as the seed example's.
   nn::SgdOptions sgd;

@@ -245,7 +245,7 @@ TrainConfig ConfigFromFlags() {
   c.epochs = FLAGS_epochs;
   c.straggler_rank = FLAGS_straggler_rank;
   c.straggler_factor = FLAGS_straggler_factor;
-  c.straggler_limit = FLAGS_straggler_limit;
+  c.straggler_limit = ParseStragglerLimit(FLAGS_straggler_limit);
   c.sgd.lr = static_cast<float>(FLAGS_lr);
   c.sgd.momentum = static_cast<float>(FLAGS_momentum);
   c.sgd.nesterov = FLAGS_nesterov;
@@ -285,11 +285,6 @@ TrainConfig ConfigFromFlags() {
   comm::BackendNamed(c.comm);  // "unknown communicator 'x' (... has: ...)"
   CheckHierParts(c.comm);
   if (RanksAreThreads(c.comm)) {
-    if (c.straggler_rank >= 0 && c.straggler_limit == "cpu_quota") {
-      throw std::invalid_argument(
-          "--straggler_limit=cpu_quota limits a process, and with --comm=" +
-          c.comm + " every rank is a thread of this one");
-    }
     if (FLAGS_fault_after_step >= 0) {
       throw std::invalid_argument(
           "--fault_after_step kills a process, and with --comm=" + c.comm +

@@ -352,7 +352,7 @@ TrainResult RunRank(const TrainConfig& config, comm::Communicator& comm,
 
   const nn::SgdOptions& sgd = config.sgd;
   const bool straggler = rank == config.straggler_rank;
-  const bool sleeps = config.straggler_limit == "sleep";
+  const bool sleeps = config.straggler_limit == StragglerLimit::kSleep;
   const double stretch =
       straggler && sleeps ? config.straggler_factor - 1.0 : 0.0;
   std::optional<CpuQuota> quota;  // released as the rank returns
