@@ -193,17 +193,25 @@ def machine_record(kernel, load_before):
                 load_before=load_before)
 
 
+def probe(argv, timeout_s=60):
+    """None when the command `argv` succeeds within timeout_s, else why not: its last error
+    line (one line)."""
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"{os.path.basename(argv[0])} took over {timeout_s} s"
+    if result.returncode == 0:
+        return None
+    lines = (result.stderr.strip() or f"exit status {result.returncode}").splitlines()
+    return lines[-1].split("error:", 1)[-1].strip()[:160]
+
+
 def probe_hosts(on_hosts, link="1gbit"):
     """None when emulated hosts joined by links of this rate can be made here, else why not
     (one line)."""
     if not on_hosts or not os.access(on_hosts, os.X_OK):
         return "no --on_hosts binary"
-    result = subprocess.run([on_hosts, "--nprocs=2", "--hosts=2", f"--link={link}", "--",
-                             "/bin/true"], capture_output=True, text=True, timeout=60)
-    if result.returncode == 0:
-        return None
-    lines = (result.stderr.strip() or f"exit status {result.returncode}").splitlines()
-    return lines[-1].split("error:", 1)[-1].strip()[:160]
+    return probe([on_hosts, "--nprocs=2", "--hosts=2", f"--link={link}", "--", "/bin/true"])
 
 
 def stop_on_signal(signum, frame):

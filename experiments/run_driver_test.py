@@ -73,6 +73,17 @@ class ExecuteTest(unittest.TestCase):
         self.assertEqual(status, "failed: bad flag")
 
 
+class ProbeTest(unittest.TestCase):
+    def test_a_probe_gives_the_commands_last_error_line_or_none(self):
+        self.assertIsNone(run_driver.probe(["/bin/true"]))
+        self.assertEqual(run_driver.probe(
+            ["/bin/sh", "-c", "echo warming up >&2; echo 'error: no cgroup' >&2; exit 2"]),
+            "no cgroup")
+        self.assertEqual(run_driver.probe(["/bin/false"]), "exit status 1")
+        self.assertEqual(run_driver.probe(["/bin/sleep", "30"], timeout_s=0.5),
+                         "sleep took over 0.5 s")
+
+
 class RecordTest(unittest.TestCase):
     @mock.patch.dict(os.environ)
     def test_a_record_names_what_its_runs_rest_on(self):

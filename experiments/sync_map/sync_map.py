@@ -73,7 +73,7 @@ from map_grid import (LM_SYNCS, MAX_REPEATS, MODELS, MODES, RANKS,  # noqa: E402
                       widened_lr)
 from cli_errors import fail  # noqa: E402
 import run_driver  # noqa: E402
-from run_driver import (default_out_dir, execute, probe_hosts, stop_on_signal,  # noqa: E402
+from run_driver import (default_out_dir, execute, probe, probe_hosts, stop_on_signal,  # noqa: E402
                         write_invocation)
 
 LM_TRAIN = os.path.normpath(os.path.join(HERE, "..", "char_lm", "char_lm_train.py"))
@@ -480,6 +480,15 @@ def check_inputs(args):
             "char_lm" == m and grid_stragglers(args, m) for m in models):
         fail("--straggler_limit=cpu_quota: the language model's straggler only sleeps; "
              "--models without char_lm")
+    if args.straggler_limit == "cpu_quota" and any(grid_stragglers(args, m) for m in models):
+        # The seed example's job (a second, writing nothing) with its straggler under the
+        # quota: the trainer's own check, before any tuning run.
+        why_not = probe([args.train, "--quiet", "--epochs=1", "--straggler_rank=1",
+                         f"--straggler_factor={STRAGGLER_FACTOR}",
+                         "--straggler_limit=cpu_quota"])
+        if why_not:
+            fail(why_not if why_not.startswith("--straggler_limit") else
+                 f"--straggler_limit=cpu_quota: {why_not}")
     if "char_lm" in models:
         import text_data
         if args.torch_module is None:

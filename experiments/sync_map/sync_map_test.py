@@ -538,6 +538,27 @@ class FlagsTest(unittest.TestCase):
                 sync_map.parse_args(argv)
             self.assertEqual(e.exception.code, 2, argv)
 
+    def test_a_cpu_quota_sitting_asks_the_trainer_first(self):
+        # A trainer that cannot hold its straggler to a quota: the sitting stops at once
+        # with its line; where there is no straggler point, nothing asks.
+        with tempfile.TemporaryDirectory() as tmp:
+            train = os.path.join(tmp, "train")
+            with open(train, "w") as f:
+                f.write("#!/bin/sh\necho 'error: --straggler_limit=cpu_quota: cannot make "
+                        "the cgroup: Read-only file system' >&2\nexit 2\n")
+            os.chmod(train, 0o755)
+            for name in sync_map.DATA_FILES:
+                open(os.path.join(tmp, name), "w").close()
+            argv = [f"--train={train}", "--bench=/bin/true", "--on_hosts=/bin/true",
+                    f"--data_dir={tmp}", "--models=mlp_narrow", "--straggler_limit=cpu_quota"]
+            stderr = io.StringIO()
+            with self.assertRaises(SystemExit) as e, mock.patch("sys.stderr", stderr):
+                sync_map.parse_args(argv)
+            self.assertEqual(e.exception.code, 2)
+            self.assertEqual(stderr.getvalue(), "error: --straggler_limit=cpu_quota: cannot "
+                             "make the cgroup: Read-only file system\n")
+            self.assertEqual(sync_map.parse_args(argv[:-1]).straggler_limit, "sleep")
+
     def test_every_grid_point_is_named_once(self):
         names = [(m, s, sync_map.point_name(f))
                  for m, s, f in map_grid.tune_runs(grid("full"))]
