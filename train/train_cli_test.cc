@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -18,11 +19,13 @@
 
 #include "io/npy.h"
 #include "train/cli_testing.h"
+#include "train/cpu_quota.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace ringlab::train::testing;  // NOLINT: the CLI test helpers
+using ringlab::train::CpuQuota;
 
 // losses.csv's rank, step and loss columns (the times differ run to run).
 std::string LossColumn(const std::string& csv) {
@@ -269,6 +272,24 @@ TEST(TrainCliTest, AStragglerTrainsTheSameBits) {
             LossColumn(ReadText(slow + "/losses.csv")));
   EXPECT_EQ(ReadText(plain + "/final/fc1.weight.npy"),
             ReadText(slow + "/final/fc1.weight.npy"));
+}
+
+// Where no cgroup can be made (Bazel's sandbox mounts /sys/fs/cgroup read
+// only), a straggler held to a CPU quota is one error line and status 2,
+// before anything is written (cpu_quota_test runs one where it can be made).
+TEST(TrainCliTest, ACpuQuotaThatCannotBeHadIsOneErrorLine) {
+  if (CpuQuota::Unavailable(1.0 / 3).empty()) {
+    GTEST_SKIP() << "this process can make a cgroup: cpu_quota_test's case";
+  }
+  const std::string out = TempDir("quota") + "/out";
+  const CommandResult run = RunTrain(" --quiet --epochs=1 --out_dir=" + out +
+                                     " --straggler_rank=1 --straggler_factor=3"
+                                     " --straggler_limit=cpu_quota");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_EQ(run.err.rfind("error: --straggler_limit=cpu_quota: ", 0), 0u)
+      << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 // On one host the host's ranks are the job's: post_local_sgd averaging the
