@@ -193,17 +193,19 @@ def machine_record(kernel, load_before):
                 load_before=load_before)
 
 
-def probe(argv, timeout_s=60):
+def probe(argv, timeout_s=60, most_chars=160):
     """None when the command `argv` succeeds within timeout_s, else why not: its last error
-    line (one line)."""
+    line, at most most_chars long (None: whole)."""
     try:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return f"{os.path.basename(argv[0])} took over {timeout_s} s"
+    except OSError as e:
+        return f"cannot run {argv[0]}: {e.strerror}"
     if result.returncode == 0:
         return None
     lines = (result.stderr.strip() or f"exit status {result.returncode}").splitlines()
-    return lines[-1].split("error:", 1)[-1].strip()[:160]
+    return lines[-1].split("error:", 1)[-1].strip()[:most_chars]
 
 
 def probe_hosts(on_hosts, link="1gbit"):

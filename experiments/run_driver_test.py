@@ -82,6 +82,10 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(run_driver.probe(["/bin/false"]), "exit status 1")
         self.assertEqual(run_driver.probe(["/bin/sleep", "30"], timeout_s=0.5),
                          "sleep took over 0.5 s")
+        self.assertEqual(run_driver.probe(["/nonexistent"]),
+                         "cannot run /nonexistent: No such file or directory")
+        self.assertEqual(len(run_driver.probe(["/bin/sh", "-c", "echo error: " + "x" * 200 +
+                                               " >&2; exit 2"], most_chars=None)), 200)
 
 
 class RecordTest(unittest.TestCase):

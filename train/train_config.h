@@ -23,7 +23,13 @@ enum class StragglerLimit { kSleep, kCpuQuota };
 
 // The limit's flag text, as config.json and a job's description write it.
 inline const char* StragglerLimitName(StragglerLimit limit) {
-  return limit == StragglerLimit::kSleep ? "sleep" : "cpu_quota";
+  switch (limit) {  // no default: -Wswitch names a limit without its text
+    case StragglerLimit::kSleep:
+      return "sleep";
+    case StragglerLimit::kCpuQuota:
+      return "cpu_quota";
+  }
+  return "?";
 }
 
 // The limit whose flag text is `text`; std::invalid_argument for any other.

@@ -457,7 +457,8 @@ def parser():
 
 
 def check_inputs(args):
-    """The binaries and data the grid's models need."""
+    """The binaries and data the grid's models need, and (last) whether the trainer can
+    hold a straggler to a CPU quota here."""
     for flag, path in (("--train", args.train), ("--bench", args.bench),
                        ("--on_hosts", args.on_hosts)):
         if path is None:
@@ -480,15 +481,6 @@ def check_inputs(args):
             "char_lm" == m and grid_stragglers(args, m) for m in models):
         fail("--straggler_limit=cpu_quota: the language model's straggler only sleeps; "
              "--models without char_lm")
-    if args.straggler_limit == "cpu_quota" and any(grid_stragglers(args, m) for m in models):
-        # The seed example's job (a second, writing nothing) with its straggler under the
-        # quota: the trainer's own check, before any tuning run.
-        why_not = probe([args.train, "--quiet", "--epochs=1", "--straggler_rank=1",
-                         f"--straggler_factor={STRAGGLER_FACTOR}",
-                         "--straggler_limit=cpu_quota"])
-        if why_not:
-            fail(why_not if why_not.startswith("--straggler_limit") else
-                 f"--straggler_limit=cpu_quota: {why_not}")
     if "char_lm" in models:
         import text_data
         if args.torch_module is None:
@@ -498,10 +490,20 @@ def check_inputs(args):
         missing = text_data.missing_bible()
         if missing:
             fail(missing)
+    if args.straggler_limit == "cpu_quota" and any(grid_stragglers(args, m) for m in models):
+        # The seed example's job (a second, writing nothing) with its straggler under the
+        # quota: the trainer's own check, after the cheap ones and before any run.
+        why_not = probe([args.train, "--quiet", "--epochs=1", "--straggler_rank=1",
+                         f"--straggler_factor={STRAGGLER_FACTOR}",
+                         "--straggler_limit=cpu_quota"], most_chars=None)
+        if why_not:
+            fail(why_not if why_not.startswith("--straggler_limit") else
+                 f"--straggler_limit=cpu_quota: {why_not}")
 
 
 def parse_args(argv=None):
-    """Every flag checked before anything runs or is written: one error line, status 2."""
+    """Every flag checked before anything is written or any run starts (a CPU-quota sitting's
+    trainer runs one small job first): one error line, status 2."""
     args = parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     cli_errors.positive_finite("--timeout", args.timeout, MAX_TIMEOUT_S)

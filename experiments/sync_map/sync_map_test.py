@@ -540,12 +540,13 @@ class FlagsTest(unittest.TestCase):
 
     def test_a_cpu_quota_sitting_asks_the_trainer_first(self):
         # A trainer that cannot hold its straggler to a quota: the sitting stops at once
-        # with its line; where there is no straggler point, nothing asks.
+        # with its whole line; with the sleep, nothing asks.
+        why = ("--straggler_limit=cpu_quota: cannot make the cgroup /sys/fs/cgroup/system.slice/"
+               + "d" * 120 + "/ringlab-straggler-42: Read-only file system")
         with tempfile.TemporaryDirectory() as tmp:
-            train = os.path.join(tmp, "train")
+            train, asked = os.path.join(tmp, "train"), os.path.join(tmp, "asked")
             with open(train, "w") as f:
-                f.write("#!/bin/sh\necho 'error: --straggler_limit=cpu_quota: cannot make "
-                        "the cgroup: Read-only file system' >&2\nexit 2\n")
+                f.write(f"#!/bin/sh\necho \"$@\" >> {asked}\necho 'error: {why}' >&2\nexit 2\n")
             os.chmod(train, 0o755)
             for name in sync_map.DATA_FILES:
                 open(os.path.join(tmp, name), "w").close()
@@ -555,9 +556,13 @@ class FlagsTest(unittest.TestCase):
             with self.assertRaises(SystemExit) as e, mock.patch("sys.stderr", stderr):
                 sync_map.parse_args(argv)
             self.assertEqual(e.exception.code, 2)
-            self.assertEqual(stderr.getvalue(), "error: --straggler_limit=cpu_quota: cannot "
-                             "make the cgroup: Read-only file system\n")
+            self.assertEqual(stderr.getvalue(), f"error: {why}\n")
+            with open(asked) as f:
+                self.assertEqual(f.read(), "--quiet --epochs=1 --straggler_rank=1 "
+                                 "--straggler_factor=1.5 --straggler_limit=cpu_quota\n")
+            os.remove(asked)
             self.assertEqual(sync_map.parse_args(argv[:-1]).straggler_limit, "sleep")
+            self.assertFalse(os.path.exists(asked))
 
     def test_every_grid_point_is_named_once(self):
         names = [(m, s, sync_map.point_name(f))
