@@ -90,8 +90,14 @@ def execute(argv, deadline_s, log_path, tick=None):
         return "ok", wall
     with open(log_path, errors="replace") as f:
         errors = [line.strip() for line in f if "error" in line.lower()]
-    reason = errors[-1].split("error:", 1)[-1].strip()[:160] if errors else f"exit status {code}"
-    return f"failed: {reason}", wall
+    why = reason(errors[-1]) if errors else f"exit status {code}"
+    return f"failed: {why}", wall
+
+
+def reason(line, most_chars=160):
+    """A failing command's error line as one reason: what follows 'error:' (the whole line
+    where it has none), stripped, at most most_chars long (None: whole)."""
+    return line.split("error:", 1)[-1].strip()[:most_chars]
 
 
 TICK_S = 5
@@ -205,7 +211,7 @@ def probe(argv, timeout_s=60, most_chars=160):
     if result.returncode == 0:
         return None
     lines = (result.stderr.strip() or f"exit status {result.returncode}").splitlines()
-    return lines[-1].split("error:", 1)[-1].strip()[:most_chars]
+    return reason(lines[-1], most_chars)
 
 
 def probe_hosts(on_hosts, link="1gbit"):

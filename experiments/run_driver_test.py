@@ -73,6 +73,16 @@ class ExecuteTest(unittest.TestCase):
         self.assertEqual(status, "failed: bad flag")
 
 
+class ReasonTest(unittest.TestCase):
+    def test_a_reason_is_what_follows_error_stripped_and_cut(self):
+        self.assertEqual(run_driver.reason("train: error: no data set here  "), "no data set here")
+        self.assertEqual(run_driver.reason("exit status 3"), "exit status 3")
+        self.assertEqual(run_driver.reason("error: a: error: b"), "a: error: b")
+        self.assertEqual(run_driver.reason("error: " + "x" * 200), "x" * 160)
+        self.assertEqual(run_driver.reason("error: " + "x" * 200, 80), "x" * 80)
+        self.assertEqual(run_driver.reason("error: " + "x" * 200, None), "x" * 200)
+
+
 class ProbeTest(unittest.TestCase):
     def test_a_probe_gives_the_commands_last_error_line_or_none(self):
         self.assertIsNone(run_driver.probe(["/bin/true"]))

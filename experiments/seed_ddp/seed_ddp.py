@@ -271,8 +271,8 @@ def run_configuration(args, out, ref, sync, extra, comm, device):
     if result.returncode != 0:
         lines = (result.stderr + result.stdout).splitlines()
         errors = [l for l in lines if "error:" in l]
-        reason = errors[0] if errors else f"exit status {result.returncode}"
-        row["status"] = "failed: " + reason.split("error:", 1)[-1].strip()[:80]
+        first = errors[0] if errors else f"exit status {result.returncode}"
+        row["status"] = "failed: " + run_driver.reason(first, 80)
         with open(os.path.join(out, f"{name}.log"), "w") as log:
             log.write(result.stdout + result.stderr)
         print(f"{label:16} {comm:9} {row['status']}", flush=True)
