@@ -313,7 +313,8 @@ def predict(profile, fits, link, ranks, stretch=1.0, emulated=False):
     compute measured, no fit for the link, the target not reached within the budget): on a
     real link, or on this machine's emulated one (its token bucket's bursts counted). With
     stretch, one rank computes stretch times as long, and every synchroniser here waits for
-    it: none is asynchronous (the window is not stretched)."""
+    it: none is asynchronous. DDP's family's window stretches too: it is part of backward,
+    and the buckets the slow rank's backward sends go on across the link while it computes."""
     fit = link_fit(fits, link)
     if fit is None or not profile["compute_ms"] or 2 not in profile["bytes"]:
         return None
@@ -323,6 +324,8 @@ def predict(profile, fits, link, ranks, stretch=1.0, emulated=False):
         return None
     compute_n = ranks if ranks in profile["compute_ms"] else min(profile["compute_ms"])
     compute = stretch * profile["compute_ms"][compute_n] / 1e3
+    if stretch != 1.0 and profile.get("window_s"):
+        profile = dict(profile, window_s={n: stretch * w for n, w in profile["window_s"].items()})
     step = compute + exposed_s(profile, fits, link, ranks, compute, compute_n,
                                emulated=emulated)
     extrapolated = ranks not in profile["units"] or ranks not in profile["compute_ms"]

@@ -130,6 +130,11 @@ class ModelTest(unittest.TestCase):
         self.assertAlmostEqual(profiles["diloco"]["compute_ms"][2], 10.6)  # 10 and 11.2 ms
         seconds, _ = map_model.predict(profiles["allreduce"], FITS, "1gbit", 2)
         self.assertAlmostEqual(seconds, 2 * 469 * (0.0112 + 0.0102 - 0.0037))
+        # A straggler's longer backward hides 1.5 times the window: 1.5 x 11.2 ms of compute,
+        # 10.2 - 5.55 ms of comm exposed.
+        slow, _ = map_model.predict(profiles["allreduce"], FITS, "1gbit", 2, stretch=1.5)
+        self.assertAlmostEqual(slow, 2 * 469 * (1.5 * 0.0112 + 0.0102 - 1.5 * 0.0037))
+        self.assertAlmostEqual(profiles["allreduce"]["window_s"][2], 0.0037)  # left as it was
         # Compute is half the step where 1 MB takes compute + window: 14.9 ms at 0.8 Gbit/s.
         self.assertAlmostEqual(map_model.utilisation_gbit(profiles["allreduce"], FITS, 2, 0.5),
                                8e6 / 0.0149 / 0.8 / 1e9)
