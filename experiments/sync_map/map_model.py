@@ -313,8 +313,8 @@ def predict(profile, fits, link, ranks, stretch=1.0, emulated=False):
     compute measured, no fit for the link, the target not reached within the budget): on a
     real link, or on this machine's emulated one (its token bucket's bursts counted). With
     stretch, one rank computes stretch times as long, and every synchroniser here waits for
-    it: none is asynchronous. DDP's family's window stretches too: it is part of backward,
-    and the buckets the slow rank's backward sends go on across the link while it computes."""
+    it: none is asynchronous. DDP's family's window stretches too (an assumption): the buckets
+    handed to the communication thread cross the link while the slow rank computes on."""
     fit = link_fit(fits, link)
     if fit is None or not profile["compute_ms"] or 2 not in profile["bytes"]:
         return None
